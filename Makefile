@@ -1,0 +1,29 @@
+# The two commands: `make dev` and `make test`. Both build the virtual environment first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+dev: $(STAMP)
+	cd examples/orders && ../../$(BIN)/python -m duro_devserver.run_example
+
+lint: $(STAMP)
+	$(BIN)/ruff check sdk devserver harness tests examples bench
+
+test: $(STAMP) lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/python bench/core.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,54 @@
+"""duro: durable workflows that share scarce capacity.
+
+Write ``@workflow`` and ``@step`` functions; duro runs them to completion across crashes and restarts,
+refuses starts beyond a per-key quota (:class:`Concurrency`), and queues work for named limits.
+"""
+
+from ._config import Workspace, define_workspace
+from ._context import child, now, sleep, start_child, wait_for_signal
+from ._decorators import Workflow, step, workflow
+from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
+from ._engine import Engine
+from ._errors import (
+    ChildWorkflowError,
+    ConcurrencyLimitError,
+    ConfigError,
+    DuroError,
+    NonDeterminismError,
+    RunFailedError,
+    SlotTimeoutError,
+)
+from ._handle import RunHandle
+from ._limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
+
+__all__ = [
+    "workflow",
+    "step",
+    "Workflow",
+    "Engine",
+    "RunHandle",
+    "RunStatus",
+    "Concurrency",
+    "DEFAULT_CONCURRENCY_STATUSES",
+    "Limit",
+    "define_workspace",
+    "Workspace",
+    "acquire_slot",
+    "release_slot",
+    "with_limit",
+    "limit_slot",
+    "Slot",
+    "SlotRelease",
+    "sleep",
+    "now",
+    "wait_for_signal",
+    "child",
+    "start_child",
+    "DuroError",
+    "ConfigError",
+    "ConcurrencyLimitError",
+    "SlotTimeoutError",
+    "RunFailedError",
+    "ChildWorkflowError",
+    "NonDeterminismError",
+]

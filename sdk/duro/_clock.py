@@ -1,0 +1,41 @@
+"""The one clock. Nothing else in duro reads the wall clock (a ruff banned-api rule enforces it).
+
+A clock answers ``now_ms()`` (milliseconds since the Unix epoch, UTC) and ``sleep_until(ms)``.
+The system clock uses real time; the harness injects a simulated one with the same two methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    async def sleep_until(self, due_ms: int) -> None: ...
+
+
+class SystemClock:
+    """Real time. ``sleep_until`` re-checks after waking so a long sleep never ends early."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    async def sleep_until(self, due_ms: int) -> None:
+        while (left := due_ms - self.now_ms()) > 0:
+            await asyncio.sleep(left / 1000)
+
+
+def ms_to_datetime(ms: int | None) -> datetime | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def datetime_to_ms(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return round(value.timestamp() * 1000)

@@ -1,0 +1,119 @@
+"""``duro.config.py``: ``define_workspace(limits=..., workflows=...)`` and its validation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._definitions import Limit
+from ._durations import to_ms
+from ._errors import ConfigError, DuroError
+
+LIMIT_NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
+MAX_CAPACITY = 100_000
+MAX_HOLD_MS = 30 * 86_400_000
+
+
+@dataclass(frozen=True)
+class LimitConfig:
+    """A validated limit: its name, capacity and max hold in milliseconds."""
+
+    name: str
+    capacity: int
+    max_hold_ms: int
+
+
+@dataclass(frozen=True)
+class WorkflowEntry:
+    """One entry of the ``workflows`` list: a path relative to the project root, and serial mode."""
+
+    path: str
+    serial: bool = False
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The project's declared limits and, when given, the list of workflow files replacing the scan."""
+
+    limits: Mapping[str, LimitConfig] = field(default_factory=dict)
+    workflows: tuple[WorkflowEntry, ...] | None = None
+
+
+def check_limit_name(name: Any) -> str:
+    if not isinstance(name, str) or not LIMIT_NAME.match(name):
+        raise ConfigError(
+            f"limit name {name!r} is invalid: use 1 to 64 lowercase letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+def check_capacity(name: str, capacity: Any) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
+        raise ConfigError(f"limit {name!r}: capacity must be an integer from 1 to {MAX_CAPACITY}, "
+                          f"got {capacity!r}")
+    return capacity
+
+
+def check_max_hold(name: str, max_hold: Any) -> int:
+    if max_hold is None:
+        raise ConfigError(f"limit {name!r}: max_hold is required (how long one run may hold a slot, "
+                          f"e.g. '45m'); there is no default on purpose")
+    try:
+        ms = to_ms(max_hold, f"limit {name!r} max_hold")
+    except DuroError as err:
+        raise ConfigError(str(err)) from None
+    if not 0 < ms <= MAX_HOLD_MS:
+        raise ConfigError(f"limit {name!r}: max_hold must be more than 0 and at most 30 days, got {max_hold!r}")
+    return ms
+
+
+def _limit(name: Any, spec: Any) -> LimitConfig:
+    name = check_limit_name(name)
+    if isinstance(spec, Limit):
+        capacity, max_hold = spec.capacity, spec.max_hold
+    elif isinstance(spec, Mapping):
+        unknown = set(spec) - {"capacity", "max_hold"}
+        if unknown:
+            raise ConfigError(f"limit {name!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+                              f"a limit has capacity and max_hold")
+        if "capacity" not in spec:
+            raise ConfigError(f"limit {name!r}: capacity is required (an integer from 1 to {MAX_CAPACITY})")
+        capacity, max_hold = spec["capacity"], spec.get("max_hold")
+    else:
+        raise ConfigError(f"limit {name!r}: expected Limit(capacity=..., max_hold=...) or a dict, got {spec!r}")
+    return LimitConfig(name, check_capacity(name, capacity), check_max_hold(name, max_hold))
+
+
+def _entry(item: Any) -> WorkflowEntry:
+    if isinstance(item, str):
+        return WorkflowEntry(item)
+    if isinstance(item, Mapping):
+        unknown = set(item) - {"path", "serial"}
+        if unknown or not isinstance(item.get("path"), str):
+            raise ConfigError(f"workflows entry {dict(item)!r}: use a path string or "
+                              f"{{'path': 'workflows/x.py', 'serial': True}}")
+        serial = item.get("serial", False)
+        if not isinstance(serial, bool):
+            raise ConfigError(f"workflows entry {item['path']!r}: serial must be True or False, got {serial!r}")
+        return WorkflowEntry(item["path"], serial)
+    raise ConfigError(f"workflows entry {item!r}: use a path string or a dict with 'path' (and 'serial')")
+
+
+def define_workspace(limits: Mapping[str, Limit | Mapping[str, Any]] | None = None,
+                     workflows: Sequence[str | Mapping[str, Any]] | None = None) -> Workspace:
+    """Declare the project's limits and (optionally) its workflow files; validated here, at load.
+
+    ``workflows=None`` scans ``workflows/``; a list replaces the scan. A :class:`ConfigError` names
+    the limit (or entry) and the field at fault.
+    """
+    if limits is not None and not isinstance(limits, Mapping):
+        raise ConfigError(f"limits must be a dict of name -> Limit(...), got {type(limits).__name__}")
+    checked = {name: _limit(name, spec) for name, spec in (limits or {}).items()}
+    entries = None
+    if workflows is not None:
+        if isinstance(workflows, str) or not isinstance(workflows, Sequence):
+            raise ConfigError("workflows must be a list of paths (or None to scan workflows/)")
+        entries = tuple(_entry(item) for item in workflows)
+    return Workspace(limits=checked, workflows=entries)

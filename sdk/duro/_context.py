@@ -1,0 +1,289 @@
+"""The run being executed, and the durable helpers workflow code calls.
+
+Every durable call takes the run's next sequence number. If the run's history holds a record at that
+number, the call returns (or raises) what was recorded, after checking the record is of the same
+kind and name (otherwise :class:`NonDeterminismError`, which fails the run even if the workflow code
+catches it). Otherwise it does the work and records the outcome before returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from . import _current
+from ._clock import ms_to_datetime
+from ._definitions import Concurrency, StepSpec
+from ._durations import Duration, to_ms
+from ._errors import ChildWorkflowError, ConcurrencyLimitError, DuroError, NonDeterminismError, RunCancelled
+from ._serde import Codec, describe_error, dump_json, restore_error
+from .store import Fenced, RunRecord, StepRecord
+
+if TYPE_CHECKING:
+    from ._worker import Worker
+
+_JSON = Codec(None)
+
+
+class LostRun(BaseException):
+    """Internal: this worker may no longer write the run (cancelled, or another worker took it)."""
+
+
+class RunContext:
+    """One run's execution state. The class form receives it as ``ctx``."""
+
+    def __init__(self, worker: Worker, run: RunRecord, history: list[StepRecord]) -> None:
+        self.worker = worker
+        self.engine = worker.engine
+        self.run_id = run.id
+        self.workflow = run.workflow
+        self.record = run
+        self._history = {rec.seq: rec for rec in history}
+        self._next_seq = 0
+        self.fatal: NonDeterminismError | None = None
+        self.cancel_reason: str | None = None
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _take_seq(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+        if self.fatal is not None:
+            raise self.fatal
+        seq = self._next_seq
+        self._next_seq += 1
+        rec = self._history.get(seq)
+        if rec is not None and (rec.kind, rec.name) != (kind, name):
+            self.fatal = NonDeterminismError(self.run_id, seq, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+            raise self.fatal
+        return seq, rec
+
+    def _now(self) -> int:
+        return self.worker.clock.now_ms()
+
+    async def _write(self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None) -> None:
+        ok = await self.worker.db(self.worker.store.record_step, self.run_id, self.worker.id, step,
+                                  run_status, wake_at, self._now())
+        if not ok:
+            raise LostRun(self.run_id)
+        self._history[step.seq] = step
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            spec.signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise DuroError(f"step {spec.name!r} called with wrong arguments ({err}); its signature is "
+                            f"{spec.name}{spec.signature}") from None
+        seq, rec = self._take_seq("step", spec.name)
+        if rec is not None and rec.status == "completed":
+            return spec.output.load(rec.result)
+        if rec is not None and rec.status == "failed":
+            raise restore_error(rec.error)
+        started = self._now()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = await self._call_step(spec, args, kwargs)
+                text = self._dump_step_result(spec, result)
+                value = spec.output.load(text)
+            except Exception as err:
+                if attempt <= spec.retries and not isinstance(err, DuroError):
+                    delay = spec.retry_delay_ms * 2 ** (attempt - 1)
+                    await self.worker.sleep_until(self._now() + delay)
+                    continue
+                await self._write(StepRecord(seq, "step", spec.name, "failed", started, self._now(),
+                                             error=describe_error(err), detail=dump_json({"attempts": attempt})))
+                raise
+            await self._write(StepRecord(seq, "step", spec.name, "completed", started, self._now(), result=text,
+                                         detail=dump_json({"attempts": attempt}) if attempt > 1 else None))
+            return value
+
+    async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        token = _current.inside_step.set(spec.name)
+        try:
+            if spec.is_async:
+                return await spec.fn(*args, **kwargs)
+            context = contextvars.copy_context()
+            return await asyncio.get_running_loop().run_in_executor(
+                self.worker.step_executor, lambda: context.run(spec.fn, *args, **kwargs))
+        finally:
+            _current.inside_step.reset(token)
+
+    @staticmethod
+    def _dump_step_result(spec: StepSpec, result: Any) -> str:
+        try:
+            return spec.output.dump(result)
+        except Exception as err:  # noqa: BLE001
+            raise DuroError(f"result of step {spec.name!r} cannot be stored: {' '.join(str(err).split())}; "
+                            f"return a JSON value, a pydantic model or a dataclass, and annotate the "
+                            f"return type") from None
+
+    # -- time ------------------------------------------------------------------------------------
+
+    async def sleep(self, duration: Duration) -> None:
+        """Sleep durably: the run is ``suspended`` until the time passes, across restarts."""
+        ms = to_ms(duration, "sleep duration")
+        seq, rec = self._take_seq("sleep", "sleep")
+        if rec is not None and rec.status == "completed":
+            return
+        if rec is None:
+            started = self._now()
+            rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
+            await self._write(rec, "suspended", rec.wake_at)
+        assert rec.wake_at is not None
+        await self.worker.sleep_until(rec.wake_at)
+        await self._write(StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, self._now(),
+                                     wake_at=rec.wake_at), "running")
+
+    async def now(self) -> datetime:
+        """The current time, recorded: a replay sees the same instant."""
+        seq, rec = self._take_seq("now", "now")
+        if rec is not None:
+            return ms_to_datetime(int(json.loads(rec.result or "0")))  # type: ignore[return-value]
+        moment = self._now()
+        await self._write(StepRecord(seq, "now", "now", "completed", moment, moment, result=str(moment)))
+        return ms_to_datetime(moment)  # type: ignore[return-value]
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    async def wait_for_signal(self, name: str, timeout: Duration | None = None) -> Any:
+        """Wait (``suspended``) for signal ``name``; returns its payload, or ``None`` when ``timeout``
+        passes first. Signals sent before the wait are buffered and consumed in order."""
+        if not isinstance(name, str) or not name:
+            raise DuroError(f"wait_for_signal: the signal name must be a non-empty string, got {name!r}")
+        seq, rec = self._take_seq("signal", name)
+        if rec is not None and rec.status == "completed":
+            return _JSON.load(rec.result)
+        if rec is None:
+            started = self._now()
+            deadline = None if timeout is None else started + to_ms(timeout, "wait_for_signal timeout")
+            rec = StepRecord(seq, "signal", name, "waiting", started, wake_at=deadline)
+        waiter = self.worker.signal_waiter(self.run_id, name)
+        try:
+            if seq not in self._history:
+                if (got := await self._take_signal(rec)) is not None:
+                    return got
+                await self._write(rec, "suspended", rec.wake_at)
+            while True:
+                if (got := await self._take_signal(rec)) is not None:
+                    return got
+                if rec.wake_at is not None and self._now() >= rec.wake_at:
+                    await self._write(StepRecord(seq, "signal", name, "completed", rec.started_at, self._now(),
+                                                 wake_at=rec.wake_at, result="null",
+                                                 detail=dump_json({"timed_out": True})), "running")
+                    return None
+                await self.worker.wait_for(waiter.wait(), rec.wake_at)
+                waiter.clear()
+        finally:
+            self.worker.drop_signal_waiter(self.run_id, name, waiter)
+
+    async def _take_signal(self, rec: StepRecord) -> Any:
+        step = StepRecord(rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at)
+        try:
+            taken = await self.worker.db(self.worker.store.take_signal, self.run_id, self.worker.id, rec.name, step)
+        except Fenced:
+            raise LostRun(self.run_id) from None
+        if taken is None:
+            return None
+        self._history[rec.seq] = taken
+        return _JSON.load(taken.result)
+
+    # -- children --------------------------------------------------------------------------------
+
+    async def child(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
+                    concurrency: Concurrency | None = None) -> Any:
+        """Start a child run and wait (``blocked``) for its result; a failed, cancelled or refused child
+        raises :class:`ChildWorkflowError` with the reason as its cause."""
+        spec = self.engine.spec_for(wf)
+        seq, rec = self._take_seq("child", spec.name)
+        if rec is not None and rec.status == "completed":
+            return spec.output.load(rec.result)
+        if rec is not None and rec.status == "failed":
+            raise restore_error(rec.error)
+        if rec is None:
+            child_id = run_id or f"{self.run_id}.{seq}"
+            rec = StepRecord(seq, "child", spec.name, "waiting", self._now(), detail=dump_json({"run_id": child_id}))
+            await self._start_child_run(spec, inp, child_id, concurrency, rec)
+        child_id = json.loads(rec.detail or "{}")["run_id"]
+        waiter = self.worker.done_waiter(child_id)
+        try:
+            while True:
+                child = await self.worker.db(self.worker.store.get_run, child_id)
+                if child is not None and child.status in ("completed", "failed", "cancelled"):
+                    break
+                await waiter.wait()
+                waiter.clear()
+        finally:
+            self.worker.drop_done_waiter(child_id, waiter)
+        if child.status == "completed":
+            await self._write(StepRecord(seq, "child", spec.name, "completed", rec.started_at, self._now(),
+                                         result=child.output, detail=rec.detail), "running")
+            return spec.output.load(child.output)
+        cause = restore_error(child.error) if child.error else RunCancelled(child_id)
+        err = ChildWorkflowError(child_id, spec.name, cause if isinstance(cause, Exception) else None,
+                                 f"child run {child_id!r} of workflow {spec.name!r} {child.status}"
+                                 + (f": {cause}" if str(cause) else ""))
+        await self._write(StepRecord(seq, "child", spec.name, "failed", rec.started_at, self._now(),
+                                     error=describe_error(err), detail=rec.detail), "running")
+        raise err
+
+    async def start_child(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
+                          concurrency: Concurrency | None = None) -> Any:
+        """Start a child run without waiting; returns its :class:`RunHandle`."""
+        spec = self.engine.spec_for(wf)
+        seq, rec = self._take_seq("start_child", spec.name)
+        if rec is not None and rec.status == "failed":
+            raise restore_error(rec.error)
+        if rec is None:
+            child_id = run_id or f"{self.run_id}.{seq}"
+            now = self._now()
+            rec = StepRecord(seq, "start_child", spec.name, "completed", now, now,
+                             result=dump_json(child_id), detail=dump_json({"run_id": child_id}))
+            await self._start_child_run(spec, inp, child_id, concurrency, rec)
+        return self.engine.handle(json.loads(rec.detail or "{}")["run_id"])
+
+    async def _start_child_run(self, spec: Any, inp: Any, child_id: str, concurrency: Concurrency | None,
+                               rec: StepRecord) -> None:
+        try:
+            await self.engine.start_run(spec, inp, run_id=child_id, concurrency=concurrency,
+                                        parent=(self.run_id, self.worker.id, rec))
+        except Fenced:
+            raise LostRun(self.run_id) from None
+        except ConcurrencyLimitError as refused:
+            err = ChildWorkflowError(child_id, spec.name, refused,
+                                     f"child run of workflow {spec.name!r} was refused: {refused}")
+            await self._write(StepRecord(rec.seq, rec.kind, spec.name, "failed", rec.started_at, self._now(),
+                                         error=describe_error(err), detail=rec.detail))
+            raise err from refused
+        self._history[rec.seq] = rec
+
+
+async def sleep(duration: Duration) -> None:
+    """Sleep durably for ``duration`` (``"10s"``, ``"2h"``, ms, timedelta); the run is ``suspended``."""
+    await _current.run_or_raise("sleep").sleep(duration)
+
+
+async def now() -> datetime:
+    """The current time (aware UTC), recorded so that a replay sees the same instant."""
+    return await _current.run_or_raise("now").now()
+
+
+async def wait_for_signal(name: str, timeout: Duration | None = None) -> Any:
+    """Wait for signal ``name``; its payload, or ``None`` if ``timeout`` passes first."""
+    return await _current.run_or_raise("wait_for_signal").wait_for_signal(name, timeout)
+
+
+async def child(wf: Any, inp: Any = None, *, run_id: str | None = None,
+                concurrency: Concurrency | None = None) -> Any:
+    """Start a child workflow run and return its result (the parent is ``blocked`` meanwhile)."""
+    return await _current.run_or_raise("child").child(wf, inp, run_id=run_id, concurrency=concurrency)
+
+
+async def start_child(wf: Any, inp: Any = None, *, run_id: str | None = None,
+                      concurrency: Concurrency | None = None) -> Any:
+    """Start a child workflow run and return its :class:`RunHandle` at once."""
+    return await _current.run_or_raise("start_child").start_child(wf, inp, run_id=run_id, concurrency=concurrency)

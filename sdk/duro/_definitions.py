@@ -1,0 +1,260 @@
+"""What a workflow, a step, a quota and a limit are: plain specs, no registration, no I/O."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._durations import Duration, to_ms
+from ._errors import ConfigError, DuroError
+from ._serde import Codec
+
+
+class RunStatus(str, enum.Enum):
+    """A run's status; a ``str`` enum, so ``status == "running"`` works."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE_STATUS_VALUES = ("pending", "running", "suspended", "blocked")
+TERMINAL_STATUS_VALUES = ("completed", "failed", "cancelled")
+
+DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = (
+    RunStatus.PENDING,
+    RunStatus.RUNNING,
+    RunStatus.SUSPENDED,
+    RunStatus.BLOCKED,
+)
+
+
+def _status_names(statuses: Iterable[str | RunStatus]) -> tuple[str, ...]:
+    names = []
+    for status in statuses:
+        try:
+            names.append(RunStatus(status).value)
+        except ValueError:
+            raise ConfigError(
+                f"count_statuses: {status!r} is not a run status; use some of "
+                f"{', '.join(s.value for s in RunStatus)}"
+            ) from None
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """A quota on starting runs: at most ``limit`` runs with the same ``key`` at once.
+
+    On a workflow, ``key`` is a function of the input returning a string (``None``: unlimited) and
+    ``limit`` an int or a sync/async function of the key. Per start both are plain values, and the
+    per-start quota replaces the workflow's entirely. ``count_statuses`` names the statuses that count.
+    """
+
+    key: str | Callable[[Any], str | None] | None
+    limit: int | Callable[[str], Any]
+    count_statuses: Iterable[str | RunStatus] = DEFAULT_CONCURRENCY_STATUSES
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "count_statuses", _status_names(self.count_statuses))
+        if isinstance(self.limit, bool) or not (isinstance(self.limit, int) or callable(self.limit)):
+            raise ConfigError(
+                f"Concurrency limit {self.limit!r} must be an int or a function of the key returning one"
+            )
+        if self.key is not None and not (isinstance(self.key, str) or callable(self.key)):
+            raise ConfigError(
+                f"Concurrency key {self.key!r} must be a string, a function of the input, or None"
+            )
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A named limit: ``capacity`` slots at once, each held at most ``max_hold``.
+
+    Validated by :func:`define_workspace`, which knows the limit's name.
+    """
+
+    capacity: int
+    max_hold: Duration
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    retries: int
+    retry_delay_ms: int
+    signature: inspect.Signature
+    output: Codec
+
+
+def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry_delay: Duration) -> StepSpec:
+    if not callable(fn):
+        raise ConfigError(f"@step needs a function, got {fn!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"step {fn.__qualname__!r}: retries must be an int >= 0, got {retries!r}")
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable hints fall back to plain JSON
+        hints = {}
+    return StepSpec(
+        name=name or fn.__qualname__,
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        retries=retries,
+        retry_delay_ms=to_ms(retry_delay, f"step {fn.__qualname__!r} retry_delay"),
+        signature=inspect.signature(fn),
+        output=Codec(hints.get("return", inspect.Parameter.empty)),
+    )
+
+
+@dataclass
+class WorkflowSpec:
+    """A workflow as the engine knows it. ``invoke`` is ``None`` for a remote workflow."""
+
+    name: str
+    version: str
+    invoke: Callable[[Any, Any], Any] | None
+    input: Codec
+    output: Codec
+    takes_input: bool = True
+    concurrency: Concurrency | None = None
+    on_event: str | None = None
+    source: str | None = None
+    serial: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return self.invoke is None
+
+    def prepare_input(self, value: Any) -> tuple[Any, str]:
+        """Validate a caller's input; returns (the validated value, its stored JSON) or a clear error."""
+        if not self.takes_input:
+            if value is not None:
+                raise DuroError(f"workflow {self.name!r} takes no input, got {value!r}; pass None")
+            return None, "null"
+        try:
+            validated = self.input.validate(value)
+            return validated, self.input.dump(validated)
+        except Exception as err:  # noqa: BLE001 - pydantic, TypeError, ValueError alike
+            raise DuroError(
+                f"input of workflow {self.name!r} is invalid: {_one_line(err)}; "
+                f"pass a value matching its type hint ({_hint_name(self.input.hint)})"
+            ) from None
+
+    def dump_output(self, value: Any) -> str:
+        try:
+            return self.output.dump(value)
+        except Exception as err:  # noqa: BLE001
+            raise DuroError(
+                f"output of workflow {self.name!r} cannot be stored: {_one_line(err)}; return a JSON value, "
+                f"a pydantic model or a dataclass, and annotate the return type"
+            ) from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def _hint_name(hint: Any) -> str:
+    if hint is None:
+        return "any JSON value"
+    return getattr(hint, "__name__", None) or str(hint)
+
+
+def _input_hint(fn: Callable[..., Any], skip: int, where: str) -> tuple[bool, Any, Any]:
+    """(takes_input, input hint, return hint) of a workflow function after ``skip`` leading params."""
+    params = list(inspect.signature(fn).parameters.values())[skip:]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception as err:  # noqa: BLE001
+        raise ConfigError(f"{where}: its type hints cannot be resolved ({err})") from None
+    if len(params) > 1:
+        raise ConfigError(f"{where} takes {len(params)} parameters; a workflow takes one input (or none)")
+    if not params:
+        return False, inspect.Parameter.empty, hints.get("return", inspect.Parameter.empty)
+    return True, hints.get(params[0].name, inspect.Parameter.empty), hints.get("return", inspect.Parameter.empty)
+
+
+def function_workflow_spec(
+    fn: Callable[..., Any],
+    name: str | None,
+    version: str,
+    concurrency: Concurrency | None,
+    on_event: str | None,
+) -> WorkflowSpec:
+    if not inspect.iscoroutinefunction(fn):
+        raise ConfigError(f"workflow {fn.__qualname__!r} must be an `async def` function")
+    takes_input, in_hint, out_hint = _input_hint(fn, 0, f"workflow {fn.__qualname__!r}")
+
+    if takes_input:
+        async def invoke(inp: Any, ctx: Any) -> Any:
+            return await fn(inp)
+    else:
+        async def invoke(inp: Any, ctx: Any) -> Any:
+            return await fn()
+
+    return WorkflowSpec(
+        name=name or fn.__name__,
+        version=str(version),
+        invoke=invoke,
+        input=Codec(in_hint),
+        output=Codec(out_hint),
+        takes_input=takes_input,
+        concurrency=_check_concurrency(concurrency, name or fn.__name__),
+        on_event=on_event,
+        source=getattr(fn, "__module__", None),
+    )
+
+
+def class_workflow_spec(cls: type, name: str | None, version: str | None, concurrency: Concurrency | None,
+                        on_event: str | None) -> WorkflowSpec:
+    run = getattr(cls, "run", None)
+    where = f"workflow class {cls.__qualname__!r}"
+    if run is None or not inspect.iscoroutinefunction(run):
+        raise ConfigError(f"{where} needs `async def run(self, ctx, inp)`")
+    takes_input, in_hint, out_hint = _input_hint(run, 2, where)
+    wf_name = name or getattr(cls, "name", None) or cls.__name__
+    wf_version = version if version is not None else getattr(cls, "version", "1")
+
+    async def invoke(inp: Any, ctx: Any) -> Any:
+        instance = cls()
+        if takes_input:
+            return await instance.run(ctx, inp)
+        return await instance.run(ctx)
+
+    return WorkflowSpec(
+        name=str(wf_name),
+        version=str(wf_version),
+        invoke=invoke,
+        input=Codec(in_hint),
+        output=Codec(out_hint),
+        takes_input=takes_input,
+        concurrency=_check_concurrency(concurrency or getattr(cls, "concurrency", None), str(wf_name)),
+        on_event=on_event or getattr(cls, "on_event", None),
+        source=getattr(cls, "__module__", None),
+    )
+
+
+def _check_concurrency(concurrency: Any, name: str) -> Concurrency | None:
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise ConfigError(f"workflow {name!r}: concurrency must be a Concurrency(...), got {concurrency!r}")
+    return concurrency

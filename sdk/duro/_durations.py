@@ -1,0 +1,48 @@
+"""Durations everywhere: ``"500ms"``, ``"10s"``, ``"45m"``, ``"2h"``, ``"30d"``, int milliseconds, timedelta."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from ._errors import DuroError
+
+Duration = str | int | timedelta
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_WHOLE = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d)\s*)+$")
+_HINT = "use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'), an int of milliseconds or a timedelta"
+
+
+def to_ms(value: Duration, what: str = "duration") -> int:
+    """Return ``value`` in whole milliseconds; a clear :class:`DuroError` names ``what`` otherwise."""
+    if isinstance(value, bool):
+        raise DuroError(f"{what} {value!r} is not a duration: {_HINT}")
+    if isinstance(value, timedelta):
+        ms = round(value.total_seconds() * 1000)
+    elif isinstance(value, int):
+        ms = value
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if not _WHOLE.match(text):
+            raise DuroError(f"{what} {value!r} is not understood: {_HINT}")
+        ms = round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(text)))
+    else:
+        raise DuroError(f"{what} {value!r} is a {type(value).__name__}, not a duration: {_HINT}")
+    if ms < 0:
+        raise DuroError(f"{what} {value!r} is negative: durations must be zero or more")
+    return ms
+
+
+def to_timedelta(value: Duration, what: str = "duration") -> timedelta:
+    return timedelta(milliseconds=to_ms(value, what))
+
+
+def format_ms(ms: int) -> str:
+    """The shortest exact spelling of ``ms`` in the units above (``90000`` -> ``"90s"``)."""
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS_MS[unit]
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

@@ -1,0 +1,349 @@
+"""The engine: composes the store, the clock, the workflow registry, quotas and the worker.
+
+An engine never entered is a client: it creates the schema on first use, starts runs and reads
+state, and executes nothing. ``async with engine:`` runs its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from . import _current
+from ._clock import Clock, SystemClock
+from ._config import Workspace, define_workspace
+from ._decorators import WorkflowFunction, workflow_spec
+from ._definitions import (
+    Concurrency,
+    RunStatus,
+    WorkflowSpec,
+    function_workflow_spec,
+)
+from ._durations import Duration, format_ms, to_ms
+from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError
+from ._handle import RunHandle, RunInfo, StepInfo
+from ._quota import admit
+from ._serde import Codec, describe_error, dump_json, restore_error
+from ._worker import Worker
+from .store import DEFAULT_SQLITE_URL, NewRun, QuotaCheck, RunRecord, SqlStore, StepRecord, Store
+
+T = TypeVar("T")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_TERMINAL = ("completed", "failed", "cancelled")
+_JSON = Codec(None)
+
+
+class Engine:
+    """Runs durable workflows on one store.
+
+    ``database_url``: ``sqlite:///path.db`` (default ``sqlite:///.duro/dev.db``) or
+    ``postgresql+psycopg://...``. ``workspace``: the project's :class:`Workspace` (limits).
+    ``namespace``: runs this engine creates and executes. ``scope_reads``: fence reads (and quota
+    counts) to the namespace. ``clock``: the one clock (the harness injects a simulated one).
+    """
+
+    def __init__(self, database_url: str | None = None, workspace: Workspace | None = None,
+                 namespace: str = "default", scope_reads: bool = False, clock: Clock | None = None, *,
+                 store: Store | None = None, poll_interval: Duration = "1s", lease: Duration = "30s",
+                 worker_id: str | None = None) -> None:
+        if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+            raise DuroError(f"namespace {namespace!r} is invalid: use 1 to 64 letters, digits, '.', '_', ':' or '-'")
+        if workspace is not None and not isinstance(workspace, Workspace):
+            raise DuroError(f"workspace must come from define_workspace(...), got {workspace!r}")
+        self.store: Store = store if store is not None else SqlStore(database_url or DEFAULT_SQLITE_URL)
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.workspace = workspace if workspace is not None else define_workspace()
+        self.namespace = namespace
+        self.scope_reads = scope_reads
+        self.poll_interval_ms = max(1, to_ms(poll_interval, "poll_interval"))
+        self.lease_ms = max(3, to_ms(lease, "lease"))
+        self._worker_id = worker_id
+        self._registry: dict[str, WorkflowSpec] = {}
+        self._inline_db = getattr(self.store, "dialect", "") == "sqlite"
+        self._db_executor: ThreadPoolExecutor | None = None
+        self.worker: Worker | None = None
+        self._context_token: Any = None
+
+    @classmethod
+    def from_project(cls, root: str | Path = ".", **kwargs: Any) -> Engine:
+        """An engine for the project at ``root``: its ``duro.config.py`` and every workflow it declares."""
+        from ._scan import load_project
+
+        project = load_project(root)
+        engine = cls(workspace=project.workspace, **kwargs)
+        for spec in project.workflows:
+            engine.register(spec)
+        return engine
+
+    # -- I/O -------------------------------------------------------------------------------------
+
+    async def db(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call a store method: inline on SQLite (microseconds, deterministic), in threads otherwise."""
+        if self._inline_db:
+            return fn(*args)
+        if self._db_executor is None:
+            self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
+        return await asyncio.get_running_loop().run_in_executor(self._db_executor, partial(fn, *args))
+
+    @property
+    def _read_namespace(self) -> str | None:
+        return self.namespace if self.scope_reads else None
+
+    # -- registry --------------------------------------------------------------------------------
+
+    def register(self, name: Any, version: str | None = None, fn: Callable[..., Any] | None = None, *,
+                 concurrency: Concurrency | None = None, on_event: str | None = None) -> WorkflowSpec:
+        """Register a workflow: ``register(decorated_workflow)`` or ``register(name, version, fn,
+        concurrency=...)`` for a plain ``async def``. A later registration of a name replaces it."""
+        if fn is None:
+            spec = name if isinstance(name, WorkflowSpec) else workflow_spec(name)
+            if spec is None:
+                raise DuroError(f"cannot register {name!r}: pass a @workflow, a Workflow subclass, or "
+                                f"register(name, version, fn)")
+        else:
+            if not isinstance(name, str) or not name:
+                raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
+            target = fn._fn if isinstance(fn, WorkflowFunction) else fn
+            spec = function_workflow_spec(target, name, version or "1", concurrency, on_event)
+        self._registry[spec.name] = spec
+        return spec
+
+    def register_remote(self, name: str, version: str = "1", *, concurrency: Concurrency | None = None) -> WorkflowSpec:
+        """Register a workflow whose code runs in another process sharing the store: this engine can
+        start it (input stored as JSON) and read it, and never executes it."""
+        if not isinstance(name, str) or not name:
+            raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
+        spec = WorkflowSpec(name=name, version=str(version), invoke=None, input=Codec(None), output=Codec(None),
+                            concurrency=concurrency)
+        self._registry[name] = spec
+        return spec
+
+    @property
+    def workflows(self) -> dict[str, WorkflowSpec]:
+        return dict(self._registry)
+
+    def spec_for(self, wf: Any) -> WorkflowSpec:
+        """The registered spec for a workflow object or name (objects register on first use)."""
+        if isinstance(wf, str):
+            spec = self._registry.get(wf)
+            if spec is None:
+                known = ", ".join(sorted(self._registry)) or "none"
+                raise DuroError(f"unknown workflow {wf!r} (registered: {known}); put it under workflows/, "
+                                f"or call engine.register(...) / engine.register_remote(...)")
+            return spec
+        spec = wf if isinstance(wf, WorkflowSpec) else workflow_spec(wf)
+        if spec is None:
+            raise DuroError(f"{wf!r} is not a workflow: decorate it with @workflow or pass its name")
+        return self._registry.get(spec.name) or self.register(spec)
+
+    def local_workflow_names(self) -> list[str]:
+        return [name for name, spec in self._registry.items() if not spec.remote]
+
+    # -- starting --------------------------------------------------------------------------------
+
+    async def start(self, wf: Any, inp: Any = None, run_id: str | None = None,
+                    concurrency: Concurrency | None = None) -> RunHandle:
+        """Start a run of ``wf`` (a name or a workflow) and return its handle.
+
+        A start with an existing ``run_id`` returns that run, whatever its status. A quota at its
+        limit raises :class:`ConcurrencyLimitError` and creates nothing.
+        """
+        return await self.start_run(wf, inp, run_id=run_id, concurrency=concurrency)
+
+    async def start_run(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
+                        concurrency: Concurrency | None = None,
+                        parent: tuple[str, str | None, StepRecord] | None = None) -> RunHandle:
+        spec = self.spec_for(wf)
+        if run_id is not None:
+            if not isinstance(run_id, str) or not 0 < len(run_id) <= 200:
+                raise DuroError(f"run_id {run_id!r} is invalid: use a string of 1 to 200 characters")
+            if parent is None and await self.db(self.store.get_run, run_id) is not None:
+                return RunHandle(self, run_id)
+        value, input_json = spec.prepare_input(inp)
+        quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
+        owner = self.worker.id if self.worker is not None and not spec.remote else None
+        new = NewRun(
+            id=run_id or uuid.uuid4().hex, namespace=self.namespace, workflow=spec.name, version=spec.version,
+            input=input_json, owner=owner, created_at=self.clock.now_ms(),
+            tags=[f"concurrency:{quota.key}"] if quota is not None else [],
+            concurrency_key=quota.key if quota is not None else None,
+            parent_id=parent[0] if parent else None, parent_seq=parent[2].seq if parent else None,
+        )
+        if quota is not None and not hasattr(self.store, "count_active"):
+            await self._check_quota_by_listing(quota)
+        record, created = await self.db(self.store.insert_run, new, quota if hasattr(self.store, "count_active")
+                                        else None, parent)
+        if created and owner is not None and self.worker is not None:
+            self.worker.launch(record, fresh=True)
+        return RunHandle(self, record.id)
+
+    async def _quota(self, spec: WorkflowSpec, conc: Concurrency | None, value: Any) -> QuotaCheck | None:
+        if conc is None:
+            return None
+        key: Any = conc.key
+        if callable(key):
+            try:
+                key = key(value)
+                if inspect.isawaitable(key):
+                    key = await key
+            except Exception as err:  # noqa: BLE001
+                raise DuroError(f"workflow {spec.name!r}: the concurrency key function raised "
+                                f"{type(err).__name__}: {err}; fix it so it returns a string or None") from None
+        if key is None:
+            return None
+        if not isinstance(key, str) or not key:
+            raise DuroError(f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, "
+                            f"got {key!r}")
+        limit: Any = conc.limit
+        if callable(limit):
+            try:
+                limit = limit(key)
+                if inspect.isawaitable(limit):
+                    limit = await limit
+            except Exception as err:  # noqa: BLE001
+                raise DuroError(f"workflow {spec.name!r}: the concurrency limit function raised "
+                                f"{type(err).__name__}: {err} for key {key!r}; fix it so it returns an int") from None
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise DuroError(f"workflow {spec.name!r}: the concurrency limit for key {key!r} must be an int, "
+                            f"got {limit!r}")
+        return QuotaCheck(workflow=spec.name, key=key, limit=limit,
+                          statuses=tuple(conc.count_statuses), namespace=self._read_namespace)
+
+    async def _check_quota_by_listing(self, quota: QuotaCheck) -> None:
+        """Fallback for a custom store without ``count_active`` (not atomic across processes)."""
+        listed = await self.db(self.store.list_runs, quota.namespace, None, list(quota.statuses),
+                               f"concurrency:{quota.key}", max(quota.limit, 0) + 1)
+        decision = admit(quota.key, quota.limit, len(listed))
+        if not decision.admitted:
+            raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, len(listed))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def handle(self, run_id: str) -> RunHandle:
+        """The handle of an existing run (not checked until used)."""
+        return RunHandle(self, run_id)
+
+    async def _record(self, run_id: str) -> RunRecord:
+        record = await self.db(self.store.get_run, run_id, self._read_namespace)
+        if record is None:
+            raise DuroError(f"run {run_id!r} does not exist" + (f" in namespace {self.namespace!r}"
+                                                                 if self.scope_reads else ""))
+        return record
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        return RunInfo.of(await self._record(run_id))
+
+    async def steps(self, run_id: str) -> list[StepInfo]:
+        await self._record(run_id)
+        return [StepInfo.of(rec) for rec in await self.db(self.store.get_steps, run_id)]
+
+    async def list_runs(self, workflow: str | None = None, status: Any = None, tag: str | None = None,
+                        limit: int = 100) -> list[RunInfo]:
+        """Runs, newest first, filtered by workflow name, status (one or several) and tag."""
+        statuses = None
+        if status is not None:
+            items = [status] if isinstance(status, str | RunStatus) else list(status)
+            try:
+                statuses = [RunStatus(s).value for s in items]
+            except ValueError:
+                raise DuroError(f"status {status!r} is not a run status; use one of "
+                                f"{', '.join(s.value for s in RunStatus)}") from None
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise DuroError(f"limit must be an int from 1 to 10000, got {limit!r}")
+        records = await self.db(self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit)
+        return [RunInfo.of(rec) for rec in records]
+
+    async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
+        """Wait for the run to end; its output, or :class:`RunFailedError`."""
+        deadline = None if timeout is None else self.clock.now_ms() + to_ms(timeout, "result timeout")
+        waiter = self.worker.done_waiter(run_id) if self.worker is not None else None
+        backoff = 10
+        try:
+            while True:
+                record = await self._record(run_id)
+                if record.status in _TERMINAL:
+                    return self._outcome(record)
+                now = self.clock.now_ms()
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError(f"run {run_id!r} did not finish within {format_ms(to_ms(timeout))}"  # type: ignore[arg-type]
+                                       f"; it is {record.status}")
+                backoff = min(backoff * 2, self.poll_interval_ms)
+                until = now + backoff if deadline is None else min(deadline, now + backoff)
+                if waiter is not None:
+                    await self.worker.wait_for(waiter.wait(), until)  # type: ignore[union-attr]
+                    waiter.clear()
+                else:
+                    await self.clock.sleep_until(until)
+        finally:
+            if waiter is not None and self.worker is not None:
+                self.worker.drop_done_waiter(run_id, waiter)
+
+    def _outcome(self, record: RunRecord) -> Any:
+        if record.status == "completed":
+            spec = self._registry.get(record.workflow)
+            return (spec.output if spec is not None else _JSON).load(record.output)
+        cause = restore_error(record.error) if record.error else RunCancelled(record.id)
+        verb = "was cancelled" if record.status == "cancelled" else "failed"
+        raise RunFailedError(record.id, record.status, cause,
+                             f"run {record.id!r} of workflow {record.workflow!r} {verb}: "
+                             f"{type(cause).__name__}: {cause}")
+
+    # -- acting on runs --------------------------------------------------------------------------
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` (with a JSON ``payload``) to a run; buffered until it waits for it."""
+        if not isinstance(name, str) or not 0 < len(name) <= 200:
+            raise DuroError(f"signal name {name!r} is invalid: use a string of 1 to 200 characters")
+        try:
+            text = dump_json(payload)
+        except (TypeError, ValueError) as err:
+            raise DuroError(f"payload of signal {name!r} to run {run_id!r} is not JSON: {err}") from None
+        await self._record(run_id)
+        await self.db(self.store.send_signal, run_id, name, text, self.clock.now_ms())
+        if self.worker is not None:
+            self.worker.notify_signal(run_id, name)
+
+    async def cancel(self, run_id: str) -> None:
+        """Cancel a run and its unfinished children; a finished run is left as it is."""
+        error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
+        cancelled = await self.db(self.store.cancel_run, run_id, self._read_namespace, error, self.clock.now_ms())
+        if self.worker is not None:
+            self.worker.notify_cancelled(cancelled)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Engine:
+        if self.worker is not None:
+            raise DuroError("this engine is already running; enter it once")
+        await self.db(self.store.create_schema)
+        self.worker = Worker(self, self._worker_id)
+        await self.worker.start()
+        self._context_token = _current.current_engine.set(self)
+        _current.push_entered(self)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        worker, self.worker = self.worker, None
+        _current.pop_entered(self)
+        if self._context_token is not None:
+            try:
+                _current.current_engine.reset(self._context_token)
+            except ValueError:  # exited in another context than entered
+                _current.current_engine.set(None)
+            self._context_token = None
+        if worker is not None:
+            await worker.stop()
+
+    def close(self) -> None:
+        """Release the store's connections (the engine can no longer be used)."""
+        if self._db_executor is not None:
+            self._db_executor.shutdown(wait=True)
+        self.store.close()
+

@@ -1,0 +1,106 @@
+"""Every error duro raises, rooted at :class:`DuroError`.
+
+Each message names the run, workflow, limit or field involved and says what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DuroError(Exception):
+    """Root of every error duro raises on purpose."""
+
+
+class ConfigError(DuroError):
+    """``duro.config.py`` or a workflow definition is invalid; the message names the field."""
+
+
+class ConcurrencyLimitError(DuroError):
+    """A start was refused because its concurrency key is at its limit (HTTP 429).
+
+    Nothing was created. Attributes: ``workflow``, ``key``, ``limit``, ``active``.
+    """
+
+    def __init__(self, workflow: str, key: str, limit: int, active: int) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.limit = limit
+        self.active = active
+        super().__init__(
+            f"workflow {workflow!r} refused: concurrency key {key!r} has {active} active run(s) "
+            f"and its limit is {limit}; retry when one of them finishes"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.workflow, self.key, self.limit, self.active))
+
+
+class SlotTimeoutError(DuroError):
+    """``acquire_slot`` waited longer than its timeout. Attributes: ``limiter``, ``timeout``."""
+
+    def __init__(self, limiter: str, timeout: Any) -> None:
+        self.limiter = limiter
+        self.timeout = timeout
+        super().__init__(f"no slot of limit {limiter!r} came free within {timeout}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.limiter, self.timeout))
+
+    @staticmethod
+    def is_(err: BaseException) -> bool:
+        """True when ``err`` is a slot timeout, even one raised by another copy of this module."""
+        return any(cls.__name__ == "SlotTimeoutError" for cls in type(err).__mro__)
+
+
+class RunFailedError(DuroError):
+    """``RunHandle.result()`` of a run that failed or was cancelled; ``cause`` holds the reason."""
+
+    def __init__(self, run_id: str, status: str, cause: BaseException | None, message: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.cause = cause
+        super().__init__(message)
+        self.__cause__ = cause
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.status, self.cause, str(self)))
+
+
+class ChildWorkflowError(DuroError):
+    """A child run failed, was cancelled or was refused; ``cause`` holds the reason."""
+
+    def __init__(self, child_run_id: str, workflow: str, cause: BaseException | None, message: str) -> None:
+        self.child_run_id = child_run_id
+        self.workflow = workflow
+        self.cause = cause
+        super().__init__(message)
+        self.__cause__ = cause
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.child_run_id, self.workflow, self.cause, str(self)))
+
+
+class NonDeterminismError(DuroError):
+    """A replay asked for a different durable call than the one recorded at a sequence number."""
+
+    def __init__(self, run_id: str, seq: int, recorded: str, asked: str) -> None:
+        self.run_id = run_id
+        self.seq = seq
+        self.recorded = recorded
+        self.asked = asked
+        super().__init__(
+            f"run {run_id!r} diverged from its history at sequence number {seq}: recorded {recorded}, "
+            f"but the code now asks for {asked}. Workflow code must make the same durable calls in the "
+            f"same order on every replay; deploy code changes under a new workflow version"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.seq, self.recorded, self.asked))
+
+
+class RunCancelled(BaseException):
+    """Raised inside a run's code when the run is cancelled.
+
+    A ``BaseException`` on purpose: ``except Exception`` in workflow code cannot swallow it.
+    """

@@ -1,0 +1,113 @@
+"""What users get back: :class:`RunHandle`, and the run and step records it reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._clock import ms_to_datetime
+from ._definitions import RunStatus
+from ._serde import error_summary
+from .store import RunRecord, StepRecord
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One durable call of a run: ``seq``, ``name``, ``kind`` (step, sleep, now, signal, child,
+    start_child), ``status`` (waiting, completed, failed), times, and ``result`` or ``error``."""
+
+    seq: int
+    name: str
+    kind: str
+    status: str
+    started_at: datetime
+    ended_at: datetime | None
+    result: Any
+    error: dict[str, Any] | None
+    wake_at: datetime | None = None
+    detail: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, rec: StepRecord) -> StepInfo:
+        return cls(seq=rec.seq, name=rec.name, kind=rec.kind, status=rec.status,
+                   started_at=ms_to_datetime(rec.started_at),  # type: ignore[arg-type]
+                   ended_at=ms_to_datetime(rec.ended_at),
+                   result=None if rec.result is None else json.loads(rec.result),
+                   error=error_summary(rec.error), wake_at=ms_to_datetime(rec.wake_at),
+                   detail=None if rec.detail is None else json.loads(rec.detail))
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run as stored: its workflow, status, input, output or error, tags and times."""
+
+    id: str
+    workflow: str
+    version: str
+    namespace: str
+    status: RunStatus
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    tags: tuple[str, ...]
+    parent_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, rec: RunRecord) -> RunInfo:
+        return cls(id=rec.id, workflow=rec.workflow, version=rec.version, namespace=rec.namespace,
+                   status=RunStatus(rec.status),
+                   input=None if rec.input is None else json.loads(rec.input),
+                   output=None if rec.output is None else json.loads(rec.output),
+                   error=error_summary(rec.error), tags=tuple(rec.tags), parent_id=rec.parent_id,
+                   created_at=ms_to_datetime(rec.created_at),  # type: ignore[arg-type]
+                   updated_at=ms_to_datetime(rec.updated_at),  # type: ignore[arg-type]
+                   ended_at=ms_to_datetime(rec.ended_at))
+
+
+class RunHandle:
+    """A run by id, on an engine. Handles stay usable across engine restarts (they hold no state)."""
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self._engine = engine
+        self.id = run_id
+
+    async def status(self) -> RunStatus:
+        """The run's current :class:`RunStatus`."""
+        return (await self._engine.get_run(self.id)).status
+
+    async def info(self) -> RunInfo:
+        return await self._engine.get_run(self.id)
+
+    async def result(self, timeout: Any = None) -> Any:
+        """Wait for the run to end and return its output; :class:`RunFailedError` if it failed or was
+        cancelled. ``timeout`` (a duration) bounds the wait with a ``TimeoutError``."""
+        return await self._engine.result(self.id, timeout)
+
+    async def steps(self) -> list[StepInfo]:
+        """The run's durable calls in sequence order."""
+        return await self._engine.steps(self.id)
+
+    async def cancel(self) -> None:
+        """Cancel the run (and its unfinished children)."""
+        await self._engine.cancel(self.id)
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` with a JSON ``payload``; buffered until the run waits for it."""
+        await self._engine.signal(self.id, name, payload)
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.id!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)

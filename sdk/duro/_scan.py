@@ -1,0 +1,123 @@
+"""Project loading: ``duro.config.py`` at the root, then the workflows (convention scan or list).
+
+Every entry point (``make dev``, the harness, the dev server, workers) loads a project this way.
+Modules under ``workflows/`` are imported as the package ``workflows`` with the project root first on
+``sys.path``, so workflow files may import each other either way (``from workflows.common import x``
+or ``from .common import x``). Loading another project (or reloading) first drops the previously
+imported ``workflows`` modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+
+from ._config import Workspace, define_workspace
+from ._decorators import workflow_spec
+from ._definitions import WorkflowSpec
+from ._errors import ConfigError
+
+CONFIG_FILE = "duro.config.py"
+WORKFLOWS_DIR = "workflows"
+
+
+@dataclass
+class Project:
+    root: Path
+    workspace: Workspace
+    workflows: list[WorkflowSpec] = field(default_factory=list)
+
+
+def load_config(root: Path) -> Workspace:
+    """The workspace declared by ``root/duro.config.py``; an empty one when the file is absent."""
+    path = root / CONFIG_FILE
+    if not path.exists():
+        return define_workspace()
+    spec = importlib.util.spec_from_file_location("duro_project_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ConfigError:
+        raise
+    except Exception as err:
+        raise ConfigError(f"{path} failed to load: {type(err).__name__}: {err}") from err
+    workspace = getattr(module, "workspace", None)
+    if not isinstance(workspace, Workspace):
+        raise ConfigError(f"{path} must set `workspace = define_workspace(...)`; found {workspace!r}")
+    return workspace
+
+
+def _forget_workflows_package() -> None:
+    for name in [n for n in sys.modules if n == WORKFLOWS_DIR or n.startswith(WORKFLOWS_DIR + ".")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _module_name(root: Path, path: Path) -> str:
+    relative = path.resolve().relative_to(root.resolve()).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import(root: Path, path: Path) -> ModuleType:
+    if not path.exists():
+        raise ConfigError(f"workflow file {path} does not exist; fix the `workflows` list in {CONFIG_FILE}")
+    try:
+        name = _module_name(root, path)
+        return importlib.import_module(name)
+    except ConfigError:
+        raise
+    except ValueError:
+        raise ConfigError(f"workflow file {path} is outside the project root {root}") from None
+    except Exception as err:
+        raise ConfigError(f"workflow file {path} failed to import: {type(err).__name__}: {err}") from err
+
+
+def _workflows_in(module: ModuleType) -> list[WorkflowSpec]:
+    found = []
+    for value in vars(module).values():
+        spec = workflow_spec(value) if not isinstance(value, ModuleType) else None
+        if spec is not None and spec.source == module.__name__:
+            found.append(spec)
+    return found
+
+
+def load_project(root: str | Path = ".") -> Project:
+    """Load ``duro.config.py`` and import every workflow module once; returns the specs found."""
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise ConfigError(f"project directory {root} does not exist")
+    workspace = load_config(root)
+    _forget_workflows_package()
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    elif sys.path[0] != str(root):
+        sys.path.remove(str(root))
+        sys.path.insert(0, str(root))
+
+    if workspace.workflows is None:
+        directory = root / WORKFLOWS_DIR
+        entries = [(path, False) for path in sorted(directory.rglob("*.py"))
+                   if "__pycache__" not in path.parts] if directory.is_dir() else []
+    else:
+        entries = [(root / entry.path, entry.serial) for entry in workspace.workflows]
+
+    specs: dict[str, WorkflowSpec] = {}
+    origin: dict[str, Path] = {}
+    for path, serial in entries:
+        module = _import(root, path)
+        for spec in _workflows_in(module):
+            if spec.name in specs and specs[spec.name] is not spec:
+                raise ConfigError(f"two workflows are named {spec.name!r}: in {origin[spec.name]} and in {path}; "
+                                  f"give one of them another name=")
+            specs[spec.name] = replace(spec, serial=True) if serial else spec
+            origin[spec.name] = path
+    return Project(root=root, workspace=workspace, workflows=list(specs.values()))
+

@@ -1,0 +1,260 @@
+"""The worker: executes runs, claims unowned ones, keeps its lease, and recovers dead workers' runs.
+
+A worker is a row in ``duro_workers`` whose heartbeat is the lease on every run it owns. A run is
+claimable when it is unfinished and has no owner, or its owner's heartbeat is older than the lease
+(or, on this host, its owner's process is gone). Claiming is one conditional ``UPDATE``, with
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two live workers never execute the same run; every
+progress write is fenced on ownership, so a worker that lost a run changes nothing.
+
+Runs wait in memory (a sleeping run is a suspended coroutine); the store holds enough to replay
+them anywhere. Wakeups are local events, plus a poll of the store for what other processes did
+(signals sent, children finished, runs cancelled) while this worker has runs waiting on such things.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import socket
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import _current
+from ._context import LostRun, RunContext
+from ._errors import DuroError, RunCancelled
+from ._serde import describe_error
+from .store import Claim, RunRecord
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+T = TypeVar("T")
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Worker:
+    def __init__(self, engine: Engine, worker_id: str | None = None) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.host = socket.gethostname()
+        self.id = worker_id or f"{self.host[:32]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.live: dict[str, tuple[asyncio.Task[None], RunContext]] = {}
+        self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
+        self._signal_waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
+        self._done_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._wakeup = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._last_heartbeat = 0
+
+    # -- I/O and time ----------------------------------------------------------------------------
+
+    async def db(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.engine.db(fn, *args)
+
+    async def sleep_until(self, due_ms: int) -> None:
+        await self.clock.sleep_until(due_ms)
+
+    async def wait_for(self, awaitable: Awaitable[Any], deadline_ms: int | None) -> bool:
+        """Wait for ``awaitable`` or until ``deadline_ms``; True when the awaitable finished first."""
+        task = asyncio.ensure_future(awaitable)
+        if deadline_ms is None:
+            await task
+            return True
+        timer = asyncio.ensure_future(self.clock.sleep_until(deadline_ms))
+        try:
+            done, _ = await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in (task, timer):
+                if not pending.done():
+                    pending.cancel()
+        return task in done
+
+    # -- waiters ---------------------------------------------------------------------------------
+
+    def signal_waiter(self, run_id: str, name: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._signal_waiters[(run_id, name)].add(event)
+        return event
+
+    def drop_signal_waiter(self, run_id: str, name: str, event: asyncio.Event) -> None:
+        waiters = self._signal_waiters.get((run_id, name))
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._signal_waiters[(run_id, name)]
+
+    def done_waiter(self, run_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._done_waiters[run_id].add(event)
+        return event
+
+    def drop_done_waiter(self, run_id: str, event: asyncio.Event) -> None:
+        waiters = self._done_waiters.get(run_id)
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._done_waiters[run_id]
+
+    def notify_signal(self, run_id: str, name: str) -> None:
+        for event in self._signal_waiters.get((run_id, name), ()):
+            event.set()
+
+    def notify_done(self, run_id: str) -> None:
+        for event in self._done_waiters.get(run_id, ()):
+            event.set()
+
+    def notify_cancelled(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            live = self.live.get(run_id)
+            if live is not None:
+                live[1].cancel_reason = "cancelled"
+                live[0].cancel()
+            self.notify_done(run_id)
+
+    def wake(self) -> None:
+        """Ask the loop to look for claimable runs now (a client start, say)."""
+        self._wakeup.set()
+
+    # -- executing -------------------------------------------------------------------------------
+
+    def launch(self, run: RunRecord, fresh: bool = False) -> None:
+        """Execute ``run`` (owned by this worker) in a task of its own."""
+        if run.id in self.live:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._execute(run, fresh), name=f"duro-run-{run.id}", context=contextvars.Context())
+        self.live[run.id] = (task, None)  # type: ignore[assignment] - set in _execute
+
+    async def _execute(self, run: RunRecord, fresh: bool) -> None:
+        store, now = self.store, self.clock.now_ms
+        ctx: RunContext | None = None
+        try:
+            history = [] if fresh else await self.db(store.get_steps, run.id)
+            ctx = RunContext(self, run, history)
+            self.live[run.id] = (self.live[run.id][0], ctx)
+            _current.current_run.set(ctx)
+            _current.current_engine.set(self.engine)
+            spec = self.engine.spec_for(run.workflow)
+            try:
+                inp = spec.input.load(run.input) if spec.takes_input else None
+            except Exception as err:  # noqa: BLE001
+                raise DuroError(f"stored input of run {run.id!r} no longer fits workflow {spec.name!r}: "
+                                f"{' '.join(str(err).split())}") from None
+            result = await spec.invoke(inp, ctx)  # type: ignore[misc]
+            if ctx.fatal is not None:
+                raise ctx.fatal
+            output = spec.dump_output(result)
+            await self.db(store.finish_run, run.id, self.id, "completed", output, None, now())
+        except LostRun:
+            pass
+        except asyncio.CancelledError:
+            if ctx is None or ctx.cancel_reason != "cancelled":
+                raise  # engine shutdown: the run stays unfinished and is recovered later
+        except RunCancelled:
+            pass
+        except BaseException as err:  # noqa: BLE001 - a failed run records whatever ended it
+            if not isinstance(err, Exception):
+                raise
+            cause = ctx.fatal if ctx is not None and ctx.fatal is not None else err
+            await self.db(store.finish_run, run.id, self.id, "failed", None, describe_error(cause), now())
+        finally:
+            self.live.pop(run.id, None)
+            self.notify_done(run.id)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        now = self.clock.now_ms()
+        await self.db(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
+        self._last_heartbeat = now
+        self._started = True
+        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name=f"duro-worker-{self.id}")
+
+    async def stop(self) -> None:
+        """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
+        if not self._started:
+            return
+        self._started = False
+        tasks = [task for task, _ in self.live.values()]
+        if self._loop_task is not None:
+            tasks.append(self._loop_task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.step_executor.shutdown(wait=False, cancel_futures=True)
+        try:
+            await self.db(self.store.remove_worker, self.id, self.clock.now_ms())
+        except DuroError:
+            pass
+
+    async def _loop(self) -> None:
+        poll_ms = self.engine.poll_interval_ms
+        while True:
+            self._wakeup.clear()
+            await self.tick()
+            await self.wait_for(self._wakeup.wait(), self.clock.now_ms() + poll_ms)
+
+    async def tick(self) -> None:
+        """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes."""
+        now = self.clock.now_ms()
+        lease = self.engine.lease_ms
+        if now - self._last_heartbeat >= lease // 3:
+            if not await self.db(self.store.heartbeat, self.id, now):
+                # Our row was reaped: another worker may own our runs now. Drop them and rejoin.
+                self.notify_lost(list(self.live))
+                await self.db(self.store.register_worker, self.id, self.engine.namespace, self.host,
+                              os.getpid(), now)
+            self._last_heartbeat = now
+        await self._reap_local_dead()
+        claimed = await self.db(self.store.claim_runs, Claim(
+            worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
+            alive_since=now - lease, now=now))
+        for run in claimed:
+            if run.id in self.live:
+                continue
+            self.launch(run)
+        await self._poll_remote_changes()
+
+    def notify_lost(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            live = self.live.get(run_id)
+            if live is not None:
+                live[0].cancel()
+
+    async def _reap_local_dead(self) -> None:
+        dead = [wid for wid, pid in await self.db(self.store.local_workers, self.host)
+                if wid != self.id and not _process_alive(pid)]
+        for worker_id in dead:
+            await self.db(self.store.remove_worker, worker_id, self.clock.now_ms())
+
+    async def _poll_remote_changes(self) -> None:
+        if self._signal_waiters:
+            for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters}):
+                self.notify_signal(run_id, name)
+        watched = set(self._done_waiters) | set(self.live)
+        if watched:
+            statuses = await self.db(self.store.run_statuses, watched)
+            for run_id, status in statuses.items():
+                if status in TERMINAL:
+                    if status == "cancelled":
+                        self.notify_cancelled([run_id])
+                    elif run_id in self.live:
+                        self.notify_lost([run_id])
+                    self.notify_done(run_id)
+

@@ -1,0 +1,148 @@
+"""The narrow store interface the engine talks to, and the records it returns.
+
+Records are plain dataclasses, separate from the SQLModel tables. Times in records are integer
+milliseconds since the epoch; the engine turns them into datetimes for users.
+
+Optional methods: a custom store may leave out ``count_active`` (the engine then counts a listing
+of ``list_runs``) — every other method is required.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class RunRecord:
+    id: str
+    namespace: str
+    workflow: str
+    version: str
+    status: str
+    input: str | None
+    output: str | None
+    error: str | None
+    tags: list[str]
+    concurrency_key: str | None
+    parent_id: str | None
+    parent_seq: int | None
+    owner: str | None
+    wake_at: int | None
+    created_at: int
+    updated_at: int
+    ended_at: int | None
+
+
+@dataclass(slots=True)
+class StepRecord:
+    seq: int
+    kind: str
+    name: str
+    status: str
+    started_at: int
+    ended_at: int | None = None
+    wake_at: int | None = None
+    result: str | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass(slots=True)
+class NewRun:
+    id: str
+    namespace: str
+    workflow: str
+    version: str
+    input: str | None
+    owner: str | None
+    created_at: int
+    tags: list[str] = field(default_factory=list)
+    concurrency_key: str | None = None
+    parent_id: str | None = None
+    parent_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    """Count runs with ``key`` in ``statuses`` (within ``namespace`` when set) against ``limit``."""
+
+    workflow: str
+    key: str
+    limit: int
+    statuses: tuple[str, ...]
+    namespace: str | None
+
+
+@dataclass(slots=True)
+class Claim:
+    worker_id: str
+    namespace: str
+    workflows: Sequence[str]
+    alive_since: int
+    now: int
+    limit: int = 100
+
+
+class Store(Protocol):
+    dialect: str
+
+    def create_schema(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    # runs
+    def insert_run(self, new: NewRun, quota: QuotaCheck | None,
+                   parent_step: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunRecord, bool]:
+        """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError.
+
+        The existing-run check, the quota count and the insert are one atomic decision. With
+        ``parent_step`` = (parent run id, parent owner, step), the parent's step is written in the
+        same transaction (fenced like ``record_step``).
+        """
+
+    def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None: ...
+
+    def list_runs(self, namespace: str | None, workflow: str | None, statuses: Sequence[str] | None,
+                  tag: str | None, limit: int, before: tuple[int, str] | None = None) -> list[RunRecord]: ...
+
+    def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int: ...
+
+    def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]: ...
+
+    def children_of(self, run_id: str) -> list[RunRecord]: ...
+
+    # execution, fenced on (run id, owner, not terminal): False means "not yours any more"
+    def get_steps(self, run_id: str) -> list[StepRecord]: ...
+
+    def record_step(self, run_id: str, owner: str | None, step: StepRecord,
+                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool: ...
+
+    def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool: ...
+
+    def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
+                   error: str | None, now: int) -> bool: ...
+
+    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
+        """Cancel the run and its unfinished descendants; returns the ids actually cancelled."""
+
+    # signals
+    def send_signal(self, run_id: str, name: str, payload: str | None, now: int) -> None: ...
+
+    def take_signal(self, run_id: str, owner: str | None, name: str, step: StepRecord) -> StepRecord | None:
+        """Consume the oldest unconsumed signal ``name`` and complete ``step`` with its payload."""
+
+    def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]: ...
+
+    # workers and leases
+    def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None: ...
+
+    def heartbeat(self, worker_id: str, now: int) -> bool: ...
+
+    def remove_worker(self, worker_id: str, now: int) -> None:
+        """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim."""
+
+    def local_workers(self, host: str) -> list[tuple[str, int]]: ...
+
+    def claim_runs(self, claim: Claim) -> list[RunRecord]: ...

@@ -1,0 +1,433 @@
+"""The SQL store: SQLite (embedded default) and PostgreSQL (many processes), one implementation.
+
+Every write that decides something runs in one transaction: on SQLite ``BEGIN IMMEDIATE`` takes
+the write lock before the first read, so a count and the insert it allows cannot interleave with
+another process; on PostgreSQL a per-key transaction advisory lock does the same for quotas, and
+claims use ``FOR UPDATE SKIP LOCKED``. Writes of a run's progress are fenced on its owner and on
+its status not being terminal: a worker that lost a run (cancelled, or taken over after its lease
+ran out) changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
+
+from .._definitions import ACTIVE_STATUS_VALUES
+from .._errors import ConcurrencyLimitError, DuroError
+from .._quota import admit
+from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, StepRecord
+from ._tables import SCHEMA_VERSION, meta, metadata, runs, signals, steps, workers
+
+DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
+_URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
+_ACTIVE = list(ACTIVE_STATUS_VALUES)
+
+
+def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
+    """Validate and normalise a database URL; returns it and duro's own options taken out of it."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        raise DuroError(f"database URL {str(url)!r} is not a valid URL: {_URL_HINT}") from None
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend != "sqlite":
+        raise DuroError(f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
+                        f"{backend!r}, which duro does not support: {_URL_HINT}")
+    options = {}
+    if "synchronous" in parsed.query:
+        if backend != "sqlite":
+            raise DuroError("database URL option 'synchronous' applies to SQLite only; remove it")
+        value = str(parsed.query["synchronous"]).upper()
+        if value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise DuroError(f"database URL option synchronous={value!r} is not one of OFF, NORMAL, FULL, EXTRA")
+        options["synchronous"] = value
+        parsed = parsed.difference_update_query(["synchronous"])
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, ""):
+        raise DuroError(f"database URL {str(url)!r} names no SQLite file: {_URL_HINT} "
+                        f"(an in-memory database cannot be shared by a worker and its clients)")
+    return parsed, options
+
+
+def _row_to_run(row: Any) -> RunRecord:
+    m = row._mapping
+    return RunRecord(
+        id=m["id"], namespace=m["namespace"], workflow=m["workflow"], version=m["version"],
+        status=m["status"], input=m["input"], output=m["output"], error=m["error"],
+        tags=json.loads(m["tags"] or "[]"), concurrency_key=m["concurrency_key"],
+        parent_id=m["parent_id"], parent_seq=m["parent_seq"], owner=m["owner"], wake_at=m["wake_at"],
+        created_at=m["created_at"], updated_at=m["updated_at"], ended_at=m["ended_at"],
+    )
+
+
+def _row_to_step(row: Any) -> StepRecord:
+    m = row._mapping
+    return StepRecord(seq=m["seq"], kind=m["kind"], name=m["name"], status=m["status"],
+                      started_at=m["started_at"], ended_at=m["ended_at"], wake_at=m["wake_at"],
+                      result=m["result"], error=m["error"], detail=m["detail"])
+
+
+def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
+    return {"run_id": run_id, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
+            "started_at": step.started_at, "ended_at": step.ended_at, "wake_at": step.wake_at,
+            "result": step.result, "error": step.error, "detail": step.detail}
+
+
+class SqlStore:
+    """The store on SQLite or PostgreSQL through SQLAlchemy Core over the SQLModel tables."""
+
+    def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10) -> None:
+        self.url, options = parse_database_url(url)
+        self.dialect = self.url.get_backend_name()
+        try:
+            if self.dialect == "sqlite":
+                self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"))
+            else:
+                self._engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size,
+                                                pool_pre_ping=True)
+        except (ArgumentError, NoSuchModuleError, TypeError) as err:
+            raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
+        self._schema_ready = False
+
+    @property
+    def safe_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    def _sqlite_engine(self, synchronous: str) -> sa.Engine:
+        path = self.url.database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            directory = os.path.dirname(os.path.abspath(path))
+            os.makedirs(directory, exist_ok=True)
+        engine = sa.create_engine(self.url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write")
+                                 else "BEGIN")
+
+        return engine
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A transaction that decides: on SQLite it holds the write lock from its first statement."""
+        self.create_schema()
+        with self._engine.connect() as conn:
+            conn.execution_options(duro_write=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        self.create_schema()
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    def _lock_key(self, conn: Connection, key: str) -> None:
+        if self.dialect == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
+
+    # -- schema ----------------------------------------------------------------------------------
+
+    def create_schema(self) -> None:
+        if self._schema_ready:
+            return
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(duro_write=True)
+                with conn.begin():
+                    self._lock_key(conn, "duro:schema")
+                    metadata.create_all(conn)
+                    found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
+                    if found is None:
+                        conn.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+                    elif int(found) > SCHEMA_VERSION:
+                        raise DuroError(
+                            f"the database at {self.safe_url} has duro schema version {found}, newer than this "
+                            f"duro's {SCHEMA_VERSION}: upgrade duro before using this database"
+                        )
+        except sa.exc.OperationalError as err:
+            raise DuroError(f"cannot open the database at {self.safe_url}: {err.orig}; check the URL, "
+                            f"that the server runs and that the file's folder is writable") from None
+        self._schema_ready = True
+
+    def schema_version(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one())
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def _count_active(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> int:
+        query = sa.select(sa.func.count()).select_from(runs).where(
+            runs.c.concurrency_key == key, runs.c.status.in_(list(statuses)))
+        if namespace is not None:
+            query = query.where(runs.c.namespace == namespace)
+        return int(conn.execute(query).scalar_one())
+
+    def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
+        with self._read() as conn:
+            return self._count_active(conn, key, statuses, namespace)
+
+    def insert_run(self, new: NewRun, quota: QuotaCheck | None,
+                   parent_step: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunRecord, bool]:
+        try:
+            return self._insert_run(new, quota, parent_step)
+        except IntegrityError:
+            # Another process inserted the same run id between our check and our insert.
+            existing = self.get_run(new.id)
+            if existing is None:
+                raise
+            return existing, False
+
+    def _insert_run(self, new: NewRun, quota: QuotaCheck | None,
+                    parent_step: tuple[str, str | None, StepRecord] | None) -> tuple[RunRecord, bool]:
+        with self._write() as conn:
+            if quota is not None:
+                self._lock_key(conn, f"duro:quota:{quota.key}")
+            row = conn.execute(sa.select(runs).where(runs.c.id == new.id)).first()
+            if row is not None:
+                if parent_step is not None:
+                    self._write_step(conn, parent_step[0], parent_step[1], parent_step[2], None, None,
+                                     new.created_at)
+                return _row_to_run(row), False
+            if quota is not None:
+                active = self._count_active(conn, quota.key, quota.statuses, quota.namespace)
+                decision = admit(quota.key, quota.limit, active)
+                if not decision.admitted:
+                    raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
+            status = "running" if new.owner else "pending"
+            values = {
+                "id": new.id, "namespace": new.namespace, "workflow": new.workflow, "version": new.version,
+                "status": status, "input": new.input, "output": None, "error": None,
+                "tags": json.dumps(new.tags), "concurrency_key": new.concurrency_key,
+                "parent_id": new.parent_id, "parent_seq": new.parent_seq, "owner": new.owner,
+                "wake_at": None, "created_at": new.created_at, "updated_at": new.created_at, "ended_at": None,
+            }
+            conn.execute(runs.insert().values(**values))
+            if parent_step is not None and not self._write_step(
+                    conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
+                    if parent_step[2].status == "waiting" else None, None, new.created_at):
+                conn.rollback()
+                raise _Fenced(parent_step[0])
+            return RunRecord(**{k: v for k, v in values.items() if k != "tags"}, tags=list(new.tags)), True
+
+    def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
+        query = sa.select(runs).where(runs.c.id == run_id)
+        if namespace is not None:
+            query = query.where(runs.c.namespace == namespace)
+        with self._read() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _row_to_run(row)
+
+    def list_runs(self, namespace: str | None, workflow: str | None, statuses: Sequence[str] | None,
+                  tag: str | None, limit: int, before: tuple[int, str] | None = None) -> list[RunRecord]:
+        query = sa.select(runs)
+        if namespace is not None:
+            query = query.where(runs.c.namespace == namespace)
+        if workflow is not None:
+            query = query.where(runs.c.workflow == workflow)
+        if statuses:
+            query = query.where(runs.c.status.in_(list(statuses)))
+        if tag is not None:
+            if tag.startswith("concurrency:"):
+                query = query.where(runs.c.concurrency_key == tag.removeprefix("concurrency:"))
+            else:
+                query = query.where(runs.c.tags.contains(json.dumps(tag)))
+        if before is not None:
+            query = query.where(sa.tuple_(runs.c.created_at, runs.c.id) < sa.tuple_(*before))
+        query = query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
+        with self._read() as conn:
+            return [_row_to_run(r) for r in conn.execute(query)]
+
+    def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(sa.select(runs.c.id, runs.c.status).where(runs.c.id.in_(ids)))
+            return {r.id: r.status for r in rows}
+
+    def children_of(self, run_id: str) -> list[RunRecord]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(runs).where(runs.c.parent_id == run_id).order_by(runs.c.parent_seq))
+            return [_row_to_run(r) for r in rows]
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def get_steps(self, run_id: str) -> list[StepRecord]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(steps).where(steps.c.run_id == run_id).order_by(steps.c.seq))
+            return [_row_to_step(r) for r in rows]
+
+    def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
+               status: str | None, wake_at: int | None, set_wake: bool) -> bool:
+        values: dict[str, Any] = {"updated_at": now}
+        if status is not None:
+            values["status"] = status
+        if set_wake:
+            values["wake_at"] = wake_at
+        result = conn.execute(runs.update().where(
+            runs.c.id == run_id, runs.c.owner == owner, runs.c.status.in_(_ACTIVE)).values(**values))
+        return result.rowcount == 1
+
+    def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord,
+                    run_status: str | None, wake_at: int | None, now: int) -> bool:
+        if not self._fence(conn, run_id, owner, now, run_status, wake_at, run_status is not None):
+            return False
+        values = _step_values(run_id, step)
+        updated = conn.execute(steps.update().where(steps.c.run_id == run_id, steps.c.seq == step.seq)
+                               .values(**values))
+        if updated.rowcount == 0:
+            conn.execute(steps.insert().values(**values))
+        return True
+
+    def record_step(self, run_id: str, owner: str | None, step: StepRecord,
+                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
+        with self._write() as conn:
+            if self._write_step(conn, run_id, owner, step, run_status, wake_at, now):
+                return True
+            conn.rollback()
+            return False
+
+    def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool:
+        with self._write() as conn:
+            return self._fence(conn, run_id, owner, now, status, wake_at, True)
+
+    def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
+                   error: str | None, now: int) -> bool:
+        with self._write() as conn:
+            result = conn.execute(runs.update().where(
+                runs.c.id == run_id, runs.c.owner == owner, runs.c.status.in_(_ACTIVE)).values(
+                status=status, output=output, error=error, ended_at=now, updated_at=now, wake_at=None))
+            return result.rowcount == 1
+
+    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
+        with self._write() as conn:
+            query = sa.select(runs.c.id).where(runs.c.id == run_id)
+            if namespace is not None:
+                query = query.where(runs.c.namespace == namespace)
+            if conn.execute(query).first() is None:
+                raise DuroError(f"run {run_id!r} does not exist; list runs with engine.list_runs()")
+            cancelled: list[str] = []
+            frontier = [run_id]
+            while frontier:
+                current = frontier.pop()
+                result = conn.execute(runs.update().where(runs.c.id == current, runs.c.status.in_(_ACTIVE))
+                                      .values(status="cancelled", error=error, ended_at=now, updated_at=now,
+                                              wake_at=None))
+                if result.rowcount:
+                    cancelled.append(current)
+                frontier.extend(conn.execute(sa.select(runs.c.id).where(
+                    runs.c.parent_id == current, runs.c.status.in_(_ACTIVE))).scalars())
+            return cancelled
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, payload: str | None, now: int) -> None:
+        with self._write() as conn:
+            status = conn.execute(sa.select(runs.c.status).where(runs.c.id == run_id)).scalar()
+            if status is None:
+                raise DuroError(f"cannot signal run {run_id!r}: it does not exist")
+            if status not in _ACTIVE:
+                raise DuroError(f"cannot signal run {run_id!r}: it is {status}; signals reach only "
+                                f"runs that have not finished")
+            conn.execute(signals.insert().values(run_id=run_id, name=name, payload=payload, created_at=now))
+
+    def take_signal(self, run_id: str, owner: str | None, name: str, step: StepRecord) -> StepRecord | None:
+        with self._write() as conn:
+            row = conn.execute(sa.select(signals.c.id, signals.c.payload).where(
+                signals.c.run_id == run_id, signals.c.name == name, signals.c.consumed_seq.is_(None))
+                .order_by(signals.c.id).limit(1)).first()
+            if row is None:
+                return None
+            conn.execute(signals.update().where(signals.c.id == row.id).values(consumed_seq=step.seq))
+            step.status, step.result = "completed", row.payload
+            if not self._write_step(conn, run_id, owner, step, "running", None, step.ended_at or 0):
+                conn.rollback()
+                raise _Fenced(run_id)
+            return step
+
+    def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]:
+        ids = list(run_ids)
+        if not ids:
+            return set()
+        with self._read() as conn:
+            rows = conn.execute(sa.select(signals.c.run_id, signals.c.name).where(
+                signals.c.run_id.in_(ids), signals.c.consumed_seq.is_(None)))
+            return {(r.run_id, r.name) for r in rows}
+
+    # -- workers and leases ----------------------------------------------------------------------
+
+    def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
+        with self._write() as conn:
+            conn.execute(workers.delete().where(workers.c.id == worker_id))
+            conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
+                                                 started_at=now, heartbeat_at=now))
+
+    def heartbeat(self, worker_id: str, now: int) -> bool:
+        with self._write() as conn:
+            result = conn.execute(workers.update().where(workers.c.id == worker_id).values(heartbeat_at=now))
+            return result.rowcount == 1
+
+    def remove_worker(self, worker_id: str, now: int) -> None:
+        with self._write() as conn:
+            conn.execute(workers.delete().where(workers.c.id == worker_id))
+            conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+                         .values(owner=None, updated_at=now))
+
+    def local_workers(self, host: str) -> list[tuple[str, int]]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(workers.c.id, workers.c.pid).where(workers.c.host == host))
+            return [(r.id, r.pid) for r in rows]
+
+    def claim_runs(self, claim: Claim) -> list[RunRecord]:
+        if not claim.workflows:
+            return []
+        alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= claim.alive_since)
+        candidates = sa.select(runs.c.id).where(
+            runs.c.namespace == claim.namespace,
+            runs.c.status.in_(_ACTIVE),
+            runs.c.workflow.in_(list(claim.workflows)),
+            sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(alive)),
+        ).order_by(runs.c.created_at, runs.c.id).limit(claim.limit)
+        if self.dialect == "postgresql":
+            candidates = candidates.with_for_update(skip_locked=True)
+        statement = runs.update().where(runs.c.id.in_(candidates.scalar_subquery())).values(
+            owner=claim.worker_id, updated_at=claim.now,
+            status=sa.case((runs.c.status == "pending", "running"), else_=runs.c.status),
+        ).returning(*runs.c)
+        with self._write() as conn:
+            return [_row_to_run(r) for r in conn.execute(statement)]
+
+
+class _Fenced(DuroError):
+    """Internal: the run is no longer this worker's to write (cancelled or taken over)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} is no longer owned by this worker")
+
+
+Fenced = _Fenced

@@ -1,0 +1,115 @@
+"""The schema: every duro table, in this one module (SQLModel, on a registry of its own).
+
+Times are integer milliseconds since the Unix epoch (UTC): portable, indexable, and compared the same
+way on SQLite and PostgreSQL. Payloads are JSON text. Bump ``SCHEMA_VERSION`` with every change and
+add a migration step in ``_sql.py``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Index, Text
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+class DuroTable(SQLModel, registry=registry()):
+    """Base of duro's tables; its own metadata keeps them apart from the app's SQLModel tables."""
+
+
+def _ms(**kw: object) -> object:
+    return Field(sa_column=Column(BigInteger, **kw))  # type: ignore[arg-type]
+
+
+def _text(**kw: object) -> object:
+    return Field(sa_column=Column(Text, **kw))  # type: ignore[arg-type]
+
+
+class Meta(DuroTable, table=True):
+    __tablename__ = "duro_meta"
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(max_length=256)
+
+
+class Run(DuroTable, table=True):
+    """One workflow run. ``owner`` is the worker executing it; ``wake_at`` its next timer, if any."""
+
+    __tablename__ = "duro_runs"
+    __table_args__ = (
+        Index("duro_runs_claim", "namespace", "status", "owner"),
+        Index("duro_runs_quota", "concurrency_key", "status"),
+        Index("duro_runs_parent", "parent_id"),
+        Index("duro_runs_list", "namespace", "created_at"),
+    )
+    id: str = Field(primary_key=True, max_length=200)
+    namespace: str = Field(max_length=64)
+    workflow: str = Field(max_length=200)
+    version: str = Field(max_length=64)
+    status: str = Field(max_length=16)
+    input: str | None = _text(nullable=True)
+    output: str | None = _text(nullable=True)
+    error: str | None = _text(nullable=True)
+    tags: str = _text(nullable=False, default="[]")
+    concurrency_key: str | None = Field(default=None, max_length=256, nullable=True)
+    parent_id: str | None = Field(default=None, max_length=200, nullable=True)
+    parent_seq: int | None = Field(default=None, nullable=True)
+    owner: str | None = Field(default=None, max_length=64, nullable=True)
+    wake_at: int | None = _ms(nullable=True)
+    created_at: int = _ms(nullable=False)
+    updated_at: int = _ms(nullable=False)
+    ended_at: int | None = _ms(nullable=True)
+
+
+class Step(DuroTable, table=True):
+    """One durable call of a run, at its sequence number ``seq``.
+
+    ``kind``: step, sleep, now, signal, child, start_child. ``status``: waiting, completed, failed.
+    ``detail`` is JSON: the signal name, the child run id, the retry count...
+    """
+
+    __tablename__ = "duro_steps"
+    run_id: str = Field(primary_key=True, max_length=200)
+    seq: int = Field(primary_key=True)
+    kind: str = Field(max_length=16)
+    name: str = Field(max_length=200)
+    status: str = Field(max_length=16)
+    started_at: int = _ms(nullable=False)
+    ended_at: int | None = _ms(nullable=True)
+    wake_at: int | None = _ms(nullable=True)
+    result: str | None = _text(nullable=True)
+    error: str | None = _text(nullable=True)
+    detail: str | None = _text(nullable=True)
+
+
+class Signal(DuroTable, table=True):
+    """A signal sent to a run; buffered until a ``wait_for_signal`` of that name consumes it."""
+
+    __tablename__ = "duro_signals"
+    __table_args__ = (Index("duro_signals_run", "run_id", "name", "consumed_seq"),)
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(max_length=200)
+    name: str = Field(max_length=200)
+    payload: str | None = _text(nullable=True)
+    created_at: int = _ms(nullable=False)
+    consumed_seq: int | None = Field(default=None, nullable=True)
+
+
+class Worker(DuroTable, table=True):
+    """A live worker: its heartbeat is the lease on every run it owns."""
+
+    __tablename__ = "duro_workers"
+    id: str = Field(primary_key=True, max_length=64)
+    namespace: str = Field(max_length=64)
+    host: str = Field(max_length=255)
+    pid: int
+    started_at: int = _ms(nullable=False)
+    heartbeat_at: int = _ms(nullable=False)
+
+
+metadata = DuroTable.metadata
+runs = Run.__table__  # type: ignore[attr-defined]
+steps = Step.__table__  # type: ignore[attr-defined]
+signals = Signal.__table__  # type: ignore[attr-defined]
+workers = Worker.__table__  # type: ignore[attr-defined]
+meta = Meta.__table__  # type: ignore[attr-defined]
