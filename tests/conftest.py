@@ -1,0 +1,38 @@
+"""Shared fixtures: a fresh SQLite file per test, and a real PostgreSQL server for the run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.pgserver import PgServer, start_server
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    server = start_server()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'duro.db'}"
+
+
+@pytest.fixture
+def postgres_url(pg_server: PgServer) -> Iterator[str]:
+    name = pg_server.create_database()
+    try:
+        yield pg_server.url(name)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Each test using it runs on a fresh SQLite file and on a fresh database of the real PostgreSQL."""
+    return request.getfixturevalue(f"{request.param}_url")

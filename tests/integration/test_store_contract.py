@@ -1,0 +1,171 @@
+"""The store contract: one suite, run on a fresh SQLite file and on a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import pytest
+
+from duro import ConcurrencyLimitError, DuroError
+from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
+
+
+@pytest.fixture
+def store(database_url):
+    store = SqlStore(database_url)
+    store.create_schema()
+    yield store
+    store.close()
+
+
+def new_run(run_id="r1", owner=None, key=None, workflow="wf", namespace="default", parent=None):
+    return NewRun(id=run_id, namespace=namespace, workflow=workflow, version="1", input='{"a":1}', owner=owner,
+                  created_at=1000, tags=[f"concurrency:{key}"] if key else [], concurrency_key=key,
+                  parent_id=parent)
+
+
+def quota(key, limit, statuses=("pending", "running", "suspended", "blocked"), namespace=None):
+    return QuotaCheck(workflow="wf", key=key, limit=limit, statuses=statuses, namespace=namespace)
+
+
+def test_schema_version_is_recorded_and_creation_is_idempotent(store, database_url):
+    assert store.schema_version() == SCHEMA_VERSION
+    again = SqlStore(database_url)
+    again.create_schema()
+    assert again.schema_version() == SCHEMA_VERSION
+    again.close()
+
+
+def test_insert_is_idempotent_by_id(store):
+    run, created = store.insert_run(new_run(), None)
+    assert created and run.status == "pending" and run.owner is None
+    again, created = store.insert_run(new_run(), quota("k", 0))
+    assert not created and again.id == "r1"
+    assert store.get_run("r1").input == '{"a":1}'
+
+
+def test_owned_insert_starts_running(store):
+    run, _ = store.insert_run(new_run(owner="w1"), None)
+    assert run.status == "running" and run.owner == "w1"
+
+
+def test_quota_counts_active_runs_and_refuses_without_creating(store):
+    for i in range(2):
+        store.insert_run(new_run(f"r{i}", key="tenant:a"), quota("tenant:a", 2))
+    with pytest.raises(ConcurrencyLimitError) as info:
+        store.insert_run(new_run("r9", key="tenant:a"), quota("tenant:a", 2))
+    assert (info.value.key, info.value.limit, info.value.active) == ("tenant:a", 2, 2)
+    assert store.get_run("r9") is None
+    store.insert_run(new_run("b1", key="tenant:b"), quota("tenant:b", 2))
+    assert store.count_active("tenant:a", ["pending"], None) == 2
+
+
+def test_quota_statuses_and_namespaces(store):
+    store.insert_run(new_run("r1", owner="w", key="k"), quota("k", 5))
+    assert store.finish_run("r1", "w", "completed", "1", None, 2000)
+    store.insert_run(new_run("r2", key="k", namespace="other"), quota("k", 5))
+    assert store.count_active("k", ["pending", "running"], None) == 1
+    assert store.count_active("k", ["pending", "running"], "default") == 0
+    assert store.count_active("k", ["completed"], None) == 1
+
+
+def test_steps_are_fenced_on_owner_and_status(store):
+    store.insert_run(new_run(owner="w1"), None)
+    step = StepRecord(0, "step", "charge", "completed", 1000, 1001, result="5")
+    assert store.record_step("r1", "w1", step, now=1001)
+    assert not store.record_step("r1", "w2", StepRecord(1, "step", "x", "completed", 1, 2), now=1002)
+    assert [s.name for s in store.get_steps("r1")] == ["charge"]
+    waiting = StepRecord(1, "sleep", "sleep", "waiting", 1002, wake_at=5000)
+    assert store.record_step("r1", "w1", waiting, "suspended", 5000, 1002)
+    run = store.get_run("r1")
+    assert (run.status, run.wake_at) == ("suspended", 5000)
+    waiting.status = "completed"
+    assert store.record_step("r1", "w1", waiting, "running", None, 5000)
+    assert [s.status for s in store.get_steps("r1")] == ["completed", "completed"]
+    assert store.finish_run("r1", "w1", "completed", '"ok"', None, 6000)
+    assert not store.finish_run("r1", "w1", "failed", None, "{}", 6001)
+    assert not store.record_step("r1", "w1", StepRecord(2, "step", "late", "completed", 1, 2), now=7000)
+    assert store.get_run("r1").status == "completed"
+
+
+def test_cancel_cascades_to_unfinished_children(store):
+    store.insert_run(new_run("p", owner="w"), None)
+    store.insert_run(new_run("c1", parent="p"), None)
+    store.insert_run(new_run("c2", parent="p", owner="w"), None)
+    store.finish_run("c2", "w", "completed", "1", None, 10)
+    store.insert_run(new_run("g1", parent="c1"), None)
+    assert sorted(store.cancel_run("p", None, "{}", 50)) == ["c1", "g1", "p"]
+    assert store.get_run("c2").status == "completed"
+    assert store.cancel_run("p", None, "{}", 60) == []
+    with pytest.raises(DuroError):
+        store.cancel_run("nope", None, "{}", 60)
+
+
+def test_signals_buffer_and_are_consumed_in_order(store):
+    store.insert_run(new_run(owner="w"), None)
+    store.send_signal("r1", "go", '"first"', 10)
+    store.send_signal("r1", "go", '"second"', 11)
+    assert store.signalled(["r1"]) == {("r1", "go")}
+    first = store.take_signal("r1", "w", "go", StepRecord(0, "signal", "go", "waiting", 5, 12))
+    assert first.result == '"first"' and first.status == "completed"
+    second = store.take_signal("r1", "w", "go", StepRecord(1, "signal", "go", "waiting", 5, 12))
+    assert second.result == '"second"'
+    assert store.take_signal("r1", "w", "go", StepRecord(2, "signal", "go", "waiting", 5, 12)) is None
+    store.finish_run("r1", "w", "completed", "null", None, 20)
+    with pytest.raises(DuroError, match="completed"):
+        store.send_signal("r1", "go", "null", 21)
+    with pytest.raises(DuroError, match="does not exist"):
+        store.send_signal("ghost", "go", "null", 21)
+
+
+def test_claims_take_unowned_and_dead_workers_runs_once(store):
+    store.register_worker("alive", "default", "h", 1, 1000)
+    store.register_worker("dead", "default", "h", 2, 0)
+    store.insert_run(new_run("free"), None)
+    store.insert_run(new_run("mine", owner="alive"), None)
+    store.insert_run(new_run("orphan", owner="dead"), None)
+    store.insert_run(new_run("other-wf", workflow="else"), None)
+    store.insert_run(new_run("other-ns", namespace="x"), None)
+    claim = Claim(worker_id="alive", namespace="default", workflows=["wf"], alive_since=500, now=1000)
+    claimed = {run.id: run for run in store.claim_runs(claim)}
+    assert set(claimed) == {"free", "orphan"}
+    assert claimed["free"].status == "running" and claimed["orphan"].owner == "alive"
+    assert store.claim_runs(claim) == []
+
+
+def test_remove_worker_hands_runs_back(store):
+    store.register_worker("w", "default", "h", 1, 1000)
+    store.insert_run(new_run("r1", owner="w"), None)
+    store.remove_worker("w", 2000)
+    run = store.get_run("r1")
+    assert run.owner is None and run.status == "running"
+    assert store.heartbeat("w", 3000) is False
+
+
+def test_listing_filters_and_pages(store):
+    for i in range(5):
+        run = new_run(f"r{i}", key="k" if i % 2 else None, workflow="a" if i < 3 else "b")
+        run.created_at = 1000 + i
+        store.insert_run(run, None)
+    assert [r.id for r in store.list_runs(None, None, None, None, 10)] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [r.id for r in store.list_runs(None, "a", None, None, 10)] == ["r2", "r1", "r0"]
+    assert [r.id for r in store.list_runs(None, None, None, "concurrency:k", 10)] == ["r3", "r1"]
+    page = store.list_runs(None, None, None, None, 2)
+    rest = store.list_runs(None, None, None, None, 10, (page[-1].created_at, page[-1].id))
+    assert [r.id for r in page + rest] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [r.id for r in store.list_runs(None, None, ["pending"], None, 1)] == ["r4"]
+
+
+def test_parent_step_is_written_with_the_child(store):
+    store.insert_run(new_run("p", owner="w"), None)
+    step = StepRecord(0, "child", "kid", "waiting", 5, detail='{"run_id":"p.0"}')
+    child, created = store.insert_run(new_run("p.0", parent="p"), None, ("p", "w", step))
+    assert created and child.parent_id == "p"
+    assert store.get_run("p").status == "blocked"
+    assert [s.kind for s in store.get_steps("p")] == ["child"]
+
+
+@pytest.mark.parametrize("url", ["not a url", "mysql://u@h/db", "sqlite://", "sqlite:///x.db?synchronous=MAYBE",
+                                 "postgresql+psycopg://u@h/db?synchronous=FULL"])
+def test_bad_database_urls_say_what_to_use(url):
+    with pytest.raises(DuroError) as info:
+        SqlStore(url)
+    assert "sqlite:///" in str(info.value) or "synchronous" in str(info.value)

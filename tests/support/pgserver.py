@@ -1,0 +1,95 @@
+"""A real PostgreSQL server for the test run, started from Debian's binaries.
+
+PostgreSQL refuses to run as root, so when the tests run as root the server is initialised and
+started as the ``postgres`` user, with its data directory under /tmp. fsync is off: the tests
+exercise duro's logic, not the disk.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+
+def find_bindir() -> Path | None:
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name))
+    for candidate in reversed(candidates):
+        if (Path(candidate) / "initdb").exists():
+            return Path(candidate)
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class PgServer:
+    bindir: Path
+    base: Path
+    port: int
+    as_user: list[str]
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url(self, database: str) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=120)
+
+    def create_database(self) -> str:
+        name = f"duro_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-m", mode, "-w", "stop")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
+                  "-o", options, "-w", "-t", "60", "start")
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def start_server() -> PgServer:
+    bindir = find_bindir()
+    if bindir is None:
+        raise RuntimeError("PostgreSQL's binaries are not installed: run `apt-get install -y postgresql` "
+                           "(scripts/install-system-deps.sh does it), then run the tests again")
+    base = Path(tempfile.mkdtemp(prefix="duro-pg-", dir="/tmp"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    server = PgServer(bindir=bindir, base=base, port=_free_port(), as_user=as_user)
+    server._run(str(bindir / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "postgres",
+                "-E", "UTF8", "--no-sync")
+    server.start()
+    return server
