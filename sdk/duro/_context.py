@@ -35,16 +35,19 @@ class LostRun(BaseException):
 class RunContext:
     """One run's execution state. The class form receives it as ``ctx``."""
 
-    def __init__(self, worker: Worker, run: RunRecord, history: list[StepRecord]) -> None:
+    def __init__(self, worker: Worker, run: RunRecord) -> None:
         self.worker = worker
         self.engine = worker.engine
         self.run_id = run.id
         self.workflow = run.workflow
         self.record = run
-        self._history = {rec.seq: rec for rec in history}
+        self._history: dict[int, StepRecord] = {}
         self._next_seq = 0
         self.fatal: NonDeterminismError | None = None
         self.cancel_reason: str | None = None
+
+    def load_history(self, history: list[StepRecord]) -> None:
+        self._history = {rec.seq: rec for rec in history}
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -165,12 +168,14 @@ class RunContext:
         waiter = self.worker.signal_waiter(self.run_id, name)
         try:
             if seq not in self._history:
-                if (got := await self._take_signal(rec)) is not None:
-                    return got
+                found, payload = await self._take_signal(rec)
+                if found:
+                    return payload
                 await self._write(rec, "suspended", rec.wake_at)
             while True:
-                if (got := await self._take_signal(rec)) is not None:
-                    return got
+                found, payload = await self._take_signal(rec)
+                if found:
+                    return payload
                 if rec.wake_at is not None and self._now() >= rec.wake_at:
                     await self._write(StepRecord(seq, "signal", name, "completed", rec.started_at, self._now(),
                                                  wake_at=rec.wake_at, result="null",
@@ -181,16 +186,16 @@ class RunContext:
         finally:
             self.worker.drop_signal_waiter(self.run_id, name, waiter)
 
-    async def _take_signal(self, rec: StepRecord) -> Any:
+    async def _take_signal(self, rec: StepRecord) -> tuple[bool, Any]:
         step = StepRecord(rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at)
         try:
             taken = await self.worker.db(self.worker.store.take_signal, self.run_id, self.worker.id, rec.name, step)
         except Fenced:
             raise LostRun(self.run_id) from None
         if taken is None:
-            return None
+            return False, None
         self._history[rec.seq] = taken
-        return _JSON.load(taken.result)
+        return True, _JSON.load(taken.result)
 
     # -- children --------------------------------------------------------------------------------
 

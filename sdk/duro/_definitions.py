@@ -115,7 +115,7 @@ def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry
     except Exception:  # noqa: BLE001 - unresolvable hints fall back to plain JSON
         hints = {}
     return StepSpec(
-        name=name or fn.__qualname__,
+        name=name or fn.__name__,
         fn=fn,
         is_async=inspect.iscoroutinefunction(fn),
         retries=retries,

@@ -340,10 +340,12 @@ class Engine:
             self._context_token = None
         if worker is not None:
             await worker.stop()
+        self.close()
 
     def close(self) -> None:
-        """Release the store's connections (the engine can no longer be used)."""
-        if self._db_executor is not None:
-            self._db_executor.shutdown(wait=True)
+        """Release the store's pooled connections and threads; a later call opens them again."""
+        executor, self._db_executor = self._db_executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         self.store.close()
 

@@ -134,20 +134,19 @@ class Worker:
     # -- executing -------------------------------------------------------------------------------
 
     def launch(self, run: RunRecord, fresh: bool = False) -> None:
-        """Execute ``run`` (owned by this worker) in a task of its own."""
+        """Execute ``run`` (owned by this worker) in a task of its own; ``fresh``: it has no history."""
         if run.id in self.live:
             return
+        ctx = RunContext(self, run)
         task = asyncio.get_running_loop().create_task(
-            self._execute(run, fresh), name=f"duro-run-{run.id}", context=contextvars.Context())
-        self.live[run.id] = (task, None)  # type: ignore[assignment] - set in _execute
+            self._execute(ctx, fresh), name=f"duro-run-{run.id}", context=contextvars.Context())
+        self.live[run.id] = (task, ctx)
 
-    async def _execute(self, run: RunRecord, fresh: bool) -> None:
-        store, now = self.store, self.clock.now_ms
-        ctx: RunContext | None = None
+    async def _execute(self, ctx: RunContext, fresh: bool) -> None:
+        store, now, run = self.store, self.clock.now_ms, ctx.record
         try:
-            history = [] if fresh else await self.db(store.get_steps, run.id)
-            ctx = RunContext(self, run, history)
-            self.live[run.id] = (self.live[run.id][0], ctx)
+            if not fresh:
+                ctx.load_history(await self.db(store.get_steps, run.id))
             _current.current_run.set(ctx)
             _current.current_engine.set(self.engine)
             spec = self.engine.spec_for(run.workflow)
@@ -164,14 +163,12 @@ class Worker:
         except LostRun:
             pass
         except asyncio.CancelledError:
-            if ctx is None or ctx.cancel_reason != "cancelled":
+            if ctx.cancel_reason != "cancelled":
                 raise  # engine shutdown: the run stays unfinished and is recovered later
         except RunCancelled:
             pass
-        except BaseException as err:  # noqa: BLE001 - a failed run records whatever ended it
-            if not isinstance(err, Exception):
-                raise
-            cause = ctx.fatal if ctx is not None and ctx.fatal is not None else err
+        except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
+            cause = ctx.fatal if ctx.fatal is not None else err
             await self.db(store.finish_run, run.id, self.id, "failed", None, describe_error(cause), now())
         finally:
             self.live.pop(run.id, None)
