@@ -14,7 +14,7 @@ from ._errors import ConfigError, DuroError
 from ._serde import Codec
 
 
-class RunStatus(str, enum.Enum):
+class RunStatus(enum.StrEnum):
     """A run's status; a ``str`` enum, so ``status == "running"`` works."""
 
     PENDING = "pending"
@@ -24,9 +24,6 @@ class RunStatus(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def terminal(self) -> bool:

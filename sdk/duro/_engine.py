@@ -51,7 +51,7 @@ class Engine:
 
     def __init__(self, database_url: str | None = None, workspace: Workspace | None = None,
                  namespace: str = "default", scope_reads: bool = False, clock: Clock | None = None, *,
-                 store: Store | None = None, poll_interval: Duration = "1s", lease: Duration = "30s",
+                 store: Store | None = None, poll_interval: Duration | None = "1s", lease: Duration = "30s",
                  worker_id: str | None = None) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
             raise DuroError(f"namespace {namespace!r} is invalid: use 1 to 64 letters, digits, '.', '_', ':' or '-'")
@@ -62,7 +62,9 @@ class Engine:
         self.workspace = workspace if workspace is not None else define_workspace()
         self.namespace = namespace
         self.scope_reads = scope_reads
-        self.poll_interval_ms = max(1, to_ms(poll_interval, "poll_interval"))
+        # None: no periodic pass (one process alone on its store, e.g. under a simulated clock);
+        # the worker then acts on local wakeups only.
+        self.poll_interval_ms = None if poll_interval is None else max(1, to_ms(poll_interval, "poll_interval"))
         self.lease_ms = max(3, to_ms(lease, "lease"))
         self._worker_id = worker_id
         self._registry: dict[str, WorkflowSpec] = {}
@@ -274,7 +276,7 @@ class Engine:
                 if deadline is not None and now >= deadline:
                     raise TimeoutError(f"run {run_id!r} did not finish within {format_ms(to_ms(timeout))}"  # type: ignore[arg-type]
                                        f"; it is {record.status}")
-                backoff = min(backoff * 2, self.poll_interval_ms)
+                backoff = min(backoff * 2, self.poll_interval_ms or 1000)
                 until = now + backoff if deadline is None else min(deadline, now + backoff)
                 if waiter is not None:
                     await self.worker.wait_for(waiter.wait(), until)  # type: ignore[union-attr]

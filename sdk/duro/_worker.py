@@ -205,7 +205,7 @@ class Worker:
         while True:
             self._wakeup.clear()
             await self.tick()
-            await self.wait_for(self._wakeup.wait(), self.clock.now_ms() + poll_ms)
+            await self.wait_for(self._wakeup.wait(), None if poll_ms is None else self.clock.now_ms() + poll_ms)
 
     async def tick(self) -> None:
         """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes."""

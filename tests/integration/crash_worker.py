@@ -6,6 +6,7 @@ import asyncio
 import sys
 
 from duro import Engine
+
 from tests.integration.flows import fulfil
 
 

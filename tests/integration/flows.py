@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
+from duro import Workflow, child, sleep, start_child, step, workflow
 from pydantic import BaseModel
-
-from duro import Workflow, child, sleep, start_child, step, wait_for_signal, workflow
 
 
 class Item(BaseModel):
@@ -42,18 +40,10 @@ def pack(name: str, count: int) -> Packed:
     return Packed(name=name, boxes=count)
 
 
-@step
-async def mark(path: str) -> None:
-    Path(path).write_text("ready")
-
-
 @workflow
 async def fulfil(item: Item) -> Packed:
     count = await pick(item)
     packed = await pack(item.name, count)
-    marker = os.environ.get("DURO_TEST_MARKER")
-    if marker:
-        await mark(marker)
     await sleep(os.environ.get("DURO_TEST_SLEEP", "10ms"))
     return packed
 

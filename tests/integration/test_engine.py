@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from duro import (
     ChildWorkflowError,
     Concurrency,
@@ -21,6 +20,7 @@ from duro import (
     wait_for_signal,
     workflow,
 )
+
 from tests.integration.flows import Greeter, Item, Packed, double, fulfil, parent
 from tests.support.waiting import eventually
 
@@ -109,7 +109,7 @@ async def test_failures_carry_their_cause(database_url):
         except ChildWorkflowError as err:
             return f"{type(err.cause).__name__}: {err.cause}"
 
-    async with engine_for(database_url) as engine:
+    async with engine_for(database_url):
         handle = await boom.start(7)
         with pytest.raises(RunFailedError) as info:
             await handle.result(timeout="10s")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from duro import ConcurrencyLimitError, DuroError
 from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
 

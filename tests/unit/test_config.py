@@ -1,5 +1,4 @@
 import pytest
-
 from duro import ConfigError, Limit, define_workspace
 
 

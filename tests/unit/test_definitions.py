@@ -1,8 +1,6 @@
 import dataclasses
 
 import pytest
-from pydantic import BaseModel
-
 from duro import (
     DEFAULT_CONCURRENCY_STATUSES,
     Concurrency,
@@ -14,6 +12,7 @@ from duro import (
     workflow,
 )
 from duro._decorators import workflow_spec
+from pydantic import BaseModel
 
 
 class Order(BaseModel):

@@ -1,5 +1,4 @@
 import pytest
-
 from duro._quota import admit
 
 

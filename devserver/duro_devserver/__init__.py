@@ -1,0 +1,1 @@
+"""duro's faces: the ``duro`` command line (and, later, the dev server and Studio)."""

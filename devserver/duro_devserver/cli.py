@@ -1,0 +1,82 @@
+"""The ``duro`` command line. Thin: each command calls the SDK and formats the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from duro import DuroError, Engine, RunFailedError
+
+DEFAULT_DB = ".duro/dev.db"
+
+
+def _database_url(project: Path, database_url: str | None) -> str:
+    return database_url or f"sqlite:///{project / DEFAULT_DB}"
+
+
+def _steps_table(steps: list[Any]) -> str:
+    lines = [f"{'seq':>3}  {'kind':<11} {'name':<20} {'status':<9} result"]
+    for s in steps:
+        outcome = json.dumps(s.result) if s.error is None else f"{s.error['type']}: {s.error['message']}"
+        lines.append(f"{s.seq:>3}  {s.kind:<11} {s.name:<20} {s.status:<9} {outcome}")
+    return "\n".join(lines)
+
+
+async def _run(project: Path, workflow: str, inp: Any, database_url: str, as_json: bool) -> int:
+    engine = Engine.from_project(project, database_url=database_url)
+    async with engine:
+        handle = await engine.start(workflow, inp)
+        try:
+            await handle.result()
+            failed = None
+        except RunFailedError as err:
+            _result, failed = None, err
+        steps = await handle.steps()
+        info = await engine.get_run(handle.id)
+    if as_json:
+        click.echo(json.dumps({"run_id": handle.id, "status": info.status.value, "output": info.output,
+                               "error": info.error, "steps": [
+                                   {"seq": s.seq, "kind": s.kind, "name": s.name, "status": s.status,
+                                    "result": s.result, "error": s.error} for s in steps]}, indent=2))
+    else:
+        click.echo(f"run {handle.id} of {workflow}: {info.status.value}")
+        click.echo(_steps_table(steps))
+        click.echo(f"result: {json.dumps(info.output)}" if failed is None else f"error: {failed}")
+    return 0 if failed is None else 1
+
+
+@click.group()
+@click.version_option(package_name="duro")
+def main() -> None:
+    """duro: durable workflows that share scarce capacity."""
+
+
+@main.command("run")
+@click.argument("workflow")
+@click.option("--input", "input_json", default="null", help="The run's input as JSON.")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="The project directory (holds duro.config.py and workflows/).")
+@click.option("--database-url", envvar="DURO_DATABASE_URL", default=None,
+              help="Default: sqlite:///<project>/.duro/dev.db")
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+def run_command(workflow: str, input_json: str, project: Path, database_url: str | None, as_json: bool) -> None:
+    """Run WORKFLOW of the project to completion here, then print its steps and result."""
+    try:
+        inp = json.loads(input_json)
+    except json.JSONDecodeError as err:
+        raise click.UsageError(f"--input is not JSON ({err}); e.g. --input '{{\"id\": 1}}'") from None
+    try:
+        code = asyncio.run(_run(project.resolve(), workflow, inp, _database_url(project.resolve(), database_url),
+                                as_json))
+    except DuroError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
