@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,11 +25,39 @@ from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
 from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, StepRecord
-from ._tables import SCHEMA_VERSION, meta, metadata, runs, signals, steps, workers
+from ._tables import SCHEMA_VERSION, meta, metadata, runs, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
 _ACTIVE = list(ACTIVE_STATUS_VALUES)
+
+# The hot path (start, record a step, finish, read a run) runs these fixed statements through the
+# driver directly: building SQLAlchemy Core statements per call cost more than SQLite itself.
+_RUN_COLUMNS = ("id", "namespace", "workflow", "version", "status", "input", "output", "error", "tags",
+                "concurrency_key", "parent_id", "parent_seq", "owner", "wake_at", "created_at", "updated_at",
+                "ended_at")
+_STEP_COLUMNS = ("run_id", "seq", "kind", "name", "status", "started_at", "ended_at", "wake_at", "result",
+                 "error", "detail")
+_ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE_STATUS_VALUES) + ")"
+_HOT_SQL = {
+    "select_run": f"SELECT {', '.join(_RUN_COLUMNS)} FROM duro_runs WHERE id = :id",
+    "insert_run": f"INSERT INTO duro_runs ({', '.join(_RUN_COLUMNS)}) "
+                  f"VALUES ({', '.join(':' + c for c in _RUN_COLUMNS)})",
+    "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+    "fence_status": f"UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at "
+                    f"WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+    "upsert_step": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "
+                   f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
+                   + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
+    "finish_run": f"UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
+                  f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+    "select_steps": f"SELECT {', '.join(_STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
+}
+
+
+def _for_dialect(sql: str, dialect: str) -> str:
+    """The statements are written with ``:name`` parameters (sqlite3); psycopg wants ``%(name)s``."""
+    return sql if dialect == "sqlite" else re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
 
 
 def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
@@ -58,6 +87,16 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
     return parsed, options
 
 
+def _tuple_to_run(row: Any) -> RunRecord:
+    values = dict(zip(_RUN_COLUMNS, row, strict=True))
+    values["tags"] = json.loads(values["tags"] or "[]")
+    return RunRecord(**values)
+
+
+def _tuple_to_step(row: Any) -> StepRecord:
+    return StepRecord(*row)
+
+
 def _row_to_run(row: Any) -> RunRecord:
     m = row._mapping
     return RunRecord(
@@ -67,13 +106,6 @@ def _row_to_run(row: Any) -> RunRecord:
         parent_id=m["parent_id"], parent_seq=m["parent_seq"], owner=m["owner"], wake_at=m["wake_at"],
         created_at=m["created_at"], updated_at=m["updated_at"], ended_at=m["ended_at"],
     )
-
-
-def _row_to_step(row: Any) -> StepRecord:
-    m = row._mapping
-    return StepRecord(seq=m["seq"], kind=m["kind"], name=m["name"], status=m["status"],
-                      started_at=m["started_at"], ended_at=m["ended_at"], wake_at=m["wake_at"],
-                      result=m["result"], error=m["error"], detail=m["detail"])
 
 
 def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
@@ -97,6 +129,7 @@ class SqlStore:
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
         self._schema_ready = False
+        self._sql = {name: _for_dialect(sql, self.dialect) for name, sql in _HOT_SQL.items()}
 
     @property
     def safe_url(self) -> str:
@@ -206,12 +239,12 @@ class SqlStore:
         with self._write() as conn:
             if quota is not None:
                 self._lock_key(conn, f"duro:quota:{quota.key}")
-            row = conn.execute(sa.select(runs).where(runs.c.id == new.id)).first()
+            row = conn.exec_driver_sql(self._sql["select_run"], {"id": new.id}).first()
             if row is not None:
                 if parent_step is not None:
                     self._write_step(conn, parent_step[0], parent_step[1], parent_step[2], None, None,
                                      new.created_at)
-                return _row_to_run(row), False
+                return _tuple_to_run(row), False
             if quota is not None:
                 active = self._count_active(conn, quota.key, quota.statuses, quota.namespace)
                 decision = admit(quota.key, quota.limit, active)
@@ -225,21 +258,21 @@ class SqlStore:
                 "parent_id": new.parent_id, "parent_seq": new.parent_seq, "owner": new.owner,
                 "wake_at": None, "created_at": new.created_at, "updated_at": new.created_at, "ended_at": None,
             }
-            conn.execute(runs.insert().values(**values))
+            conn.exec_driver_sql(self._sql["insert_run"], values)
             if parent_step is not None and not self._write_step(
                     conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
                     if parent_step[2].status == "waiting" else None, None, new.created_at):
                 conn.rollback()
                 raise _Fenced(parent_step[0])
-            return RunRecord(**{k: v for k, v in values.items() if k != "tags"}, tags=list(new.tags)), True
+            return RunRecord(**{**values, "tags": list(new.tags)}), True
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
-        query = sa.select(runs).where(runs.c.id == run_id)
-        if namespace is not None:
-            query = query.where(runs.c.namespace == namespace)
         with self._read() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else _row_to_run(row)
+            row = conn.exec_driver_sql(self._sql["select_run"], {"id": run_id}).first()
+        if row is None:
+            return None
+        record = _tuple_to_run(row)
+        return record if namespace is None or record.namespace == namespace else None
 
     def list_runs(self, namespace: str | None, workflow: str | None, statuses: Sequence[str] | None,
                   tag: str | None, limit: int, before: tuple[int, str] | None = None) -> list[RunRecord]:
@@ -278,29 +311,23 @@ class SqlStore:
 
     def get_steps(self, run_id: str) -> list[StepRecord]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(steps).where(steps.c.run_id == run_id).order_by(steps.c.seq))
-            return [_row_to_step(r) for r in rows]
+            rows = conn.exec_driver_sql(self._sql["select_steps"], {"run_id": run_id})
+            return [_tuple_to_step(r) for r in rows]
 
     def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
-               status: str | None, wake_at: int | None, set_wake: bool) -> bool:
-        values: dict[str, Any] = {"updated_at": now}
-        if status is not None:
-            values["status"] = status
-        if set_wake:
-            values["wake_at"] = wake_at
-        result = conn.execute(runs.update().where(
-            runs.c.id == run_id, runs.c.owner == owner, runs.c.status.in_(_ACTIVE)).values(**values))
-        return result.rowcount == 1
+               status: str | None = None, wake_at: int | None = None) -> bool:
+        """Touch the run if ``owner`` still owns it unfinished (and set its status and timer)."""
+        params: dict[str, Any] = {"id": run_id, "owner": owner, "now": now}
+        if status is None:
+            return conn.exec_driver_sql(self._sql["fence"], params).rowcount == 1
+        params.update(status=status, wake_at=wake_at)
+        return conn.exec_driver_sql(self._sql["fence_status"], params).rowcount == 1
 
     def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord,
                     run_status: str | None, wake_at: int | None, now: int) -> bool:
-        if not self._fence(conn, run_id, owner, now, run_status, wake_at, run_status is not None):
+        if not self._fence(conn, run_id, owner, now, run_status, wake_at):
             return False
-        values = _step_values(run_id, step)
-        updated = conn.execute(steps.update().where(steps.c.run_id == run_id, steps.c.seq == step.seq)
-                               .values(**values))
-        if updated.rowcount == 0:
-            conn.execute(steps.insert().values(**values))
+        conn.exec_driver_sql(self._sql["upsert_step"], _step_values(run_id, step))
         return True
 
     def record_step(self, run_id: str, owner: str | None, step: StepRecord,
@@ -313,14 +340,13 @@ class SqlStore:
 
     def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool:
         with self._write() as conn:
-            return self._fence(conn, run_id, owner, now, status, wake_at, True)
+            return self._fence(conn, run_id, owner, now, status, wake_at)
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool:
         with self._write() as conn:
-            result = conn.execute(runs.update().where(
-                runs.c.id == run_id, runs.c.owner == owner, runs.c.status.in_(_ACTIVE)).values(
-                status=status, output=output, error=error, ended_at=now, updated_at=now, wake_at=None))
+            result = conn.exec_driver_sql(self._sql["finish_run"], {
+                "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
             return result.rowcount == 1
 
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
