@@ -175,6 +175,10 @@ class SqlStore:
         with self._engine.connect() as conn, conn.begin():
             yield conn
 
+    def _x(self, conn: Connection, name: str, params: dict[str, Any]) -> Any:
+        """Run hot statement ``name`` on the driver's connection, inside ``conn``'s transaction."""
+        return conn.connection.driver_connection.execute(self._sql[name], params)  # type: ignore[union-attr]
+
     def _lock_key(self, conn: Connection, key: str) -> None:
         if self.dialect == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
@@ -239,7 +243,7 @@ class SqlStore:
         with self._write() as conn:
             if quota is not None:
                 self._lock_key(conn, f"duro:quota:{quota.key}")
-            row = conn.exec_driver_sql(self._sql["select_run"], {"id": new.id}).first()
+            row = self._x(conn, "select_run", {"id": new.id}).fetchone()
             if row is not None:
                 if parent_step is not None:
                     self._write_step(conn, parent_step[0], parent_step[1], parent_step[2], None, None,
@@ -258,7 +262,7 @@ class SqlStore:
                 "parent_id": new.parent_id, "parent_seq": new.parent_seq, "owner": new.owner,
                 "wake_at": None, "created_at": new.created_at, "updated_at": new.created_at, "ended_at": None,
             }
-            conn.exec_driver_sql(self._sql["insert_run"], values)
+            self._x(conn, "insert_run", values)
             if parent_step is not None and not self._write_step(
                     conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
                     if parent_step[2].status == "waiting" else None, None, new.created_at):
@@ -268,7 +272,7 @@ class SqlStore:
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
         with self._read() as conn:
-            row = conn.exec_driver_sql(self._sql["select_run"], {"id": run_id}).first()
+            row = self._x(conn, "select_run", {"id": run_id}).fetchone()
         if row is None:
             return None
         record = _tuple_to_run(row)
@@ -311,7 +315,7 @@ class SqlStore:
 
     def get_steps(self, run_id: str) -> list[StepRecord]:
         with self._read() as conn:
-            rows = conn.exec_driver_sql(self._sql["select_steps"], {"run_id": run_id})
+            rows = self._x(conn, "select_steps", {"run_id": run_id})
             return [_tuple_to_step(r) for r in rows]
 
     def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
@@ -319,15 +323,15 @@ class SqlStore:
         """Touch the run if ``owner`` still owns it unfinished (and set its status and timer)."""
         params: dict[str, Any] = {"id": run_id, "owner": owner, "now": now}
         if status is None:
-            return conn.exec_driver_sql(self._sql["fence"], params).rowcount == 1
+            return self._x(conn, "fence", params).rowcount == 1
         params.update(status=status, wake_at=wake_at)
-        return conn.exec_driver_sql(self._sql["fence_status"], params).rowcount == 1
+        return self._x(conn, "fence_status", params).rowcount == 1
 
     def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord,
                     run_status: str | None, wake_at: int | None, now: int) -> bool:
         if not self._fence(conn, run_id, owner, now, run_status, wake_at):
             return False
-        conn.exec_driver_sql(self._sql["upsert_step"], _step_values(run_id, step))
+        self._x(conn, "upsert_step", _step_values(run_id, step))
         return True
 
     def record_step(self, run_id: str, owner: str | None, step: StepRecord,
@@ -345,7 +349,7 @@ class SqlStore:
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool:
         with self._write() as conn:
-            result = conn.exec_driver_sql(self._sql["finish_run"], {
+            result = self._x(conn, "finish_run", {
                 "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
             return result.rowcount == 1
 
