@@ -411,8 +411,11 @@ class SqlStore:
     # -- workers and leases ----------------------------------------------------------------------
 
     def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
+        """(Re)join as ``worker_id``; runs a previous life of this id owned are handed back to be claimed."""
         with self._write() as conn:
             conn.execute(workers.delete().where(workers.c.id == worker_id))
+            conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+                         .values(owner=None, updated_at=now))
             conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
                                                  started_at=now, heartbeat_at=now))
 
