@@ -66,8 +66,8 @@ class RunContext:
         return self.worker.clock.now_ms()
 
     async def _write(self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None) -> None:
-        ok = await self.worker.db(self.worker.store.record_step, self.run_id, self.worker.id, step,
-                                  run_status, wake_at, self._now())
+        ok = await self.engine.write("record_step", self.run_id, self.worker.id, step, run_status, wake_at,
+                                     self._now())
         if not ok:
             raise LostRun(self.run_id)
         self._history[step.seq] = step

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from . import _current
+from ._batching import GroupCommit
 from ._clock import Clock, SystemClock
 from ._config import Workspace, define_workspace
 from ._decorators import WorkflowFunction, workflow_spec
@@ -70,6 +71,7 @@ class Engine:
         self._registry: dict[str, WorkflowSpec] = {}
         self._inline_db = getattr(self.store, "dialect", "") == "sqlite"
         self._db_executor: ThreadPoolExecutor | None = None
+        self._group_commit = GroupCommit(self.store, self.db)
         self.worker: Worker | None = None
         self._context_token: Any = None
 
@@ -93,6 +95,10 @@ class Engine:
         if self._db_executor is None:
             self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
         return await asyncio.get_running_loop().run_in_executor(self._db_executor, partial(fn, *args))
+
+    async def write(self, method: str, *args: Any) -> Any:
+        """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""
+        return await self._group_commit.write(method, *args)
 
     @property
     def _read_namespace(self) -> str | None:
@@ -276,7 +282,8 @@ class Engine:
                 if deadline is not None and now >= deadline:
                     raise TimeoutError(f"run {run_id!r} did not finish within {format_ms(to_ms(timeout))}"  # type: ignore[arg-type]
                                        f"; it is {record.status}")
-                backoff = min(backoff * 2, self.poll_interval_ms or 1000)
+                # With a local worker, its completion wakes us; the pass is for runs ending elsewhere.
+                backoff = self.poll_interval_ms or 1000 if waiter else min(backoff * 2, self.poll_interval_ms or 1000)
                 until = now + backoff if deadline is None else min(deadline, now + backoff)
                 if waiter is not None:
                     await self.worker.wait_for(waiter.wait(), until)  # type: ignore[union-attr]

@@ -159,7 +159,7 @@ class Worker:
             if ctx.fatal is not None:
                 raise ctx.fatal
             output = spec.dump_output(result)
-            await self.db(store.finish_run, run.id, self.id, "completed", output, None, now())
+            await self.engine.write("finish_run", run.id, self.id, "completed", output, None, now())
         except LostRun:
             pass
         except asyncio.CancelledError:
@@ -169,7 +169,7 @@ class Worker:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
-            await self.db(store.finish_run, run.id, self.id, "failed", None, describe_error(cause), now())
+            await self.engine.write("finish_run", run.id, self.id, "failed", None, describe_error(cause), now())
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)

@@ -168,3 +168,17 @@ def test_bad_database_urls_say_what_to_use(url):
     with pytest.raises(DuroError) as info:
         SqlStore(url)
     assert "sqlite:///" in str(info.value) or "synchronous" in str(info.value)
+
+
+def test_a_batch_keeps_each_writes_fence_and_result(store):
+    store.insert_run(new_run("a", owner="w1"), None)
+    store.insert_run(new_run("b", owner="w2"), None)
+    results = store.apply_batch([
+        ("record_step", ("a", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
+        ("record_step", ("b", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
+        ("finish_run", ("a", "w1", "completed", '"done"', None, 3)),
+        ("finish_run", ("b", "w1", "completed", '"stolen"', None, 3)),
+    ])
+    assert results == [True, False, True, False]
+    assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
+    assert (store.get_run("a").status, store.get_run("b").status) == ("completed", "running")

@@ -4,7 +4,8 @@ Records are plain dataclasses, separate from the SQLModel tables. Times in recor
 milliseconds since the epoch; the engine turns them into datetimes for users.
 
 Optional methods: a custom store may leave out ``count_active`` (the engine then counts a listing
-of ``list_runs``) — every other method is required.
+of ``list_runs``) and ``apply_batch`` (progress writes then commit one by one) — every other method
+is required.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ class Store(Protocol):
 
     def record_step(self, run_id: str, owner: str | None, step: StepRecord,
                     run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool: ...
+
+    def apply_batch(self, ops: list[tuple[str, tuple[object, ...]]]) -> list[object]:
+        """Optional: apply ``record_step`` / ``finish_run`` calls (name, args) in one transaction."""
 
     def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool: ...
 

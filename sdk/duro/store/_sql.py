@@ -270,8 +270,16 @@ class SqlStore:
                 raise _Fenced(parent_step[0])
             return RunRecord(**{**values, "tags": list(new.tags)}), True
 
+    @contextmanager
+    def _single_read(self) -> Iterator[Connection]:
+        """One statement needs no transaction of its own (SQLite autocommit; psycopg's implicit one is
+        rolled back when the pool takes the connection back)."""
+        self.create_schema()
+        with self._engine.connect() as conn:
+            yield conn
+
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
-        with self._read() as conn:
+        with self._single_read() as conn:
             row = self._x(conn, "select_run", {"id": run_id}).fetchone()
         if row is None:
             return None
@@ -314,7 +322,7 @@ class SqlStore:
     # -- execution -------------------------------------------------------------------------------
 
     def get_steps(self, run_id: str) -> list[StepRecord]:
-        with self._read() as conn:
+        with self._single_read() as conn:
             rows = self._x(conn, "select_steps", {"run_id": run_id})
             return [_tuple_to_step(r) for r in rows]
 
@@ -337,10 +345,17 @@ class SqlStore:
     def record_step(self, run_id: str, owner: str | None, step: StepRecord,
                     run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
         with self._write() as conn:
-            if self._write_step(conn, run_id, owner, step, run_status, wake_at, now):
-                return True
-            conn.rollback()
-            return False
+            return self._write_step(conn, run_id, owner, step, run_status, wake_at, now)
+
+    def apply_batch(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Apply progress writes (``record_step``, ``finish_run``) of many runs in one transaction.
+
+        Each keeps its own fence and result; a fenced write changes nothing (its fence is its first
+        statement), so it needs no rollback and cannot disturb the others.
+        """
+        appliers = {"record_step": self._write_step, "finish_run": self._finish}
+        with self._write() as conn:
+            return [appliers[name](conn, *args) for name, args in ops]
 
     def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool:
         with self._write() as conn:
@@ -349,9 +364,13 @@ class SqlStore:
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool:
         with self._write() as conn:
-            result = self._x(conn, "finish_run", {
-                "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
-            return result.rowcount == 1
+            return self._finish(conn, run_id, owner, status, output, error, now)
+
+    def _finish(self, conn: Connection, run_id: str, owner: str | None, status: str, output: str | None,
+                error: str | None, now: int) -> bool:
+        result = self._x(conn, "finish_run", {
+            "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
+        return result.rowcount == 1
 
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
         with self._write() as conn:

@@ -1,0 +1,60 @@
+"""Group commit: progress writes of many runs made in the same turn of the event loop share one
+transaction.
+
+A run's write (record a step, finish the run) waits for its transaction to commit before the run
+goes on, exactly as a write of its own would; only the commit is shared. Each write keeps its own
+fence (owner, unfinished status) and its own result, so one run losing its ownership never affects
+another's write. On a failure of the shared transaction, each write is retried alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+class GroupCommit:
+    def __init__(self, store: Any, call: Callable[..., Awaitable[Any]], max_batch: int = 500) -> None:
+        self._store = store
+        self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
+        self._max_batch = max_batch
+        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self._enabled = hasattr(store, "apply_batch")
+
+    async def write(self, method: str, *args: Any) -> Any:
+        if not self._enabled:
+            return await self._call(getattr(self._store, method), *args)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((method, args, future))
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            await asyncio.sleep(0)  # let every run that is ready this turn queue its write
+            while self._pending:
+                batch, self._pending = self._pending[:self._max_batch], self._pending[self._max_batch:]
+                try:
+                    results = await self._call(self._store.apply_batch, [(m, a) for m, a, _ in batch])
+                except Exception:  # noqa: BLE001 - retry each write alone so one bad write fails alone
+                    for method, args, future in batch:
+                        await self._one(method, args, future)
+                    continue
+                for (_, _, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._flushing = None
+
+    async def _one(self, method: str, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+        try:
+            result = await self._call(getattr(self._store, method), *args)
+        except Exception as err:  # noqa: BLE001
+            if not future.done():
+                future.set_exception(err)
+        else:
+            if not future.done():
+                future.set_result(result)
