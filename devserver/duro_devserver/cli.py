@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from duro import DuroError, Engine, RunFailedError
 
 DEFAULT_DB = ".duro/dev.db"

@@ -6,7 +6,6 @@ import asyncio
 import sys
 
 from duro import Engine
-
 from tests.integration.flows import fulfil
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from duro import Workflow, child, sleep, start_child, step, workflow
 from pydantic import BaseModel
+
+from duro import Workflow, child, sleep, start_child, step, workflow
 
 
 class Item(BaseModel):

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from duro import Engine
 
+from duro import Engine
 from tests.integration.flows import Packed, fulfil
 from tests.support.waiting import eventually
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from duro import (
     ChildWorkflowError,
     Concurrency,
@@ -20,7 +21,6 @@ from duro import (
     wait_for_signal,
     workflow,
 )
-
 from tests.integration.flows import Greeter, Item, Packed, double, fulfil, parent
 from tests.support.waiting import eventually
 

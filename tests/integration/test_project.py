@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from duro import ConfigError, Engine
 from duro._scan import load_project
 

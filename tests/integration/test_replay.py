@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from duro import Engine, NonDeterminismError, RunFailedError, now, sleep, step, wait_for_signal, workflow
 from duro_harness import SimulatedClock
 from duro_harness._clock import settle

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from duro import ConcurrencyLimitError, DuroError
 from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
 
@@ -182,3 +183,33 @@ def test_a_batch_keeps_each_writes_fence_and_result(store):
     assert results == [True, False, True, False]
     assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
     assert (store.get_run("a").status, store.get_run("b").status) == ("completed", "running")
+
+
+def test_an_older_schema_is_migrated_step_by_step(database_url, monkeypatch):
+    from duro.store import _sql
+
+    first = SqlStore(database_url)
+    first.create_schema()
+    with first._engine.begin() as conn:
+        conn.execute(_sql.meta.update().values(value="0"))
+    first.close()
+    applied = []
+    monkeypatch.setitem(_sql.MIGRATIONS, 0, lambda conn, dialect: applied.append(dialect))
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert applied == [second.dialect] and second.schema_version() == SCHEMA_VERSION
+    second.close()
+
+
+def test_a_newer_schema_is_refused(database_url):
+    from duro.store import _sql
+
+    first = SqlStore(database_url)
+    first.create_schema()
+    with first._engine.begin() as conn:
+        conn.execute(_sql.meta.update().values(value=str(SCHEMA_VERSION + 1)))
+    first.close()
+    newer = SqlStore(database_url)
+    with pytest.raises(DuroError, match="upgrade duro"):
+        newer.create_schema()
+    newer.close()

@@ -1,4 +1,5 @@
 import pytest
+
 from duro import ConfigError, Limit, define_workspace
 
 

@@ -1,6 +1,8 @@
 import dataclasses
 
 import pytest
+from pydantic import BaseModel
+
 from duro import (
     DEFAULT_CONCURRENCY_STATUSES,
     Concurrency,
@@ -12,7 +14,6 @@ from duro import (
     workflow,
 )
 from duro._decorators import workflow_spec
-from pydantic import BaseModel
 
 
 class Order(BaseModel):
@@ -104,3 +105,14 @@ def test_steps_outside_a_run_are_plain_calls():
     assert add(2, 3) == 5
     assert Concurrency(key="k", limit=1, count_statuses=["running", RunStatus.PENDING]).count_statuses == (
         "running", "pending")
+
+
+async def test_starting_without_an_engine_says_how_to_get_one():
+    @workflow
+    async def lonely(n: int) -> int:
+        return n
+
+    with pytest.raises(DuroError, match="async with Engine"):
+        await lonely.start(1)
+    with pytest.raises(DuroError, match="duro_env"):
+        await lonely.dispatch(1)

@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+
 from duro import DuroError
 from duro._durations import format_ms, to_ms
 

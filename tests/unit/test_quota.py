@@ -1,4 +1,5 @@
 import pytest
+
 from duro._quota import admit
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,6 +28,9 @@ from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, StepRecord
 from ._tables import SCHEMA_VERSION, meta, metadata, runs, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
+
+# Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1 (none yet).
+MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {}
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
 _ACTIVE = list(ACTIVE_STATUS_VALUES)
 
@@ -197,6 +200,8 @@ class SqlStore:
                     found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
                     if found is None:
                         conn.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
+                    elif int(found) < SCHEMA_VERSION:
+                        self._migrate(conn, int(found))
                     elif int(found) > SCHEMA_VERSION:
                         raise DuroError(
                             f"the database at {self.safe_url} has duro schema version {found}, newer than this "
@@ -206,6 +211,17 @@ class SqlStore:
             raise DuroError(f"cannot open the database at {self.safe_url}: {err.orig}; check the URL, "
                             f"that the server runs and that the file's folder is writable") from None
         self._schema_ready = True
+
+    def _migrate(self, conn: Connection, found: int) -> None:
+        """Bring a database from schema version ``found`` up to ``SCHEMA_VERSION``, step by step, in
+        the schema transaction. ``MIGRATIONS[n]`` upgrades version n to n + 1."""
+        for version in range(found, SCHEMA_VERSION):
+            step = MIGRATIONS.get(version)
+            if step is None:
+                raise DuroError(f"the database at {self.safe_url} has duro schema version {found} and this "
+                                f"duro has no migration from version {version}; use the duro that created it")
+            step(conn, self.dialect)
+        conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
     def schema_version(self) -> int:
         with self._read() as conn:
