@@ -193,31 +193,19 @@ class Engine:
         return RunHandle(self, record.id)
 
     async def _quota(self, spec: WorkflowSpec, conc: Concurrency | None, value: Any) -> QuotaCheck | None:
+        """Resolve a quota's key and limit for this start (user functions are called here, before
+        the transaction); a clear error naming the workflow when either is unusable."""
         if conc is None:
             return None
-        key: Any = conc.key
-        if callable(key):
-            try:
-                key = key(value)
-                if inspect.isawaitable(key):
-                    key = await key
-            except Exception as err:  # noqa: BLE001
-                raise DuroError(f"workflow {spec.name!r}: the concurrency key function raised "
-                                f"{type(err).__name__}: {err}; fix it so it returns a string or None") from None
+        key = await _resolve(conc.key, value, f"workflow {spec.name!r}: the concurrency key function",
+                             "a string or None")
         if key is None:
             return None
         if not isinstance(key, str) or not key:
             raise DuroError(f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, "
                             f"got {key!r}")
-        limit: Any = conc.limit
-        if callable(limit):
-            try:
-                limit = limit(key)
-                if inspect.isawaitable(limit):
-                    limit = await limit
-            except Exception as err:  # noqa: BLE001
-                raise DuroError(f"workflow {spec.name!r}: the concurrency limit function raised "
-                                f"{type(err).__name__}: {err} for key {key!r}; fix it so it returns an int") from None
+        limit = await _resolve(conc.limit, key, f"workflow {spec.name!r}: the concurrency limit function "
+                               f"(key {key!r})", "an int")
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise DuroError(f"workflow {spec.name!r}: the concurrency limit for key {key!r} must be an int, "
                             f"got {limit!r}")
@@ -358,3 +346,15 @@ class Engine:
             executor.shutdown(wait=True)
         self.store.close()
 
+
+async def _resolve(value: Any, argument: Any, what: str, expected: str) -> Any:
+    """``value(argument)`` (awaited when async) if ``value`` is callable, else ``value`` itself."""
+    if not callable(value):
+        return value
+    try:
+        result = value(argument)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as err:  # noqa: BLE001 - user code: any failure becomes a clear DuroError
+        raise DuroError(f"{what} raised {type(err).__name__}: {err}; fix it so it returns {expected}") from None
+    return result

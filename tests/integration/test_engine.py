@@ -288,3 +288,23 @@ async def test_two_live_workers_never_run_the_same_run(database_url):
         assert [await h.result(timeout="20s") for h in handles] == list(range(40))
     assert sorted(executions, key=int) == [str(i) for i in range(40)]
     client.close()
+
+
+@pytest.mark.parametrize(("conc", "words"), [
+    (Concurrency(key=lambda n: 1 / 0, limit=1), ["key function raised ZeroDivisionError"]),
+    (Concurrency(key=lambda n: 42, limit=1), ["key must be a non-empty string", "42"]),
+    (Concurrency(key="k", limit=lambda key: "three"), ["limit for key 'k' must be an int"]),
+    (Concurrency(key="k", limit=lambda key: {}["x"]), ["limit function (key 'k') raised KeyError"]),
+])
+async def test_bad_quota_functions_fail_the_start_and_create_nothing(database_url, conc, words):
+    @workflow(concurrency=conc)
+    async def guarded(n: int) -> int:
+        return n
+
+    async with engine_for(database_url) as engine:
+        with pytest.raises(DuroError) as info:
+            await guarded.start(1)
+        assert "guarded" in str(info.value)
+        for word in words:
+            assert word in str(info.value)
+        assert await engine.list_runs() == []
