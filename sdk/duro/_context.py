@@ -71,6 +71,8 @@ class RunContext:
         if not ok:
             raise LostRun(self.run_id)
         self._history[step.seq] = step
+        self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
+                                step_kind=step.kind, name=step.name)
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -91,6 +93,7 @@ class RunContext:
             attempt += 1
             try:
                 result = await self._call_step(spec, args, kwargs)
+                self.engine.checkpoint("step.executed", self.run_id)
                 text = self._dump_step_result(spec, result)
                 value = spec.output.load(text)
             except Exception as err:
@@ -110,6 +113,8 @@ class RunContext:
         try:
             if spec.is_async:
                 return await spec.fn(*args, **kwargs)
+            if self.engine.inline_sync_steps:
+                return spec.fn(*args, **kwargs)
             context = contextvars.copy_context()
             return await asyncio.get_running_loop().run_in_executor(
                 self.worker.step_executor, lambda: context.run(spec.fn, *args, **kwargs))

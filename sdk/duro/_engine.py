@@ -29,6 +29,7 @@ from ._definitions import (
 )
 from ._durations import Duration, format_ms, to_ms
 from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError
+from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._quota import admit
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -53,7 +54,8 @@ class Engine:
     def __init__(self, database_url: str | None = None, workspace: Workspace | None = None,
                  namespace: str = "default", scope_reads: bool = False, clock: Clock | None = None, *,
                  store: Store | None = None, poll_interval: Duration | None = "1s", lease: Duration = "30s",
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None, inline_sync_steps: bool = False,
+                 run_id_factory: Callable[[], str] | None = None) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
             raise DuroError(f"namespace {namespace!r} is invalid: use 1 to 64 letters, digits, '.', '_', ':' or '-'")
         if workspace is not None and not isinstance(workspace, Workspace):
@@ -68,6 +70,13 @@ class Engine:
         self.poll_interval_ms = None if poll_interval is None else max(1, to_ms(poll_interval, "poll_interval"))
         self.lease_ms = max(3, to_ms(lease, "lease"))
         self._worker_id = worker_id
+        # Tests (the harness) run sync steps on the loop and number runs, for repeatable event orders.
+        self.inline_sync_steps = inline_sync_steps
+        self._new_run_id = run_id_factory or (lambda: uuid.uuid4().hex)
+        self.events = EventBus()
+        # Called at named points of the engine's work (e.g. "step.executed", before the step's
+        # record is written); the harness uses them to crash the box between two steps.
+        self.checkpoint_hooks: list[Callable[[str, str], None]] = []
         self._registry: dict[str, WorkflowSpec] = {}
         self._inline_db = getattr(self.store, "dialect", "") == "sqlite"
         self._db_executor: ThreadPoolExecutor | None = None
@@ -99,6 +108,10 @@ class Engine:
     async def write(self, method: str, *args: Any) -> Any:
         """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""
         return await self._group_commit.write(method, *args)
+
+    def checkpoint(self, point: str, run_id: str) -> None:
+        for hook in self.checkpoint_hooks:
+            hook(point, run_id)
 
     @property
     def _read_namespace(self) -> str | None:
@@ -178,7 +191,7 @@ class Engine:
         quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
         owner = self.worker.id if self.worker is not None and not spec.remote else None
         new = NewRun(
-            id=run_id or uuid.uuid4().hex, namespace=self.namespace, workflow=spec.name, version=spec.version,
+            id=run_id or self._new_run_id(), namespace=self.namespace, workflow=spec.name, version=spec.version,
             input=input_json, owner=owner, created_at=self.clock.now_ms(),
             tags=[f"concurrency:{quota.key}"] if quota is not None else [],
             concurrency_key=quota.key if quota is not None else None,
@@ -188,6 +201,8 @@ class Engine:
             await self._check_quota_by_listing(quota)
         record, created = await self.db(self.store.insert_run, new, quota if hasattr(self.store, "count_active")
                                         else None, parent)
+        if created:
+            self.events.emit("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
         if created and owner is not None and self.worker is not None:
             self.worker.launch(record, fresh=True)
         return RunHandle(self, record.id)
@@ -304,6 +319,7 @@ class Engine:
             raise DuroError(f"payload of signal {name!r} to run {run_id!r} is not JSON: {err}") from None
         await self._record(run_id)
         await self.db(self.store.send_signal, run_id, name, text, self.clock.now_ms())
+        self.events.emit("signal.sent", run_id, self.clock.now_ms(), None, name=name)
         if self.worker is not None:
             self.worker.notify_signal(run_id, name)
 
@@ -311,6 +327,8 @@ class Engine:
         """Cancel a run and its unfinished children; a finished run is left as it is."""
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         cancelled = await self.db(self.store.cancel_run, run_id, self._read_namespace, error, self.clock.now_ms())
+        for cancelled_id in cancelled:
+            self.events.emit("run.cancelled", cancelled_id, self.clock.now_ms())
         if self.worker is not None:
             self.worker.notify_cancelled(cancelled)
 

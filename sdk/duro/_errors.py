@@ -104,3 +104,10 @@ class RunCancelled(BaseException):
 
     A ``BaseException`` on purpose: ``except Exception`` in workflow code cannot swallow it.
     """
+
+
+class EngineCrash(BaseException):
+    """Raised at an engine checkpoint to simulate the box dying there (the harness does this).
+
+    The run being executed stops at once and writes nothing more, as if the process had died.
+    """

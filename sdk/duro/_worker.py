@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _current
 from ._context import LostRun, RunContext
-from ._errors import DuroError, RunCancelled
+from ._errors import DuroError, EngineCrash, RunCancelled
 from ._serde import describe_error
 from .store import Claim, RunRecord
 
@@ -159,8 +159,10 @@ class Worker:
             if ctx.fatal is not None:
                 raise ctx.fatal
             output = spec.dump_output(result)
-            await self.engine.write("finish_run", run.id, self.id, "completed", output, None, now())
-        except LostRun:
+            self.engine.checkpoint("run.finishing", run.id)
+            if await self.engine.write("finish_run", run.id, self.id, "completed", output, None, now()):
+                self.engine.events.emit("run.completed", run.id, now(), run.workflow)
+        except (LostRun, EngineCrash):
             pass
         except asyncio.CancelledError:
             if ctx.cancel_reason != "cancelled":
@@ -169,7 +171,8 @@ class Worker:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
-            await self.engine.write("finish_run", run.id, self.id, "failed", None, describe_error(cause), now())
+            if await self.engine.write("finish_run", run.id, self.id, "failed", None, describe_error(cause), now()):
+                self.engine.events.emit("run.failed", run.id, now(), run.workflow, error=type(cause).__name__)
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)

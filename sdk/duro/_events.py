@@ -1,0 +1,46 @@
+"""What happens to runs, as events: the dev server streams them, the harness records them.
+
+Emitting costs one check when nobody listens. Listeners are called synchronously, in order, and must
+not block; a listener that raises is dropped from the bus rather than disturbing a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """``kind``: run.created, run.completed, run.failed, run.cancelled, step.completed, step.failed,
+    step.waiting, signal.sent. ``at``: milliseconds since the epoch on the engine's clock."""
+
+    kind: str
+    run_id: str
+    at: int
+    workflow: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[RunEvent], None]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` for every event from now on; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def emit(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
+        if not self._listeners:
+            return
+        event = RunEvent(kind, run_id, at, workflow, detail)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a broken listener must not break a run
+                self._listeners.remove(listener)
