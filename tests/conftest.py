@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.pgserver import PgServer, start_server
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:

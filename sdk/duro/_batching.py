@@ -32,6 +32,15 @@ class GroupCommit:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
         return await future
 
+    def abandon(self) -> None:
+        """Drop writes not yet committed, as a process that dies here would."""
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flushing = None
+        for _, _, future in self._pending:
+            future.cancel()
+        self._pending = []
+
     async def _flush(self) -> None:
         try:
             await asyncio.sleep(0)  # let every run that is ready this turn queue its write

@@ -345,6 +345,22 @@ class Engine:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        worker = self._leave()
+        if worker is not None:
+            await worker.stop()
+        self.close()
+
+    async def abandon(self) -> None:
+        """Stop this engine as if its process had died (for tests of recovery): in-flight runs stop
+        where they are, writes not yet committed are lost, and nothing is handed back."""
+        worker = self._leave()
+        self._group_commit.abandon()
+        if worker is not None:
+            await worker.abandon()
+        self._group_commit = GroupCommit(self.store, self.db)
+        self.close()
+
+    def _leave(self) -> Worker | None:
         worker, self.worker = self.worker, None
         _current.pop_entered(self)
         if self._context_token is not None:
@@ -353,9 +369,7 @@ class Engine:
             except ValueError:  # exited in another context than entered
                 _current.current_engine.set(None)
             self._context_token = None
-        if worker is not None:
-            await worker.stop()
-        self.close()
+        return worker
 
     def close(self) -> None:
         """Release the store's pooled connections and threads; a later call opens them again."""

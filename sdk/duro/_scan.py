@@ -58,6 +58,19 @@ def _forget_workflows_package() -> None:
     importlib.invalidate_caches()
 
 
+# The project root this module put on sys.path last: loading another project takes it off again, so
+# the old project's `workflows` package cannot shadow the new one's.
+_ROOTS_ADDED: list[str] = []
+
+
+def _put_root_first(root: Path) -> None:
+    for added in _ROOTS_ADDED:
+        while added in sys.path:
+            sys.path.remove(added)
+    _ROOTS_ADDED[:] = [str(root)]
+    sys.path.insert(0, str(root))
+
+
 def _module_name(root: Path, path: Path) -> str:
     relative = path.resolve().relative_to(root.resolve()).with_suffix("")
     parts = list(relative.parts)
@@ -96,11 +109,7 @@ def load_project(root: str | Path = ".") -> Project:
         raise ConfigError(f"project directory {root} does not exist")
     workspace = load_config(root)
     _forget_workflows_package()
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    elif sys.path[0] != str(root):
-        sys.path.remove(str(root))
-        sys.path.insert(0, str(root))
+    _put_root_first(root)
 
     if workspace.workflows is None:
         directory = root / WORKFLOWS_DIR

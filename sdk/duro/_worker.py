@@ -203,6 +203,20 @@ class Worker:
         except DuroError:
             pass
 
+    async def abandon(self) -> None:
+        """Stop as if the process died: runs stop where they are, nothing more is written, and the
+        worker row stays until someone finds the worker dead."""
+        self._started = False
+        tasks = [task for task, _ in self.live.values()]
+        for _, ctx in self.live.values():
+            ctx.cancel_reason = "crash"
+        if self._loop_task is not None:
+            tasks.append(self._loop_task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.step_executor.shutdown(wait=False, cancel_futures=True)
+
     async def _loop(self) -> None:
         poll_ms = self.engine.poll_interval_ms
         while True:

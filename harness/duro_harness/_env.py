@@ -1,0 +1,237 @@
+"""The simulated environment: a project's engine on a fresh SQLite store and a simulated clock.
+
+``async with simulated(project) as env:`` (or the ``duro_env`` pytest fixture) gives an engine whose
+time moves only when the test says so. ``advance`` fires every due timer in time order and lets the
+runs progress fully between timers; ``restart`` simulates the box dying and coming back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from collections.abc import Mapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from freezegun import freeze_time
+
+from duro import ConfigError, Engine, RunHandle, RunStatus, define_workspace
+from duro.testing import (
+    EngineCrash,
+    RunEvent,
+    datetime_to_ms,
+    duration_ms,
+    load_project,
+    ms_to_datetime,
+)
+
+from ._clock import DEFAULT_START, SimulatedClock, settle
+
+
+class _CurrentEngine:
+    """Stands for whichever engine the environment runs now, so handles survive ``restart()``."""
+
+    def __init__(self, env: DuroEnv) -> None:
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env.engine, name)
+
+
+class DuroEnv:
+    """A project under simulated time. See the Harness section of DESIGN.md and docs/testing.md."""
+
+    def __init__(self, project: str | Path | None = None, start: datetime | str | None = None,
+                 config: Mapping[str, Any] | None = None, directory: str | Path | None = None) -> None:
+        self.project_dir = None if project is None else Path(project).resolve()
+        self.start_instant = _instant(start) if start is not None else DEFAULT_START
+        self.config = dict(config or {})
+        unknown = set(self.config) - {"limits"}
+        if unknown:
+            raise ConfigError(f"duro harness config: unknown key(s) {', '.join(sorted(unknown))}; "
+                              f"only 'limits' can be overridden")
+        self._directory = None if directory is None else Path(directory)
+        self._own_directory = False
+        self.clock = SimulatedClock(self.start_instant)
+        self.events: list[RunEvent] = []
+        self.restarts = 0
+        self._engine: Engine | None = None
+        self._engine_ref = _CurrentEngine(self)
+        self._ids = itertools.count(1)
+        self._freezer: Any = None
+        self._frozen: Any = None
+        self._crash_points: dict[str, int] = {}
+        self._crash_pending = False
+        self._project: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DuroEnv:
+        if self._directory is None:
+            self._directory = Path(tempfile.mkdtemp(prefix="duro-harness-"))
+            self._own_directory = True
+        self._project = load_project(self.project_dir) if self.project_dir is not None else None
+        self._freezer = freeze_time(self.clock.now, real_asyncio=True)
+        self._frozen = self._freezer.start()
+        self.clock.listeners.append(self._move_frozen_time)
+        await self._start_engine()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            if self._engine is not None:
+                await self._engine.__aexit__(*exc)
+        finally:
+            self.clock.listeners.remove(self._move_frozen_time)
+            if self._freezer is not None:
+                self._freezer.stop()
+            if self._own_directory and self._directory is not None:
+                shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _move_frozen_time(self, instant_ms: int) -> None:
+        self._frozen.move_to(ms_to_datetime(instant_ms))
+
+    def _workspace(self) -> Any:
+        base = self._project.workspace if self._project is not None else define_workspace()
+        overrides = self.config.get("limits")
+        if not overrides:
+            return base
+        limits = {name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms} for name, lim in base.limits.items()}
+        limits.update(overrides)
+        return replace(define_workspace(limits=limits), workflows=base.workflows)
+
+    async def _start_engine(self) -> None:
+        assert self._directory is not None
+        engine = Engine(f"sqlite:///{self._directory / 'duro.db'}", workspace=self._workspace(), clock=self.clock,
+                        poll_interval=None, inline_sync_steps=True,
+                        run_id_factory=lambda: f"run-{next(self._ids):05d}")
+        for spec in self._project.workflows if self._project is not None else ():
+            engine.register(spec)
+        if self._engine is not None:  # keep what the test registered by hand
+            for spec in self._engine.workflows.values():
+                if spec.name not in engine.workflows:
+                    engine.register(spec)
+        engine.events.subscribe(self.events.append)
+        engine.checkpoint_hooks.append(self._checkpoint)
+        self._engine = engine
+        await engine.__aenter__()
+
+    # -- the engine ------------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise RuntimeError("the duro environment is not running: use it inside `async with simulated(...)` "
+                               "or in an `async def` test taking the duro_env fixture")
+        return self._engine
+
+    @property
+    def now(self) -> datetime:
+        """The simulated time (an aware UTC datetime)."""
+        return self.clock.now
+
+    async def start(self, workflow: Any, inp: Any = None, **start_options: Any) -> RunHandle:
+        """Create a run (``run_id=``, ``concurrency=`` as on ``engine.start``) and return its handle.
+        The run progresses when the test awaits ``run_until_idle()`` or ``advance(...)``."""
+        handle = await self.engine.start(workflow, inp, **start_options)
+        return RunHandle(self._engine_ref, handle.id)  # type: ignore[arg-type]
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle that stays usable across ``restart()``."""
+        return RunHandle(self._engine_ref, run_id)  # type: ignore[arg-type]
+
+    # -- time ------------------------------------------------------------------------------------
+
+    async def run_until_idle(self) -> None:
+        """Let every runnable run proceed until all wait on time or on outside input."""
+        while True:
+            await settle()
+            if not self._crash_pending:
+                return
+            self._crash_pending = False
+            await self.restart()
+
+    async def advance(self, duration: str | int | timedelta) -> None:
+        """Move time forward, firing every due timer in time order with the runs settling between."""
+        await self.advance_to(self.clock.now_ms() + duration_ms(duration, "advance"))
+
+    async def advance_to(self, instant: datetime | str | int) -> None:
+        target = instant if isinstance(instant, int) else datetime_to_ms(_instant(instant))
+        if target < self.clock.now_ms():
+            raise ValueError(f"cannot advance to {ms_to_datetime(target)}: it is before now ({self.now})")
+        await self.clock.advance_to(target, idle=self.run_until_idle)
+
+    # -- restarts --------------------------------------------------------------------------------
+
+    async def restart(self) -> None:
+        """Simulate a box restart: in-memory tasks, futures and caches are dropped, the dead worker is
+        found dead, and a fresh engine recovers every unfinished run from the store."""
+        old = self.engine
+        dead_worker = old.worker.id if old.worker is not None else None
+        await old.abandon()
+        if dead_worker is not None:
+            old.store.remove_worker(dead_worker, self.clock.now_ms())
+        self.restarts += 1
+        await self._start_engine()
+        await settle()
+
+    def crash_at(self, point: str, occurrence: int = 1) -> None:
+        """Make the box die the ``occurrence``-th time the engine reaches ``point`` (then restart
+        it at once): e.g. ``"step.executed"`` — a step's function returned but its result is not
+        recorded yet — or ``"run.finishing"`` — the output is computed but not stored."""
+        self._crash_points[point] = occurrence
+
+    def _checkpoint(self, point: str, run_id: str) -> None:
+        left = self._crash_points.get(point)
+        if left is None:
+            return
+        if left > 1:
+            self._crash_points[point] = left - 1
+            return
+        del self._crash_points[point]
+        self._crash_pending = True
+        raise EngineCrash(f"simulated crash at {point} in run {run_id}")
+
+    # -- assertions that read well ---------------------------------------------------------------
+
+    async def status(self, run: RunHandle | str) -> RunStatus:
+        return await self.engine.handle(_run_id(run)).status()
+
+    async def steps(self, run: RunHandle | str) -> list[tuple[str, str]]:
+        """``(name, status)`` of each durable call of the run, in sequence order."""
+        return [(s.name, s.status) for s in await self.engine.steps(_run_id(run))]
+
+    async def assert_status(self, run: RunHandle | str, status: str) -> None:
+        actual = await self.status(run)
+        assert actual == status, f"run {_run_id(run)} is {actual}, expected {status} (at {self.now.isoformat()})"
+
+    async def assert_steps(self, run: RunHandle | str, *names: str) -> None:
+        actual = [name for name, _ in await self.steps(run)]
+        assert actual == list(names), f"run {_run_id(run)} made calls {actual}, expected {list(names)}"
+
+    def timeline(self) -> list[tuple[str, str, str, str]]:
+        """The events so far as ``(time, kind, run id, name)``: identical for identical scenarios."""
+        return [(ms_to_datetime(e.at).isoformat(), e.kind, e.run_id,  # type: ignore[union-attr]
+                 str(e.detail.get("name", e.workflow or ""))) for e in self.events]
+
+
+def _run_id(run: RunHandle | str) -> str:
+    return run if isinstance(run, str) else run.id
+
+
+def _instant(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return ms_to_datetime(datetime_to_ms(value))  # type: ignore[return-value]
+
+
+@asynccontextmanager
+async def simulated(project: str | Path | None = None, start: datetime | str | None = None,
+                    config: Mapping[str, Any] | None = None, directory: str | Path | None = None) -> Any:
+    """``async with simulated("path/to/project") as env:`` — the harness without pytest."""
+    async with DuroEnv(project, start=start, config=config, directory=directory) as env:
+        yield env
