@@ -106,7 +106,7 @@ class DuroEnv:
 
     async def _start_engine(self) -> None:
         assert self._directory is not None
-        engine = Engine(f"sqlite:///{self._directory / 'duro.db'}", workspace=self._workspace(), clock=self.clock,
+        engine = Engine(f"sqlite:///{self._directory / 'duro.db'}?synchronous=OFF", workspace=self._workspace(), clock=self.clock,
                         poll_interval=None, inline_sync_steps=True,
                         run_id_factory=lambda: f"run-{next(self._ids):05d}")
         for spec in self._project.workflows if self._project is not None else ():

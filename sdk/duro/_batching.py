@@ -22,6 +22,7 @@ class GroupCommit:
         self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
         self._flushing: asyncio.Task[None] | None = None
         self._enabled = hasattr(store, "apply_batch")
+        self._detached: set[asyncio.Task[Any]] = set()
 
     async def write(self, method: str, *args: Any) -> Any:
         if not self._enabled:
@@ -31,6 +32,20 @@ class GroupCommit:
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
         return await future
+
+    def write_nowait(self, method: str, *args: Any) -> None:
+        """Queue a write the caller does not wait for (its result is dropped). Only for writes whose
+        loss in a crash changes nothing a replay would do differently (a sleep's end, say)."""
+        if not self._enabled:
+            task = asyncio.get_running_loop().create_task(self._call(getattr(self._store, method), *args))
+            self._detached.add(task)
+            task.add_done_callback(self._detached.discard)
+            return
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: never a warning
+        self._pending.append((method, args, future))
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
     def abandon(self) -> None:
         """Drop writes not yet committed, as a process that dies here would."""

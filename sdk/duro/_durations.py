@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import lru_cache
 
 from ._errors import DuroError
 
@@ -17,22 +18,27 @@ _HINT = "use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'), an int of mil
 
 def to_ms(value: Duration, what: str = "duration") -> int:
     """Return ``value`` in whole milliseconds; a clear :class:`DuroError` names ``what`` otherwise."""
+    if isinstance(value, str):
+        return _parse(value, what)
     if isinstance(value, bool):
         raise DuroError(f"{what} {value!r} is not a duration: {_HINT}")
     if isinstance(value, timedelta):
         ms = round(value.total_seconds() * 1000)
     elif isinstance(value, int):
         ms = value
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        if not _WHOLE.match(text):
-            raise DuroError(f"{what} {value!r} is not understood: {_HINT}")
-        ms = round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(text)))
     else:
         raise DuroError(f"{what} {value!r} is a {type(value).__name__}, not a duration: {_HINT}")
     if ms < 0:
         raise DuroError(f"{what} {value!r} is negative: durations must be zero or more")
     return ms
+
+
+@lru_cache(maxsize=512)
+def _parse(value: str, what: str) -> int:
+    text = value.strip().lower()
+    if not _WHOLE.match(text):
+        raise DuroError(f"{what} {value!r} is not understood: {_HINT}")
+    return round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(text)))
 
 
 def to_timedelta(value: Duration, what: str = "duration") -> timedelta:

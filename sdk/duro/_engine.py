@@ -109,6 +109,10 @@ class Engine:
         """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""
         return await self._group_commit.write(method, *args)
 
+    def write_nowait(self, method: str, *args: Any) -> None:
+        """A progress write the run does not wait for (see ``GroupCommit.write_nowait``)."""
+        self._group_commit.write_nowait(method, *args)
+
     def checkpoint(self, point: str, run_id: str) -> None:
         for hook in self.checkpoint_hooks:
             hook(point, run_id)

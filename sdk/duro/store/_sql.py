@@ -369,9 +369,43 @@ class SqlStore:
         Each keeps its own fence and result; a fenced write changes nothing (its fence is its first
         statement), so it needs no rollback and cannot disturb the others.
         """
+        if self.dialect != "sqlite" or any(name != "record_step" for name, _ in ops):
+            return self._apply_each(ops)
+        return self._apply_steps_sqlite(ops)
+
+    def _apply_each(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         appliers = {"record_step": self._write_step, "finish_run": self._finish}
         with self._write() as conn:
             return [appliers[name](conn, *args) for name, args in ops]
+
+    def _apply_steps_sqlite(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Step records of many runs: one ownership read for the batch, then one ``executemany``
+        for the runs' status and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change
+        between the read and the writes. A run's last record decides its status and timer."""
+        final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
+        for _, (run_id, owner, _step, status, wake_at, now) in ops:
+            previous = final.get(run_id)
+            if status is None and previous is not None:
+                status, wake_at = previous[1], previous[2]
+            final[run_id] = (owner, status, wake_at, now)
+        ids = list(final)
+        with self._write() as conn:
+            raw = conn.connection.driver_connection
+            owned = set()
+            for chunk in range(0, len(ids), 500):
+                part = ids[chunk:chunk + 500]
+                marks = ", ".join("?" * len(part))
+                owned.update((row[0], row[1]) for row in raw.execute(  # type: ignore[union-attr]
+                    f"SELECT id, owner FROM duro_runs WHERE id IN ({marks}) AND status IN {_ACTIVE_SQL}", part))
+            mine = {run_id for run_id, (owner, *_rest) in final.items() if (run_id, owner) in owned}
+            raw.executemany(  # type: ignore[union-attr]
+                "UPDATE duro_runs SET updated_at = ?, status = coalesce(?, status), "
+                "wake_at = CASE WHEN ? IS NULL THEN wake_at ELSE ? END WHERE id = ?",
+                [(now, status, status, wake_at, run_id) for run_id, (_, status, wake_at, now) in final.items()
+                 if run_id in mine])
+            raw.executemany(self._sql["upsert_step"], [  # type: ignore[union-attr]
+                _step_values(args[0], args[2]) for _, args in ops if args[0] in mine])
+        return [args[0] in mine for _, args in ops]
 
     def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool:
         with self._write() as conn:
