@@ -41,6 +41,17 @@ class _CurrentEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env.engine, name)
 
+    async def result(self, run_id: str, timeout: Any = None) -> Any:
+        """Under simulated time nothing moves while a test waits, so a run that has not finished once
+        every runnable run settled never will: say so instead of hanging."""
+        await self._env.run_until_idle()
+        info = await self._env.engine.get_run(run_id)
+        if not info.status.terminal:
+            raise AssertionError(
+                f"run {run_id} has not finished: it is {info.status.value} at {self._env.now.isoformat()} "
+                f"(simulated); advance time (await env.advance(...)) or send the signal it waits for first")
+        return await self._env.engine.result(run_id, timeout)
+
 
 class DuroEnv:
     """A project under simulated time. See the Harness section of DESIGN.md and docs/testing.md."""
