@@ -32,7 +32,9 @@ from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedEr
 from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._quota import admit
+from ._schedules import Schedules
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._triggers import EmitResult, emit
 from ._worker import Worker
 from .store import DEFAULT_SQLITE_URL, NewRun, QuotaCheck, RunRecord, SqlStore, StepRecord, Store
 
@@ -74,6 +76,7 @@ class Engine:
         self.inline_sync_steps = inline_sync_steps
         self._new_run_id = run_id_factory or (lambda: uuid.uuid4().hex)
         self.events = EventBus()
+        self.schedules = Schedules(self)
         # Called at named points of the engine's work (e.g. "step.executed", before the step's
         # record is written); the harness uses them to crash the box between two steps.
         self.checkpoint_hooks: list[Callable[[str, str], None]] = []
@@ -140,13 +143,14 @@ class Engine:
         self._registry[spec.name] = spec
         return spec
 
-    def register_remote(self, name: str, version: str = "1", *, concurrency: Concurrency | None = None) -> WorkflowSpec:
+    def register_remote(self, name: str, version: str = "1", *, concurrency: Concurrency | None = None,
+                        on_event: str | None = None) -> WorkflowSpec:
         """Register a workflow whose code runs in another process sharing the store: this engine can
         start it (input stored as JSON) and read it, and never executes it."""
         if not isinstance(name, str) or not name:
             raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
         spec = WorkflowSpec(name=name, version=str(version), invoke=None, input=Codec(None), output=Codec(None),
-                            concurrency=concurrency)
+                            concurrency=concurrency, on_event=on_event)
         self._registry[name] = spec
         return spec
 
@@ -238,6 +242,13 @@ class Engine:
         decision = admit(quota.key, quota.limit, len(listed))
         if not decision.admitted:
             raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, len(listed))
+
+    async def emit(self, name: str, payload: Any = None, *, event_id: str | None = None) -> EmitResult:
+        """Start every workflow subscribed to event ``name`` (``@workflow(on_event=name)``) with
+        ``payload`` as its input. A subscriber refused by its quota (or by its input's validation)
+        is skipped; the others start. With ``event_id``, emitting the same event again starts nothing
+        new (each subscriber's run id is derived from it)."""
+        return await emit(self, name, payload, event_id)
 
     # -- reading ---------------------------------------------------------------------------------
 

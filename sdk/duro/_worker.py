@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _current
 from ._context import LostRun, RunContext
 from ._errors import DuroError, EngineCrash, RunCancelled
+from ._schedules import fire_due
 from ._serde import describe_error
 from .store import Claim, RunRecord
 
@@ -58,7 +59,9 @@ class Worker:
         self._signal_waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._done_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._wakeup = asyncio.Event()
+        self._schedules_changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._schedule_task: asyncio.Task[None] | None = None
         self._started = False
         self._last_heartbeat = 0
 
@@ -127,6 +130,9 @@ class Worker:
                 live[0].cancel()
             self.notify_done(run_id)
 
+    def schedules_changed(self) -> None:
+        self._schedules_changed.set()
+
     def wake(self) -> None:
         """Ask the loop to look for claimable runs now (a client start, say)."""
         self._wakeup.set()
@@ -184,16 +190,16 @@ class Worker:
         await self.db(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
         self._last_heartbeat = now
         self._started = True
-        self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name=f"duro-worker-{self.id}")
+        loop = asyncio.get_running_loop()
+        self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
+        self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
 
     async def stop(self) -> None:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
         if not self._started:
             return
         self._started = False
-        tasks = [task for task, _ in self.live.values()]
-        if self._loop_task is not None:
-            tasks.append(self._loop_task)
+        tasks = [task for task, _ in self.live.values()] + self._background()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -210,12 +216,24 @@ class Worker:
         tasks = [task for task, _ in self.live.values()]
         for _, ctx in self.live.values():
             ctx.cancel_reason = "crash"
-        if self._loop_task is not None:
-            tasks.append(self._loop_task)
+        tasks += self._background()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.step_executor.shutdown(wait=False, cancel_futures=True)
+
+    def _background(self) -> list[asyncio.Task[None]]:
+        return [task for task in (self._loop_task, self._schedule_task) if task is not None]
+
+    async def _schedule_loop(self) -> None:
+        """Fire due schedule windows; sleep until the next one, a change, or the periodic pass."""
+        poll_ms = self.engine.poll_interval_ms
+        while True:
+            self._schedules_changed.clear()
+            next_due = await fire_due(self.engine)
+            now = self.clock.now_ms()
+            deadlines = [d for d in (next_due, None if poll_ms is None else now + poll_ms) if d is not None]
+            await self.wait_for(self._schedules_changed.wait(), min(deadlines) if deadlines else None)
 
     async def _loop(self) -> None:
         poll_ms = self.engine.poll_interval_ms

@@ -65,6 +65,22 @@ class NewRun:
     parent_seq: int | None = None
 
 
+@dataclass(slots=True)
+class ScheduleRecord:
+    namespace: str
+    name: str
+    workflow: str
+    cron: str
+    input: str | None
+    concurrency: str | None
+    next_fire_at: int
+    last_fire_at: int | None
+    last_run_id: str | None
+    last_error: str | None
+    created_at: int
+    updated_at: int
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaCheck:
     """Count runs with ``key`` in ``statuses`` (within ``namespace`` when set) against ``limit``."""
@@ -138,6 +154,24 @@ class Store(Protocol):
         """Consume the oldest unconsumed signal ``name`` and complete ``step`` with its payload."""
 
     def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]: ...
+
+    # schedules
+    def put_schedule(self, schedule: ScheduleRecord) -> None:
+        """Create the schedule, or replace its definition (keeping its last outcome)."""
+
+    def list_schedules(self, namespace: str) -> list[ScheduleRecord]: ...
+
+    def delete_schedule(self, namespace: str, name: str) -> bool: ...
+
+    def due_schedules(self, namespace: str, workflows: Sequence[str], now: int) -> list[ScheduleRecord]: ...
+
+    def next_schedule_due(self, namespace: str, workflows: Sequence[str]) -> int | None: ...
+
+    def claim_schedule_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
+        """Move the schedule from window ``due`` to ``next_due``; False if another worker did first."""
+
+    def record_schedule_outcome(self, namespace: str, name: str, fired_at: int, run_id: str | None,
+                                error: str | None) -> None: ...
 
     # workers and leases
     def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None: ...

@@ -24,13 +24,16 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
-from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, StepRecord
-from ._tables import SCHEMA_VERSION, meta, metadata, runs, signals, workers
+from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._tables import SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 
 # Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1 (none yet).
-MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
+    # 1 -> 2 adds duro_schedules, a new table: create_all (run just before) has made it already.
+    1: lambda conn, dialect: None,
+}
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
 _ACTIVE = list(ACTIVE_STATUS_VALUES)
 
@@ -476,6 +479,54 @@ class SqlStore:
             rows = conn.execute(sa.select(signals.c.run_id, signals.c.name).where(
                 signals.c.run_id.in_(ids), signals.c.consumed_seq.is_(None)))
             return {(r.run_id, r.name) for r in rows}
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    def put_schedule(self, schedule: ScheduleRecord) -> None:
+        definition = {"workflow": schedule.workflow, "cron": schedule.cron, "input": schedule.input,
+                      "concurrency": schedule.concurrency, "next_fire_at": schedule.next_fire_at,
+                      "updated_at": schedule.updated_at}
+        with self._write() as conn:
+            where = (schedules.c.namespace == schedule.namespace, schedules.c.name == schedule.name)
+            if conn.execute(schedules.update().where(*where).values(**definition)).rowcount == 0:
+                conn.execute(schedules.insert().values(
+                    namespace=schedule.namespace, name=schedule.name, created_at=schedule.created_at,
+                    last_fire_at=None, last_run_id=None, last_error=None, **definition))
+
+    def list_schedules(self, namespace: str) -> list[ScheduleRecord]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(schedules).where(schedules.c.namespace == namespace)
+                                .order_by(schedules.c.name))
+            return [ScheduleRecord(**row._mapping) for row in rows]
+
+    def delete_schedule(self, namespace: str, name: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(schedules.delete().where(
+                schedules.c.namespace == namespace, schedules.c.name == name)).rowcount == 1
+
+    def due_schedules(self, namespace: str, workflows: Sequence[str], now: int) -> list[ScheduleRecord]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(schedules).where(
+                schedules.c.namespace == namespace, schedules.c.next_fire_at <= now,
+                schedules.c.workflow.in_(list(workflows))).order_by(schedules.c.next_fire_at, schedules.c.name))
+            return [ScheduleRecord(**row._mapping) for row in rows]
+
+    def next_schedule_due(self, namespace: str, workflows: Sequence[str]) -> int | None:
+        with self._read() as conn:
+            return conn.execute(sa.select(sa.func.min(schedules.c.next_fire_at)).where(
+                schedules.c.namespace == namespace, schedules.c.workflow.in_(list(workflows)))).scalar()
+
+    def claim_schedule_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(schedules.update().where(
+                schedules.c.namespace == namespace, schedules.c.name == name, schedules.c.next_fire_at == due)
+                .values(next_fire_at=next_due, updated_at=now)).rowcount == 1
+
+    def record_schedule_outcome(self, namespace: str, name: str, fired_at: int, run_id: str | None,
+                                error: str | None) -> None:
+        with self._write() as conn:
+            conn.execute(schedules.update().where(schedules.c.namespace == namespace, schedules.c.name == name)
+                         .values(last_fire_at=fired_at, last_run_id=run_id, last_error=error))
 
     # -- workers and leases ----------------------------------------------------------------------
 

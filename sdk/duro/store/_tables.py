@@ -11,7 +11,7 @@ from sqlalchemy import BigInteger, Column, Index, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class DuroTable(SQLModel, registry=registry()):
@@ -107,9 +107,30 @@ class Worker(DuroTable, table=True):
     heartbeat_at: int = _ms(nullable=False)
 
 
+class Schedule(DuroTable, table=True):
+    """A persisted cron schedule (schema version 2). ``next_fire_at`` is the next window to fire;
+    ``concurrency`` (JSON ``{"key", "limit", "count_statuses"}``) is the schedule's own quota."""
+
+    __tablename__ = "duro_schedules"
+    __table_args__ = (Index("duro_schedules_due", "namespace", "next_fire_at"),)
+    namespace: str = Field(primary_key=True, max_length=64)
+    name: str = Field(primary_key=True, max_length=100)
+    workflow: str = Field(max_length=200)
+    cron: str = Field(max_length=200)
+    input: str | None = _text(nullable=True)
+    concurrency: str | None = _text(nullable=True)
+    next_fire_at: int = _ms(nullable=False)
+    last_fire_at: int | None = _ms(nullable=True)
+    last_run_id: str | None = Field(default=None, max_length=200, nullable=True)
+    last_error: str | None = _text(nullable=True)
+    created_at: int = _ms(nullable=False)
+    updated_at: int = _ms(nullable=False)
+
+
 metadata = DuroTable.metadata
 runs = Run.__table__  # type: ignore[attr-defined]
 steps = Step.__table__  # type: ignore[attr-defined]
 signals = Signal.__table__  # type: ignore[attr-defined]
 workers = Worker.__table__  # type: ignore[attr-defined]
 meta = Meta.__table__  # type: ignore[attr-defined]
+schedules = Schedule.__table__  # type: ignore[attr-defined]

@@ -1,0 +1,142 @@
+"""Persisted cron schedules: ``engine.schedules.create / list / get / delete`` and their firing.
+
+Cron expressions are read by croniter, in UTC. A schedule fires each window once across every
+worker (claiming a window is one conditional update); the run's id is ``schedule:<name>:<window>``,
+so a retried fire never starts a second run. The schedule's own quota (a ``Concurrency`` with a plain
+key and limit), or else the workflow's, applies: an over-limit window is skipped and the refusal is
+kept as the schedule's ``last_error``. After downtime, a schedule fires once for its oldest missed
+window, then goes on from the next window after now (no backfill of every missed window).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from croniter import croniter
+
+from ._clock import datetime_to_ms, ms_to_datetime
+from ._definitions import Concurrency
+from ._errors import DuroError
+from ._serde import Codec
+from .store import ScheduleRecord
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+_JSON = Codec(None)
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A schedule as stored: its workflow, cron, input, quota, next window and last outcome."""
+
+    name: str
+    workflow: str
+    cron: str
+    input: Any
+    concurrency: dict[str, Any] | None
+    next_fire_at: datetime
+    last_fire_at: datetime | None
+    last_run_id: str | None
+    last_error: str | None
+
+    @classmethod
+    def of(cls, rec: ScheduleRecord) -> ScheduleInfo:
+        return cls(name=rec.name, workflow=rec.workflow, cron=rec.cron, input=_JSON.load(rec.input),
+                   concurrency=None if rec.concurrency is None else json.loads(rec.concurrency),
+                   next_fire_at=ms_to_datetime(rec.next_fire_at),  # type: ignore[arg-type]
+                   last_fire_at=ms_to_datetime(rec.last_fire_at), last_run_id=rec.last_run_id,
+                   last_error=rec.last_error)
+
+
+def next_window(cron: str, after_ms: int) -> int:
+    """The first cron window strictly after ``after_ms`` (UTC)."""
+    return datetime_to_ms(croniter(cron, ms_to_datetime(after_ms)).get_next(datetime))
+
+
+def _stored_quota(name: str, concurrency: Concurrency | None) -> str | None:
+    if concurrency is None:
+        return None
+    if not isinstance(concurrency, Concurrency):
+        raise DuroError(f"schedule {name!r}: concurrency must be a Concurrency(key=..., limit=...), "
+                        f"got {concurrency!r}")
+    if not (concurrency.key is None or isinstance(concurrency.key, str)) or not isinstance(concurrency.limit, int):
+        raise DuroError(f"schedule {name!r}: its quota is stored, so its key must be a string (or None) and "
+                        f"its limit an int, not functions")
+    return json.dumps({"key": concurrency.key, "limit": concurrency.limit,
+                       "count_statuses": list(concurrency.count_statuses)})
+
+
+def _quota_of(rec: ScheduleRecord) -> Concurrency | None:
+    if rec.concurrency is None:
+        return None
+    data = json.loads(rec.concurrency)
+    return Concurrency(key=data["key"], limit=data["limit"], count_statuses=data["count_statuses"])
+
+
+class Schedules:
+    """``engine.schedules``: create, list, get and delete persisted cron schedules."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def create(self, name: str, workflow: Any, cron: str, input: Any = None,
+                     concurrency: Concurrency | None = None) -> ScheduleInfo:
+        """Create schedule ``name`` (or redefine it: a deploy can run this every time) to start
+        ``workflow`` with ``input`` at every window of ``cron`` (UTC)."""
+        engine = self._engine
+        if not isinstance(name, str) or not SCHEDULE_NAME.match(name):
+            raise DuroError(f"schedule name {name!r} is invalid: use 1 to 100 letters, digits, '.', '_', ':' or '-'")
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise DuroError(f"schedule {name!r}: cron {cron!r} is not a valid cron expression; "
+                            f"e.g. '*/15 * * * *' (every 15 minutes, UTC)")
+        spec = engine.spec_for(workflow)
+        _, input_json = spec.prepare_input(input)
+        now = engine.clock.now_ms()
+        record = ScheduleRecord(namespace=engine.namespace, name=name, workflow=spec.name, cron=cron,
+                                input=input_json, concurrency=_stored_quota(name, concurrency),
+                                next_fire_at=next_window(cron, now), last_fire_at=None, last_run_id=None,
+                                last_error=None, created_at=now, updated_at=now)
+        await engine.db(engine.store.put_schedule, record)
+        if engine.worker is not None:
+            engine.worker.schedules_changed()
+        return await self.get(name)
+
+    async def list(self) -> list[ScheduleInfo]:
+        engine = self._engine
+        return [ScheduleInfo.of(rec) for rec in await engine.db(engine.store.list_schedules, engine.namespace)]
+
+    async def get(self, name: str) -> ScheduleInfo:
+        for info in await self.list():
+            if info.name == name:
+                return info
+        raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
+
+    async def delete(self, name: str) -> None:
+        engine = self._engine
+        if not await engine.db(engine.store.delete_schedule, engine.namespace, name):
+            raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
+        if engine.worker is not None:
+            engine.worker.schedules_changed()
+
+
+async def fire_due(engine: Engine) -> int | None:
+    """Fire every due window of this engine's schedules; returns the next window to wait for."""
+    store, namespace, now = engine.store, engine.namespace, engine.clock.now_ms()
+    names = engine.local_workflow_names()
+    for rec in await engine.db(store.due_schedules, namespace, names, now):
+        following = next_window(rec.cron, max(rec.next_fire_at, now))
+        if not await engine.db(store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now):
+            continue  # another worker fired this window
+        run_id, error = f"schedule:{rec.name}:{rec.next_fire_at}", None
+        try:
+            await engine.start(rec.workflow, _JSON.load(rec.input), run_id=run_id, concurrency=_quota_of(rec))
+        except DuroError as err:
+            run_id, error = None, str(err)
+        await engine.db(store.record_schedule_outcome, namespace, rec.name, now, run_id, error)
+    return await engine.db(store.next_schedule_due, namespace, names)

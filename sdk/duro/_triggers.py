@@ -1,0 +1,58 @@
+"""Event triggers: ``@workflow(on_event="order.created")`` and ``await engine.emit(name, payload)``.
+
+Each subscriber starts through the same path as any start, so its quota applies: a subscriber that
+is refused (or whose input does not fit the payload) is skipped and the others start.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._errors import DuroError
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._handle import RunHandle
+
+EVENT_NAME = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class SkippedStart:
+    """A subscriber that did not start, and why (a ``ConcurrencyLimitError``, a bad input...)."""
+
+    workflow: str
+    error: DuroError
+
+
+@dataclass(frozen=True)
+class EmitResult:
+    """What ``engine.emit`` did: the runs it started and the subscribers it skipped."""
+
+    event: str
+    started: list[RunHandle] = field(default_factory=list)
+    skipped: list[SkippedStart] = field(default_factory=list)
+
+
+def check_event_name(name: Any) -> str:
+    if not isinstance(name, str) or not EVENT_NAME.match(name):
+        raise DuroError(f"event name {name!r} is invalid: use 1 to 200 letters, digits, '.', '_', ':', '/' or '-'")
+    return name
+
+
+async def emit(engine: Engine, name: str, payload: Any, event_id: str | None) -> EmitResult:
+    check_event_name(name)
+    if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 120):
+        raise DuroError(f"event_id {event_id!r} is invalid: use a string of 1 to 120 characters")
+    result = EmitResult(event=name)
+    subscribers = sorted((spec for spec in engine.workflows.values() if spec.on_event == name),
+                         key=lambda spec: spec.name)
+    for spec in subscribers:
+        run_id = None if event_id is None else f"event:{event_id}:{spec.name}"
+        try:
+            result.started.append(await engine.start(spec, payload, run_id=run_id))
+        except DuroError as err:
+            result.skipped.append(SkippedStart(spec.name, err))
+    return result
