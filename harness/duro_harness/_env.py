@@ -77,6 +77,7 @@ class DuroEnv:
         self._frozen: Any = None
         self._crash_points: dict[str, int] = {}
         self._crash_pending = False
+        self._down_for: str | int | timedelta = 0
         self._project: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class DuroEnv:
             if not self._crash_pending:
                 return
             self._crash_pending = False
-            await self.restart()
+            await self.restart(self._down_for)
 
     async def advance(self, duration: str | int | timedelta) -> None:
         """Move time forward, firing every due timer in time order with the runs settling between."""
@@ -178,23 +179,28 @@ class DuroEnv:
 
     # -- restarts --------------------------------------------------------------------------------
 
-    async def restart(self) -> None:
+    async def restart(self, down_for: str | int | timedelta = 0) -> None:
         """Simulate a box restart: in-memory tasks, futures and caches are dropped, the dead worker is
-        found dead, and a fresh engine recovers every unfinished run from the store."""
+        found dead, and a fresh engine recovers every unfinished run from the store. ``down_for``:
+        how long the box stays down (time passes with no engine: reservations lapse, say)."""
         old = self.engine
         dead_worker = old.worker.id if old.worker is not None else None
         await old.abandon()
         if dead_worker is not None:
             old.store.remove_worker(dead_worker, self.clock.now_ms())
         self.restarts += 1
+        self.clock.set(self.clock.now_ms() + duration_ms(down_for, "down_for"))
         await self._start_engine()
         await settle()
 
-    def crash_at(self, point: str, occurrence: int = 1) -> None:
+    def crash_at(self, point: str, occurrence: int = 1, down_for: str | int | timedelta = 0) -> None:
         """Make the box die the ``occurrence``-th time the engine reaches ``point`` (then restart
         it at once): e.g. ``"step.executed"`` — a step's function returned but its result is not
-        recorded yet — or ``"run.finishing"`` — the output is computed but not stored."""
+        recorded yet —, ``"run.finishing"`` — the output is computed but not stored — or
+        ``"slot.confirming"`` — a slot was handed to a waiting run, which has not confirmed it yet.
+        ``down_for``: how long the box stays down before it restarts."""
         self._crash_points[point] = occurrence
+        self._down_for = down_for
 
     def _checkpoint(self, point: str, run_id: str) -> None:
         left = self._crash_points.get(point)
@@ -223,6 +229,20 @@ class DuroEnv:
     async def assert_steps(self, run: RunHandle | str, *names: str) -> None:
         actual = [name for name, _ in await self.steps(run)]
         assert actual == list(names), f"run {_run_id(run)} made calls {actual}, expected {list(names)}"
+
+    async def busy(self, limit: str) -> list[str | None]:
+        """The runs holding a slot of ``limit`` (busy or reserved), oldest grant first."""
+        return [s.run_id for s in await self.engine.limits.slots(limit) if s.state != "waiting"]
+
+    async def queue(self, limit: str) -> list[str | None]:
+        """The runs waiting for a slot of ``limit``, in queue order."""
+        return [s.run_id for s in await self.engine.limits.slots(limit) if s.state == "waiting"]
+
+    async def assert_limit(self, limit: str, busy: int, waiting: int) -> None:
+        (info,) = [i for i in await self.engine.limits.list() if i.name == limit]
+        actual = (info.busy + info.reserved, info.waiting)
+        assert actual == (busy, waiting), (f"limit {limit}: {actual[0]} busy and {actual[1]} waiting, expected "
+                                           f"{busy} and {waiting} (at {self.now.isoformat()})")
 
     def timeline(self) -> list[tuple[str, str, str, str]]:
         """The events so far as ``(time, kind, run id, name)``: identical for identical scenarios."""

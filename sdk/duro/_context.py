@@ -74,6 +74,19 @@ class RunContext:
         self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
                                 step_kind=step.kind, name=step.name)
 
+    async def _store_call(self, fn: Any, *args: Any) -> Any:
+        """A store call that writes this run's step: a fenced write means the run is not ours."""
+        try:
+            return await self.engine.db(fn, *args)
+        except Fenced:
+            raise LostRun(self.run_id) from None
+
+    def _recorded(self, step: StepRecord) -> None:
+        """Note a step the store wrote inside another decision (a slot request, a release...)."""
+        self._history[step.seq] = step
+        self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
+                                step_kind=step.kind, name=step.name)
+
     # -- steps -----------------------------------------------------------------------------------
 
     async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

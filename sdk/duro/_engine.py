@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import _current
 from ._batching import GroupCommit
 from ._clock import Clock, SystemClock
-from ._config import Workspace, define_workspace
+from ._config import LimitConfig, Workspace, define_workspace
 from ._decorators import WorkflowFunction, workflow_spec
 from ._definitions import (
     Concurrency,
@@ -31,6 +31,7 @@ from ._durations import Duration, format_ms, to_ms
 from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError
 from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
+from ._limits import Limits
 from ._quota import admit
 from ._schedules import Schedules
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -77,6 +78,7 @@ class Engine:
         self._new_run_id = run_id_factory or (lambda: uuid.uuid4().hex)
         self.events = EventBus()
         self.schedules = Schedules(self)
+        self.limits = Limits(self)
         # Called at named points of the engine's work (e.g. "step.executed", before the step's
         # record is written); the harness uses them to crash the box between two steps.
         self.checkpoint_hooks: list[Callable[[str, str], None]] = []
@@ -172,6 +174,21 @@ class Engine:
             raise DuroError(f"{wf!r} is not a workflow: decorate it with @workflow or pass its name")
         return self._registry.get(spec.name) or self.register(spec)
 
+    def limit_configs(self) -> dict[str, LimitConfig]:
+        return dict(self.workspace.limits)
+
+    def limit_config(self, name: str) -> LimitConfig:
+        """The declared limit ``name``, or a clear error listing the limits that exist."""
+        config = self.workspace.limits.get(name) if isinstance(name, str) else None
+        if config is None:
+            known = ", ".join(sorted(self.workspace.limits)) or "none"
+            raise DuroError(f"unknown limit {name!r} (declared in duro.config.py: {known}); declare it with "
+                            f"define_workspace(limits={{{name!r}: Limit(capacity=..., max_hold=...)}})")
+        return config
+
+    def serial_workflow_names(self) -> list[str]:
+        return [name for name, spec in self._registry.items() if spec.serial]
+
     def local_workflow_names(self) -> list[str]:
         return [name for name, spec in self._registry.items() if not spec.remote]
 
@@ -197,7 +214,8 @@ class Engine:
                 return RunHandle(self, run_id)
         value, input_json = spec.prepare_input(inp)
         quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
-        owner = self.worker.id if self.worker is not None and not spec.remote else None
+        # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
+        owner = self.worker.id if self.worker is not None and not spec.remote and not spec.serial else None
         new = NewRun(
             id=run_id or self._new_run_id(), namespace=self.namespace, workflow=spec.name, version=spec.version,
             input=input_json, owner=owner, created_at=self.clock.now_ms(),
@@ -213,6 +231,8 @@ class Engine:
             self.events.emit("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
         if created and owner is not None and self.worker is not None:
             self.worker.launch(record, fresh=True)
+        elif created and spec.serial and self.worker is not None:
+            self.worker.wake()
         return RunHandle(self, record.id)
 
     async def _quota(self, spec: WorkflowSpec, conc: Concurrency | None, value: Any) -> QuotaCheck | None:
@@ -346,6 +366,13 @@ class Engine:
             self.events.emit("run.cancelled", cancelled_id, self.clock.now_ms())
         if self.worker is not None:
             self.worker.notify_cancelled(cancelled)
+        await self.leave_queues(cancelled)
+
+    async def leave_queues(self, run_ids: list[str]) -> None:
+        """Runs that ended leave the limits' queues they wait in (slots they hold stay held)."""
+        if run_ids and self.workspace.limits:
+            granted = await self.db(self.store.slots_leave, self.limit_configs(), run_ids, self.clock.now_ms())
+            self.limits.notify(granted)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

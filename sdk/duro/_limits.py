@@ -1,27 +1,42 @@
-"""Limits: named slots with a durable FIFO queue.
+"""Limits at run time: ``acquire_slot`` / ``release_slot`` / ``with_limit`` / ``limit_slot`` in workflow
+code, and the operators' ``engine.limits`` (list, slots, release, capacity and max-hold overrides).
 
-This release declares and validates limits (``duro.config.py``); the slot runtime — the queue,
-reservations, ``max_hold`` expiry and operator overrides — is the next piece of work. Until it
-lands, the slot helpers check their arguments and then say so clearly instead of pretending.
+A slot lives in the box (the store), not in the run: another workflow may release it, and ending a
+run does not release a slot it holds. A run waiting for a slot stays ``running``; its step list shows
+the hook step ``Esperando hueco · <limit>``, closed when the slot is confirmed. Labels are data for
+people (Studio, CLI); duro never writes them to logs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _current
-from ._durations import Duration
-from ._errors import DuroError
+from ._clock import ms_to_datetime
+from ._config import LimitConfig, check_capacity, check_max_hold
+from ._durations import Duration, format_ms, to_ms
+from ._errors import ConfigError, DuroError, SlotTimeoutError
+from ._serde import describe_error, restore_error
+from ._slots import SlotRow
+from .store import StepRecord
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+    from ._engine import Engine
 
 T = TypeVar("T")
+HOOK_PREFIX = "Esperando hueco · "
+MAX_LABEL = 200
 
 
 @dataclass(frozen=True)
 class Slot:
-    """A slot of a limit held by a run: ``id``, ``limit`` name and the ``label`` given at acquire."""
+    """A slot of a limit, held by a run: ``id``, ``limit`` name and the ``label`` given at acquire."""
 
     id: str
     limit: str
@@ -30,45 +45,265 @@ class Slot:
 
 @dataclass(frozen=True)
 class SlotRelease:
-    """The outcome of ``release_slot``: ``released`` is False when the slot was already free."""
+    """The outcome of ``release_slot``: ``released`` is False when the slot was already free
+    (released before, taken back by ``max_hold``) or unknown."""
 
     released: bool
 
 
-def _unavailable(helper: str, limit: str) -> DuroError:
-    return DuroError(f"{helper}({limit!r}): the slot runtime of limits is not available in this duro "
-                     f"release yet; declare limits in duro.config.py now, acquire slots once it lands")
+@dataclass(frozen=True)
+class LimitInfo:
+    """A limit for operators: declared and effective capacity and max hold, overrides, live counts."""
+
+    name: str
+    capacity: int
+    effective_capacity: int
+    max_hold: str
+    effective_max_hold: str
+    capacity_override: int | None
+    max_hold_override: str | None
+    busy: int
+    reserved: int
+    waiting: int
 
 
-def _check(helper: str, limit: Any) -> None:
-    run = _current.run_or_raise(helper)
-    if not isinstance(limit, str) or limit not in run.engine.workspace.limits:
-        known = ", ".join(sorted(run.engine.workspace.limits)) or "none"
-        raise DuroError(f"{helper}: unknown limit {limit!r} (declared in duro.config.py: {known})")
+@dataclass(frozen=True)
+class SlotInfo:
+    """A slot of a limit: ``state`` waiting (with its queue ``position``), reserved or busy."""
+
+    id: str
+    limit: str
+    state: str
+    run_id: str | None
+    label: str | None
+    position: int | None
+    enqueued_at: datetime
+    waited: timedelta | None
+    held_since: datetime | None
+    expires_at: datetime | None
+    reserved_until: datetime | None
+    timeout_at: datetime | None
 
 
-async def acquire_slot(limit: str, label: str | None = None, timeout: Duration = "24h") -> Slot:
-    """Take a slot of ``limit``, waiting in its FIFO queue up to ``timeout``."""
-    _check("acquire_slot", limit)
-    raise _unavailable("acquire_slot", limit)
+def _check_label(limit: str, label: Any) -> str | None:
+    if label is None:
+        return None
+    if not isinstance(label, str) or len(label) > MAX_LABEL:
+        raise DuroError(f"limit {limit!r}: label must be a string of at most {MAX_LABEL} characters, "
+                        f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else ""))
+    return label
+
+
+def _slot_of(row: SlotRow) -> Slot:
+    return Slot(id=row.id, limit=row.limit, label=row.label)
+
+
+# -- in workflow code ----------------------------------------------------------------------------
+
+async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Duration | None) -> Slot:
+    engine, worker = ctx.engine, ctx.worker
+    config = engine.limit_config(limit)
+    label = _check_label(limit, label)
+    timeout_ms = None if timeout is None else to_ms(timeout, f"acquire_slot({limit!r}) timeout")
+    name = f"{HOOK_PREFIX}{limit}"
+    seq, rec = ctx._take_seq("hook", name)
+    if rec is not None and rec.status == "completed":
+        return Slot(**json.loads(rec.result or "{}"))
+    if rec is not None and rec.status == "failed":
+        raise restore_error(rec.error)
+    slot_id = f"{ctx.run_id}.{seq}"
+    owner = worker.id
+    if rec is None:
+        now = ctx._now()
+        rec = StepRecord(seq, "hook", name, "waiting", now, wake_at=None if timeout_ms is None else now + timeout_ms,
+                         detail=json.dumps({"slot_id": slot_id, "limit": limit}))
+        row = await ctx._store_call(engine.store.slot_request, config, slot_id, ctx.run_id, label, rec.wake_at,
+                                    now, (ctx.run_id, owner, rec))
+        ctx._recorded(rec)
+        if row.state == "busy":
+            return _slot_of(row)
+    waiter = worker.slot_waiter(slot_id)
+    try:
+        while True:
+            row = await engine.db(engine.store.get_slot, slot_id)
+            if row is None:
+                raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
+            if row.state in ("reserved", "busy"):
+                done = StepRecord(seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail)
+                if row.state == "reserved":
+                    engine.checkpoint("slot.confirming", ctx.run_id)
+                    row, granted = await ctx._store_call(engine.store.slot_confirm, config, slot_id, ctx._now(),
+                                                         (ctx.run_id, owner, done))
+                    engine.limits.notify(granted)
+                if row is not None and row.state == "busy":
+                    if done.status != "completed":  # confirmed before a crash, hook not closed yet
+                        done.status, done.ended_at = "completed", ctx._now()
+                        done.result = json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+                        await ctx._write(done)
+                    ctx._recorded(done)
+                    engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
+                    return _slot_of(row)
+                continue
+            if row.state != "waiting" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
+                error = SlotTimeoutError(limit, timeout)
+                failed = StepRecord(seq, "hook", name, "failed", rec.started_at, ctx._now(), wake_at=rec.wake_at,
+                                    error=describe_error(error), detail=rec.detail)
+                row = await ctx._store_call(engine.store.slot_give_up, config, slot_id, ctx._now(),
+                                            (ctx.run_id, owner, failed))
+                if row is not None and row.state in ("reserved", "busy"):
+                    continue  # the slot arrived in time after all: take it
+                ctx._recorded(failed)
+                raise error
+            await worker.wait_for(waiter.wait(), rec.wake_at)
+            waiter.clear()
+    finally:
+        worker.drop_slot_waiter(slot_id, waiter)
+
+
+async def acquire_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Slot:
+    """Take a slot of ``limit``, waiting in its durable FIFO queue up to ``timeout`` (24 h by
+    default): then :class:`SlotTimeoutError`. The run stays ``running`` while it waits."""
+    return await _acquire(_current.run_or_raise("acquire_slot"), limit, label, timeout)
 
 
 async def release_slot(slot_id: str) -> SlotRelease:
-    """Give a slot back (from any workflow); idempotent."""
-    _current.run_or_raise("release_slot")
-    raise _unavailable("release_slot", slot_id)
+    """Give a slot back, from any workflow (a step of its own, idempotent): ``released=False`` when it
+    was already free or is unknown. Outside a workflow it releases at once on the current engine."""
+    if not isinstance(slot_id, str) or not slot_id:
+        raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}")
+    ctx = _current.current_run.get()
+    if ctx is None or _current.inside_step.get() is not None:
+        engine = _current.resolve_engine()
+        return SlotRelease(await engine.limits.release_quietly(slot_id))
+    seq, rec = ctx._take_seq("release", "release_slot")
+    if rec is not None:
+        return SlotRelease(**json.loads(rec.result or '{"released": false}'))
+    now = ctx._now()
+    step = StepRecord(seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id}))
+    engine = ctx.engine
+    _, released, granted = await ctx._store_call(engine.store.slot_release, engine.limit_configs(), slot_id, now,
+                                                 "release", (ctx.run_id, ctx.worker.id, step))
+    step.result = json.dumps({"released": released})
+    ctx._recorded(step)
+    engine.limits.notify(granted)
+    if released:
+        engine.events.emit("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
+    return SlotRelease(released)
 
 
 async def with_limit(limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None,
-                     timeout: Duration = "24h") -> T:
+                     timeout: Duration | None = "24h") -> T:
     """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
-    _check("with_limit", limit)
-    raise _unavailable("with_limit", limit)
+    ctx = _current.run_or_raise("with_limit")
+    slot = await _acquire(ctx, limit, label, timeout)
+    try:
+        return await fn()
+    finally:
+        await release_slot(slot.id)
 
 
 @asynccontextmanager
-async def limit_slot(limit: str, label: str | None = None, timeout: Duration = "24h") -> AsyncIterator[Slot]:
-    """``async with limit_slot("partner-api") as slot:`` — a slot for the body of the block."""
-    _check("limit_slot", limit)
-    raise _unavailable("limit_slot", limit)
-    yield  # pragma: no cover
+async def limit_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> AsyncIterator[Slot]:
+    """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it."""
+    ctx = _current.run_or_raise("limit_slot")
+    slot = await _acquire(ctx, limit, label, timeout)
+    try:
+        yield slot
+    finally:
+        await release_slot(slot.id)
+
+
+# -- operators -----------------------------------------------------------------------------------
+
+class Limits:
+    """``engine.limits``: what the dev server, Studio and the CLI call."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def notify(self, rows: list[SlotRow]) -> None:
+        """Wake the local runs waiting on these slots (granted, expired...)."""
+        worker = self._engine.worker
+        if worker is not None:
+            for row in rows:
+                worker.notify_slot(row.id)
+
+    async def list(self) -> list[LimitInfo]:
+        engine = self._engine
+        states = await engine.db(engine.store.limit_states)
+        infos = []
+        for name, config in sorted(engine.limit_configs().items()):
+            state = states.get(name)
+            capacity_override = state.capacity_override if state else None
+            hold_override = state.max_hold_override_ms if state else None
+            infos.append(LimitInfo(
+                name=name, capacity=config.capacity, effective_capacity=capacity_override or config.capacity,
+                max_hold=format_ms(config.max_hold_ms), effective_max_hold=format_ms(hold_override or config.max_hold_ms),
+                capacity_override=capacity_override,
+                max_hold_override=None if hold_override is None else format_ms(hold_override),
+                busy=state.busy if state else 0, reserved=state.reserved if state else 0,
+                waiting=state.waiting if state else 0))
+        return infos
+
+    async def slots(self, name: str) -> list[SlotInfo]:
+        """The limit's slots: busy (and reserved) first, then the queue in order."""
+        engine = self._engine
+        engine.limit_config(name)
+        now = engine.clock.now_ms()
+        rows = await engine.db(engine.store.limit_slots, name)
+        infos, position = [], 0
+        for row in rows:
+            if row.state == "waiting":
+                position += 1
+            infos.append(SlotInfo(
+                id=row.id, limit=row.limit, state=row.state, run_id=row.run_id, label=row.label,
+                position=position if row.state == "waiting" else None,
+                enqueued_at=ms_to_datetime(row.enqueued_at),  # type: ignore[arg-type]
+                waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
+                held_since=ms_to_datetime(row.held_since), expires_at=ms_to_datetime(row.expires_at),
+                reserved_until=ms_to_datetime(row.reserved_until), timeout_at=ms_to_datetime(row.timeout_at)))
+        return infos
+
+    async def release_quietly(self, slot_id: str) -> bool:
+        engine = self._engine
+        _, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
+                                               engine.clock.now_ms(), "operator")
+        self.notify(granted)
+        return released
+
+    async def release(self, slot_id: str) -> SlotRelease:
+        """An operator's release: frees a busy or reserved slot. An unknown id is an error."""
+        engine = self._engine
+        row, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
+                                                 engine.clock.now_ms(), "operator")
+        if row is None:
+            raise DuroError(f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)")
+        self.notify(granted)
+        return SlotRelease(released)
+
+    async def set_capacity(self, name: str, capacity: int | None) -> LimitInfo:
+        """Override the limit's capacity (1..100000) until reset with ``None``; survives restarts.
+        Raising it hands slots to waiting runs at once; lowering it takes no slot back."""
+        config = self._engine.limit_config(name)
+        value = None if capacity is None else _as_duro(check_capacity, name, capacity)
+        return await self._override(config, "capacity", value)
+
+    async def set_max_hold(self, name: str, max_hold: Duration | None) -> LimitInfo:
+        """Override the limit's max hold (at most 30 days) until reset with ``None``; applies to
+        slots granted from now on."""
+        config = self._engine.limit_config(name)
+        value = None if max_hold is None else _as_duro(check_max_hold, name, max_hold)
+        return await self._override(config, "max_hold", value)
+
+    async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
+        engine = self._engine
+        granted = await engine.db(engine.store.set_limit_override, config, field, value, engine.clock.now_ms())
+        self.notify(granted)
+        return next(info for info in await self.list() if info.name == config.name)
+
+
+def _as_duro(check: Callable[[str, Any], int], name: str, value: Any) -> int:
+    try:
+        return check(name, value)
+    except ConfigError as err:
+        raise DuroError(str(err)) from None

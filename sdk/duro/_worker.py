@@ -28,6 +28,7 @@ from ._context import LostRun, RunContext
 from ._errors import DuroError, EngineCrash, RunCancelled
 from ._schedules import fire_due
 from ._serde import describe_error
+from ._slots import SWEEP_MS
 from .store import Claim, RunRecord
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class Worker:
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
         self._signal_waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._done_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._slot_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._limits_changed = asyncio.Event()
+        self._limits_task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._schedules_changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -113,6 +117,23 @@ class Worker:
             waiters.discard(event)
             if not waiters:
                 del self._done_waiters[run_id]
+
+    def slot_waiter(self, slot_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._slot_waiters[slot_id].add(event)
+        self._limits_changed.set()  # the limits loop re-reads the next due instant
+        return event
+
+    def drop_slot_waiter(self, slot_id: str, event: asyncio.Event) -> None:
+        waiters = self._slot_waiters.get(slot_id)
+        if waiters is not None:
+            waiters.discard(event)
+            if not waiters:
+                del self._slot_waiters[slot_id]
+
+    def notify_slot(self, slot_id: str) -> None:
+        for event in self._slot_waiters.get(slot_id, ()):
+            event.set()
 
     def notify_signal(self, run_id: str, name: str) -> None:
         for event in self._signal_waiters.get((run_id, name), ()):
@@ -179,9 +200,12 @@ class Worker:
             cause = ctx.fatal if ctx.fatal is not None else err
             if await self.engine.write("finish_run", run.id, self.id, "failed", None, describe_error(cause), now()):
                 self.engine.events.emit("run.failed", run.id, now(), run.workflow, error=type(cause).__name__)
+                await self.engine.leave_queues([run.id])
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)
+            if self._started and run.workflow in self.engine.serial_workflow_names():
+                self.wake()  # the next run of a serial workflow may start
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -193,6 +217,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
         self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
+        if self.engine.workspace.limits:
+            self._limits_task = loop.create_task(self._limits_loop(), name=f"duro-limits-{self.id}")
 
     async def stop(self) -> None:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
@@ -223,7 +249,21 @@ class Worker:
         self.step_executor.shutdown(wait=False, cancel_futures=True)
 
     def _background(self) -> list[asyncio.Task[None]]:
-        return [task for task in (self._loop_task, self._schedule_task) if task is not None]
+        return [task for task in (self._loop_task, self._schedule_task, self._limits_task) if task is not None]
+
+    async def _limits_loop(self) -> None:
+        """Apply slot expiries at their due time (max_hold, reservations, waiters' timeouts), and a
+        safety pass every 15 s while any slot is active, for anything missed (a crash, a lost wakeup)."""
+        while True:
+            self._limits_changed.clear()
+            now = self.clock.now_ms()
+            changed, granted = await self.db(self.store.slots_expire, self.engine.limit_configs(), now)
+            self.engine.limits.notify(changed + granted)
+            next_due = await self.db(self.store.next_slot_due)
+            deadline = None
+            if next_due is not None or self._slot_waiters:
+                deadline = now + SWEEP_MS if next_due is None else min(next_due, now + SWEEP_MS)
+            await self.wait_for(self._limits_changed.wait(), deadline)
 
     async def _schedule_loop(self) -> None:
         """Fire due schedule windows; sleep until the next one, a change, or the periodic pass."""
@@ -256,7 +296,7 @@ class Worker:
         await self._reap_local_dead()
         claimed = await self.db(self.store.claim_runs, Claim(
             worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
-            alive_since=now - lease, now=now))
+            alive_since=now - lease, now=now, serial=self.engine.serial_workflow_names()))
         for run in claimed:
             if run.id in self.live:
                 continue
@@ -279,6 +319,10 @@ class Worker:
         if self._signal_waiters:
             for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters}):
                 self.notify_signal(run_id, name)
+        for slot_id in list(self._slot_waiters):
+            row = await self.db(self.store.get_slot, slot_id)
+            if row is not None and row.state != "waiting":
+                self.notify_slot(slot_id)
         watched = set(self._done_waiters) | set(self.live)
         if watched:
             statuses = await self.db(self.store.run_statuses, watched)

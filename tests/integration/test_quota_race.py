@@ -75,7 +75,7 @@ async def test_the_quota_holds_across_processes(database_url, tmp_path):
             if process.poll() is None:
                 process.kill()
     outputs = [process.communicate() for process in processes]
-    for process, (out, err) in zip(processes, outputs, strict=True):
+    for process, (_out, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err.decode()[-2000:]
     counts = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
     admitted = sum(c["admitted"] for c in counts)

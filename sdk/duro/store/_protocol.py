@@ -14,6 +14,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .._errors import DuroError
+
+
+class Fenced(DuroError):
+    """The run is no longer this worker's to write (cancelled, or taken over after its lease)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} is no longer owned by this worker")
+
 
 @dataclass(slots=True)
 class RunRecord:
@@ -100,6 +110,7 @@ class Claim:
     alive_since: int
     now: int
     limit: int = 100
+    serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
 
 
 class Store(Protocol):

@@ -24,7 +24,8 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
-from ._protocol import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._slots_sql import SLOT_SQL, SlotsStoreMixin
 from ._tables import SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
@@ -33,6 +34,8 @@ DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 1 -> 2 adds duro_schedules, a new table: create_all (run just before) has made it already.
     1: lambda conn, dialect: None,
+    # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
+    2: lambda conn, dialect: None,
 }
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
 _ACTIVE = list(ACTIVE_STATUS_VALUES)
@@ -120,7 +123,7 @@ def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
             "result": step.result, "error": step.error, "detail": step.detail}
 
 
-class SqlStore:
+class SqlStore(SlotsStoreMixin):
     """The store on SQLite or PostgreSQL through SQLAlchemy Core over the SQLModel tables."""
 
     def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10) -> None:
@@ -135,7 +138,7 @@ class SqlStore:
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
         self._schema_ready = False
-        self._sql = {name: _for_dialect(sql, self.dialect) for name, sql in _HOT_SQL.items()}
+        self._sql = {name: _for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
 
     @property
     def safe_url(self) -> str:
@@ -286,7 +289,7 @@ class SqlStore:
                     conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
                     if parent_step[2].status == "waiting" else None, None, new.created_at):
                 conn.rollback()
-                raise _Fenced(parent_step[0])
+                raise Fenced(parent_step[0])
             return RunRecord(**{**values, "tags": list(new.tags)}), True
 
     @contextmanager
@@ -468,7 +471,7 @@ class SqlStore:
             step.status, step.result = "completed", row.payload
             if not self._write_step(conn, run_id, owner, step, "running", None, step.ended_at or 0):
                 conn.rollback()
-                raise _Fenced(run_id)
+                raise Fenced(run_id)
             return step
 
     def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]:
@@ -565,6 +568,18 @@ class SqlStore:
             runs.c.workflow.in_(list(claim.workflows)),
             sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(alive)),
         ).order_by(runs.c.created_at, runs.c.id).limit(claim.limit)
+        if claim.serial:
+            # A pending run of a serial workflow starts only when no other run of it is active and it
+            # is the oldest pending one; the rest wait (status pending) in creation order.
+            other = runs.alias("other")
+            busy = sa.exists().where(other.c.namespace == claim.namespace, other.c.workflow == runs.c.workflow,
+                                     other.c.status.in_(["running", "suspended", "blocked"]))
+            oldest = sa.select(other.c.id).where(
+                other.c.namespace == claim.namespace, other.c.workflow == runs.c.workflow,
+                other.c.status == "pending").order_by(other.c.created_at, other.c.id).limit(1).scalar_subquery()
+            candidates = candidates.where(sa.not_(sa.and_(
+                runs.c.workflow.in_(list(claim.serial)), runs.c.status == "pending",
+                sa.or_(busy, runs.c.id != oldest))))
         if self.dialect == "postgresql":
             candidates = candidates.with_for_update(skip_locked=True)
         statement = runs.update().where(runs.c.id.in_(candidates.scalar_subquery())).values(
@@ -572,15 +587,7 @@ class SqlStore:
             status=sa.case((runs.c.status == "pending", "running"), else_=runs.c.status),
         ).returning(*runs.c)
         with self._write() as conn:
+            for name in sorted(claim.serial):  # two workers never start two runs of one serial workflow
+                self._lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
             return [_row_to_run(r) for r in conn.execute(statement)]
 
-
-class _Fenced(DuroError):
-    """Internal: the run is no longer this worker's to write (cancelled or taken over)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id!r} is no longer owned by this worker")
-
-
-Fenced = _Fenced

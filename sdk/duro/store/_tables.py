@@ -11,7 +11,7 @@ from sqlalchemy import BigInteger, Column, Index, Text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class DuroTable(SQLModel, registry=registry()):
@@ -127,6 +127,49 @@ class Schedule(DuroTable, table=True):
     updated_at: int = _ms(nullable=False)
 
 
+class LimitRow(DuroTable, table=True):
+    """A limit's live counts, queue counter and operator overrides (schema version 3). The config
+    file declares limits; this row exists once a limit is used or overridden."""
+
+    __tablename__ = "duro_limits"
+    name: str = Field(primary_key=True, max_length=64)
+    capacity_override: int | None = Field(default=None, nullable=True)
+    max_hold_override_ms: int | None = _ms(nullable=True)
+    busy: int = Field(default=0)
+    reserved: int = Field(default=0)
+    waiting: int = Field(default=0)
+    next_pos: int = _ms(nullable=False, default=0)
+    updated_at: int = _ms(nullable=False)
+
+
+class SlotRequest(DuroTable, table=True):
+    """One ``acquire_slot``: waiting in the queue, reserved, busy, or ended (schema version 3).
+    ``due_at`` is when it changes on its own (max_hold, reservation or timeout), NULL once ended."""
+
+    __tablename__ = "duro_slots"
+    __table_args__ = (
+        Index("duro_slots_queue", "limit_name", "state", "pos"),
+        Index("duro_slots_due", "due_at"),
+        Index("duro_slots_run", "run_id"),
+    )
+    id: str = Field(primary_key=True, max_length=220)
+    limit_name: str = Field(max_length=64)
+    run_id: str | None = Field(default=None, max_length=200, nullable=True)
+    state: str = Field(max_length=16)
+    pos: int = _ms(nullable=False)
+    label: str | None = Field(default=None, max_length=200, nullable=True)
+    enqueued_at: int = _ms(nullable=False)
+    timeout_at: int | None = _ms(nullable=True)
+    reserved_until: int | None = _ms(nullable=True)
+    granted_at: int | None = _ms(nullable=True)
+    held_since: int | None = _ms(nullable=True)
+    max_hold_ms: int | None = _ms(nullable=True)
+    expires_at: int | None = _ms(nullable=True)
+    ended_at: int | None = _ms(nullable=True)
+    reason: str | None = Field(default=None, max_length=32, nullable=True)
+    due_at: int | None = _ms(nullable=True)
+
+
 metadata = DuroTable.metadata
 runs = Run.__table__  # type: ignore[attr-defined]
 steps = Step.__table__  # type: ignore[attr-defined]
@@ -134,3 +177,5 @@ signals = Signal.__table__  # type: ignore[attr-defined]
 workers = Worker.__table__  # type: ignore[attr-defined]
 meta = Meta.__table__  # type: ignore[attr-defined]
 schedules = Schedule.__table__  # type: ignore[attr-defined]
+limits = LimitRow.__table__  # type: ignore[attr-defined]
+slots = SlotRequest.__table__  # type: ignore[attr-defined]

@@ -1,0 +1,177 @@
+"""Slot decisions, pure: no I/O and no clock. The store applies each decision in one transaction.
+
+A limit has ``capacity`` slots. A slot request (one ``acquire_slot``) is in one state:
+
+- ``waiting``: in the limit's FIFO queue (``pos`` orders it), until ``timeout_at``;
+- ``reserved``: handed to a waiting run, which must confirm before ``reserved_until`` (2 minutes);
+- ``busy``: held, until released or until ``expires_at`` (``max_hold``, read once, at grant);
+- terminal: ``released`` (``reason``: release, operator, max_hold, run_ended), ``timed_out``, ``cancelled``.
+
+Invariant kept by every decision: ``busy + reserved <= capacity`` at the moment of a grant. Capacity
+is read at every hand-out (raising it grants at once); lowering it takes nothing back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+RESERVATION_MS = 2 * 60_000
+SWEEP_MS = 15_000
+ACTIVE_STATES = ("waiting", "reserved", "busy")
+TERMINAL_STATES = ("released", "timed_out", "cancelled")
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    id: str
+    limit: str
+    run_id: str | None
+    state: str
+    pos: int
+    label: str | None = None
+    enqueued_at: int = 0
+    timeout_at: int | None = None
+    reserved_until: int | None = None
+    granted_at: int | None = None
+    held_since: int | None = None
+    max_hold_ms: int | None = None
+    expires_at: int | None = None
+    ended_at: int | None = None
+    reason: str | None = None
+
+    @property
+    def due_at(self) -> int | None:
+        """The next instant something happens to this slot on its own (an expiry or a timeout)."""
+        if self.state == "busy":
+            return self.expires_at
+        if self.state == "reserved":
+            return self.reserved_until
+        if self.state == "waiting":
+            return self.timeout_at
+        return None
+
+
+@dataclass(frozen=True)
+class LimitView:
+    """What a decision needs to know of a limit: effective capacity and max hold, and its counts."""
+
+    name: str
+    capacity: int
+    max_hold_ms: int
+    busy: int
+    reserved: int
+    waiting: int
+    next_pos: int
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - self.busy - self.reserved)
+
+
+@dataclass
+class Decision:
+    """Slot rows to write (new or changed) and the limit's counts afterwards."""
+
+    view: LimitView
+    writes: list[SlotRow] = field(default_factory=list)
+    granted: list[SlotRow] = field(default_factory=list)  # rows that became reserved or busy
+
+    def put(self, before: SlotRow | None, after: SlotRow) -> None:
+        counts = {"busy": self.view.busy, "reserved": self.view.reserved, "waiting": self.view.waiting}
+        if before is not None and before.state in counts:
+            counts[before.state] -= 1
+        if after.state in counts:
+            counts[after.state] += 1
+        next_pos = max(self.view.next_pos, after.pos + 1)
+        self.view = replace(self.view, next_pos=next_pos, **counts)
+        self.writes = [row for row in self.writes if row.id != after.id] + [after]
+        if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
+            self.granted.append(after)
+
+
+def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
+    return replace(row, state="busy", granted_at=row.granted_at or now, held_since=now,
+                   max_hold_ms=row.max_hold_ms or view.max_hold_ms,
+                   expires_at=now + (row.max_hold_ms or view.max_hold_ms), reserved_until=None)
+
+
+def request(view: LimitView, slot_id: str, run_id: str | None, label: str | None, timeout_at: int | None,
+            now: int, queue_is_empty: bool) -> Decision:
+    """A run asks for a slot: busy at once if one is free and nobody waits ahead, else queued last."""
+    decision = Decision(view)
+    row = SlotRow(id=slot_id, limit=view.name, run_id=run_id, state="waiting", pos=view.next_pos, label=label,
+                  enqueued_at=now, timeout_at=timeout_at)
+    if queue_is_empty and view.free > 0:
+        decision.put(None, _hold(replace(row, max_hold_ms=view.max_hold_ms), view, now))
+    else:
+        decision.put(None, row)
+    return decision
+
+
+def hand_out(decision: Decision, heads: list[SlotRow], now: int) -> Decision:
+    """Reserve the queue's head waiters (``heads``, in order) for as many slots as are free."""
+    for row in heads:
+        if decision.view.free <= 0:
+            break
+        if row.state != "waiting":
+            continue
+        decision.put(row, replace(row, state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
+                                  max_hold_ms=decision.view.max_hold_ms))
+    return decision
+
+
+def confirm(view: LimitView, row: SlotRow, now: int) -> Decision:
+    """The run a slot was reserved for takes it: reserved becomes busy, its max hold runs from now.
+    A lapsed reservation is expired instead (requeued last); anything else changes nothing."""
+    decision = Decision(view)
+    if row.state == "reserved" and row.reserved_until is not None and row.reserved_until > now:
+        decision.put(row, _hold(row, view, now))
+    elif row.state == "reserved":  # too late: the reservation lapsed, whatever ran the expiry pass first
+        return expire(view, [row], now)
+    return decision
+
+
+def release(view: LimitView, row: SlotRow, now: int, reason: str = "release") -> Decision:
+    """Give a held (or reserved) slot back; a second release, or of a waiting request, is a no-op."""
+    decision = Decision(view)
+    if row.state in ("busy", "reserved"):
+        decision.put(row, replace(row, state="released", ended_at=now, reason=reason, reserved_until=None))
+    return decision
+
+
+def leave(view: LimitView, row: SlotRow, now: int) -> Decision:
+    """The run of a waiting or just-picked request ended: it leaves the queue (a busy slot stays)."""
+    decision = Decision(view)
+    if row.state in ("waiting", "reserved"):
+        decision.put(row, replace(row, state="cancelled", ended_at=now, reason="run_ended", reserved_until=None))
+    return decision
+
+
+def expire(view: LimitView, due: list[SlotRow], now: int) -> Decision:
+    """Apply what is due by ``now``: a busy slot past ``max_hold`` is released; a reservation not
+    confirmed in time goes to the end of the queue (keeping what is left of its timeout, or timing
+    out if nothing is left); a waiter past its timeout leaves the queue."""
+    decision = Decision(view)
+    for row in sorted(due, key=lambda r: (r.due_at or 0, r.pos)):
+        if row.due_at is None or row.due_at > now:
+            continue
+        if row.state == "busy":
+            decision.put(row, replace(row, state="released", ended_at=now, reason="max_hold"))
+        elif row.state == "reserved":
+            if row.timeout_at is not None and row.timeout_at <= now:
+                decision.put(row, replace(row, state="timed_out", ended_at=now, reserved_until=None))
+            else:
+                decision.put(row, replace(row, state="waiting", pos=decision.view.next_pos, reserved_until=None,
+                                          granted_at=None))
+        elif row.state == "waiting":
+            decision.put(row, replace(row, state="timed_out", ended_at=now))
+    return decision
+
+
+def give_up(view: LimitView, row: SlotRow, now: int) -> Decision:
+    """The waiter's own timeout passed: a waiting request times out. A reserved one is kept: the
+    slot arrived in time and the run confirms it."""
+    decision = Decision(view)
+    if row.state == "waiting":
+        decision.put(row, replace(row, state="timed_out", ended_at=now))
+    return decision

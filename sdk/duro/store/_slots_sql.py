@@ -1,0 +1,276 @@
+"""The store's side of limits: each slot decision (``duro._slots``) applied in one transaction.
+
+Every slot transaction first locks the limit's row (``SELECT ... FOR UPDATE`` on PostgreSQL; on
+SQLite ``BEGIN IMMEDIATE`` already serializes writers), so with many processes the counts read, the
+decision and its writes cannot interleave: busy + reserved never exceeds capacity, and no slot is
+lost or granted twice. Counts live on the limit's row and the queue is read through an index on
+``(limit_name, state, pos)``, so an operation's cost does not grow with the queue's length.
+
+A limit's configuration (capacity and max hold from ``duro.config.py``) is passed in as
+``LimitConfig``; operator overrides on the row win over it until reset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .. import _slots
+from .._config import LimitConfig
+from .._slots import Decision, LimitView, SlotRow
+from ._protocol import Fenced, StepRecord
+
+_SLOT_COLUMNS = ("id", "limit_name", "run_id", "state", "pos", "label", "enqueued_at", "timeout_at",
+                 "reserved_until", "granted_at", "held_since", "max_hold_ms", "expires_at", "ended_at", "reason",
+                 "due_at")
+_ACTIVE_SLOTS = "('waiting', 'reserved', 'busy')"
+
+SLOT_SQL = {
+    "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
+                    "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
+    "limit_select": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos "
+                    "FROM duro_limits WHERE name = :name",
+    "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
+                    "next_pos = :next_pos, updated_at = :now WHERE name = :name",
+    "slot_select": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
+    "slot_upsert": f"INSERT INTO duro_slots ({', '.join(_SLOT_COLUMNS)}) "
+                   f"VALUES ({', '.join(':' + c for c in _SLOT_COLUMNS)}) ON CONFLICT (id) DO UPDATE SET "
+                   + ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[1:]),
+    "queue_heads": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots "
+                   f"WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "due_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
+                 f"ORDER BY due_at LIMIT 1000",
+    "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
+    "run_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
+                 f"AND state IN ('waiting', 'reserved')",
+    "limit_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+                   f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
+                   f"ELSE 2 END, pos LIMIT :n",
+    "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
+    "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
+    "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
+}
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """A limit's row: overrides and live counts (for the admin listing)."""
+
+    name: str
+    capacity_override: int | None
+    max_hold_override_ms: int | None
+    busy: int
+    reserved: int
+    waiting: int
+
+
+def _row(values: Any) -> SlotRow:
+    data = dict(zip(_SLOT_COLUMNS, values, strict=True))
+    data["limit"] = data.pop("limit_name")
+    data.pop("due_at")
+    return SlotRow(**data)
+
+
+def _values(row: SlotRow) -> dict[str, Any]:
+    data = asdict(row)
+    data["limit_name"] = data.pop("limit")
+    data["due_at"] = row.due_at
+    return data
+
+
+class SlotsStoreMixin:
+    """Mixed into ``SqlStore``: it provides ``_write``, ``_read``, ``_single_read``, ``dialect`` and
+    ``_sql`` (this module's statements included, in the dialect's parameter style)."""
+
+    dialect: str
+    _sql: dict[str, str]
+    _write: Callable[..., Any]
+    _single_read: Callable[..., Any]
+    _write_step: Callable[..., bool]
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _sx(self, conn: Connection, name: str, params: Mapping[str, Any]) -> Any:
+        return conn.connection.driver_connection.execute(self._sql[name], params)  # type: ignore[union-attr]
+
+    def _view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
+        """The limit's row, created on first use and locked for the rest of the transaction."""
+        self._sx(conn, "limit_insert", {"name": config.name, "now": now})
+        select = self._sql["limit_select"] + (" FOR UPDATE" if self.dialect == "postgresql" else "")
+        row = conn.connection.driver_connection.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
+        capacity_override, max_hold_override, busy, reserved, waiting, next_pos = row
+        return LimitView(name=config.name, capacity=capacity_override or config.capacity,
+                         max_hold_ms=max_hold_override or config.max_hold_ms, busy=busy, reserved=reserved,
+                         waiting=waiting, next_pos=next_pos)
+
+    def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
+        for row in decision.writes:
+            self._sx(conn, "slot_upsert", _values(row))
+        view = decision.view
+        self._sx(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
+                                        "waiting": view.waiting, "next_pos": view.next_pos, "now": now})
+
+    def _hand_out(self, conn: Connection, decision: Decision, now: int) -> Decision:
+        """Reserve the queue's heads for the free capacity. Rows this decision already changed are
+        read from the decision, not from the table (which does not have them yet)."""
+        view = decision.view
+        if view.free > 0 and view.waiting > 0:
+            changed = {row.id for row in decision.writes}
+            rows = self._sx(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
+            _slots.hand_out(decision, [row for row in map(_row, rows) if row.id not in changed], now)
+        return decision
+
+    def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
+        found = self._sx(conn, "slot_select", {"id": slot_id}).fetchone()
+        return None if found is None else _row(found)
+
+    def _hook(self, conn: Connection, hook: tuple[str, str | None, StepRecord] | None, now: int) -> None:
+        if hook is not None and not self._write_step(conn, hook[0], hook[1], hook[2], None, None, now):
+            conn.rollback()  # the run is no longer this worker's: nothing of this happened
+            raise Fenced(hook[0])
+
+    # -- operations ------------------------------------------------------------------------------
+
+    def slot_request(self, config: LimitConfig, slot_id: str, run_id: str | None, label: str | None,
+                     timeout_at: int | None, now: int,
+                     hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow:
+        """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
+        else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
+        with self._write() as conn:
+            existing = self._slot(conn, slot_id)
+            if existing is not None:
+                return existing
+            view = self._view(conn, config, now)
+            decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
+            self._apply(conn, decision, now)
+            row = decision.writes[-1]
+            if hook is not None:
+                step = hook[2]
+                if row.state == "busy":
+                    step.status, step.ended_at, step.result = "completed", now, _slot_json(row)
+                self._hook(conn, hook, now)
+            return row
+
+    def slot_confirm(self, config: LimitConfig, slot_id: str, now: int,
+                     hook: tuple[str, str | None, StepRecord] | None = None,
+                     ) -> tuple[SlotRow | None, list[SlotRow]]:
+        """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
+        A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
+        with self._write() as conn:
+            row = self._slot(conn, slot_id)
+            if row is None or row.state != "reserved":
+                return row, []
+            decision = _slots.confirm(self._view(conn, config, now), row, now)
+            self._hand_out(conn, decision, now)
+            self._apply(conn, decision, now)
+            confirmed = next(w for w in decision.writes if w.id == slot_id)
+            if hook is not None and confirmed.state == "busy":
+                hook[2].status, hook[2].ended_at, hook[2].result = "completed", now, _slot_json(confirmed)
+                self._hook(conn, hook, now)
+            return confirmed, decision.granted
+
+    def slot_give_up(self, config: LimitConfig, slot_id: str, now: int,
+                     hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow | None:
+        """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
+        with self._write() as conn:
+            row = self._slot(conn, slot_id)
+            if row is None or row.state != "waiting":
+                return row
+            decision = _slots.give_up(self._view(conn, config, now), row, now)
+            self._apply(conn, decision, now)
+            self._hook(conn, hook, now)
+            return decision.writes[-1]
+
+    def slot_release(self, configs: Mapping[str, LimitConfig], slot_id: str, now: int, reason: str = "release",
+                     hook: tuple[str, str | None, StepRecord] | None = None,
+                     ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
+        """Release a held or reserved slot and hand freed capacity to the queue.
+        Returns (the slot or None if unknown, whether this call released it, rows granted)."""
+        with self._write() as conn:
+            row = self._slot(conn, slot_id)
+            if row is None or row.limit not in configs:
+                self._hook(conn, hook, now)
+                return row, False, []
+            decision = _slots.release(self._view(conn, configs[row.limit], now), row, now, reason)
+            released = bool(decision.writes)
+            self._hand_out(conn, decision, now)
+            self._apply(conn, decision, now)
+            self._hook(conn, hook, now)
+            return (decision.writes[0] if released else row), released, decision.granted
+
+    def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
+        """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""
+        granted: list[SlotRow] = []
+        with self._write() as conn:
+            for run_id in run_ids:
+                for found in list(self._sx(conn, "run_slots", {"run_id": run_id})):
+                    row = _row(found)
+                    if row.limit not in configs:
+                        continue
+                    decision = _slots.leave(self._view(conn, configs[row.limit], now), row, now)
+                    self._hand_out(conn, decision, now)
+                    self._apply(conn, decision, now)
+                    granted.extend(decision.granted)
+        return granted
+
+    def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
+        """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand freed
+        capacity out. Returns (rows that changed on their own, rows granted)."""
+        changed: list[SlotRow] = []
+        granted: list[SlotRow] = []
+        with self._write() as conn:
+            due: dict[str, list[SlotRow]] = {}
+            for found in self._sx(conn, "due_slots", {"now": now}):
+                row = _row(found)
+                if row.limit in configs:
+                    due.setdefault(row.limit, []).append(row)
+            for name, rows in sorted(due.items()):
+                decision = _slots.expire(self._view(conn, configs[name], now), rows, now)
+                changed.extend(decision.writes)
+                self._hand_out(conn, decision, now)
+                self._apply(conn, decision, now)
+                granted.extend(decision.granted)
+        return changed, granted
+
+    def slots_hand_out(self, config: LimitConfig, now: int) -> list[SlotRow]:
+        """Hand free capacity to the queue (after a capacity raise, or as the safety pass does)."""
+        with self._write() as conn:
+            decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
+            self._apply(conn, decision, now)
+            return decision.granted
+
+    def next_slot_due(self) -> int | None:
+        with self._single_read() as conn:
+            return self._sx(conn, "next_due", {}).fetchone()[0]
+
+    def get_slot(self, slot_id: str) -> SlotRow | None:
+        with self._single_read() as conn:
+            return self._slot(conn, slot_id)
+
+    # -- admin -----------------------------------------------------------------------------------
+
+    def limit_states(self) -> dict[str, LimitState]:
+        with self._single_read() as conn:
+            return {r[0]: LimitState(*r) for r in self._sx(conn, "limit_rows", {})}
+
+    def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
+        with self._single_read() as conn:
+            return [_row(r) for r in self._sx(conn, "limit_slots", {"name": name, "n": max_rows})]
+
+    def set_limit_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
+        """Set (or with None reset) an override; a capacity raise hands slots out at once."""
+        with self._write() as conn:
+            self._view(conn, config, now)
+            self._sx(conn, "set_capacity" if field == "capacity" else "set_max_hold",
+                     {"name": config.name, "value": value, "now": now})
+            decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
+            self._apply(conn, decision, now)
+            return decision.granted
+
+
+def _slot_json(row: SlotRow) -> str:
+    return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
