@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
 
-import psycopg
-from sqlalchemy.engine import make_url
-
 from duro import Engine
+from tests.support.sampling import connect
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,19 +27,13 @@ class Sampler(threading.Thread):
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
-        self.url = make_url(url)
+        self.url = url
         self.stop = threading.Event()
         self.maximum: dict[str, int] = defaultdict(int)
         self.samples = 0
 
-    def _connect(self):
-        if self.url.get_backend_name() == "sqlite":
-            return sqlite3.connect(self.url.database, isolation_level=None, check_same_thread=False)
-        return psycopg.connect(self.url.set(drivername="postgresql").render_as_string(hide_password=False),
-                               autocommit=True)
-
     def run(self) -> None:
-        conn = self._connect()
+        conn = connect(self.url)
         try:
             while not self.stop.is_set():
                 for key, count in conn.execute(COUNT).fetchall():

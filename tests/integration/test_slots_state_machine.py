@@ -10,7 +10,13 @@ import itertools
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from duro._config import LimitConfig
 from duro._slots import RESERVATION_MS
