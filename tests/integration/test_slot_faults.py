@@ -56,7 +56,7 @@ async def test_killing_a_slot_worker_at_random_points_loses_nothing(database_url
         for _ in range(KILLS):
             progressed = len([h for h in await client.list_runs(status="completed")])
 
-            async def more_done(before=progressed) -> bool:
+            async def more_done(before=progressed, process=process) -> bool:
                 return len(await client.list_runs(status="completed")) > before or process.poll() is not None
 
             await eventually(more_done, timeout=60, what="the worker making progress")
