@@ -120,6 +120,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
         row = await ctx._store_call(engine.store.slot_request, config, slot_id, ctx.run_id, label, rec.wake_at,
                                     now, (ctx.run_id, owner, rec))
         ctx._recorded(rec)
+        worker.limits_changed(row.due_at)
         if row.state == "busy":
             return _slot_of(row)
     waiter = worker.slot_waiter(slot_id)
@@ -183,7 +184,6 @@ async def release_slot(slot_id: str) -> SlotRelease:
     engine = ctx.engine
     _, released, granted = await ctx._store_call(engine.store.slot_release, engine.limit_configs(), slot_id, now,
                                                  "release", (ctx.run_id, ctx.worker.id, step))
-    step.result = json.dumps({"released": released})
     ctx._recorded(step)
     engine.limits.notify(granted)
     if released:
@@ -227,6 +227,7 @@ class Limits:
         if worker is not None:
             for row in rows:
                 worker.notify_slot(row.id)
+                worker.limits_changed(row.due_at)
 
     async def list(self) -> list[LimitInfo]:
         engine = self._engine

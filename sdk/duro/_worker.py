@@ -61,6 +61,7 @@ class Worker:
         self._done_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._slot_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
         self._limits_changed = asyncio.Event()
+        self._limits_deadline: int | None = None
         self._limits_task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._schedules_changed = asyncio.Event()
@@ -121,7 +122,7 @@ class Worker:
     def slot_waiter(self, slot_id: str) -> asyncio.Event:
         event = asyncio.Event()
         self._slot_waiters[slot_id].add(event)
-        self._limits_changed.set()  # the limits loop re-reads the next due instant
+        self.limits_changed()  # the safety pass runs while anyone waits
         return event
 
     def drop_slot_waiter(self, slot_id: str, event: asyncio.Event) -> None:
@@ -130,6 +131,13 @@ class Worker:
             waiters.discard(event)
             if not waiters:
                 del self._slot_waiters[slot_id]
+
+    def limits_changed(self, due: int | None = None) -> None:
+        """A slot became active or changed: wake the limits loop if it sleeps with nothing to do, or
+        past ``due`` (the slot's next expiry)."""
+        deadline = self._limits_deadline
+        if deadline is None or (due is not None and due < deadline):
+            self._limits_changed.set()
 
     def notify_slot(self, slot_id: str) -> None:
         for event in self._slot_waiters.get(slot_id, ()):
@@ -258,11 +266,13 @@ class Worker:
             self._limits_changed.clear()
             now = self.clock.now_ms()
             changed, granted = await self.db(self.store.slots_expire, self.engine.limit_configs(), now)
-            self.engine.limits.notify(changed + granted)
+            for row in changed + granted:
+                self.notify_slot(row.id)
             next_due = await self.db(self.store.next_slot_due)
             deadline = None
             if next_due is not None or self._slot_waiters:
                 deadline = now + SWEEP_MS if next_due is None else min(next_due, now + SWEEP_MS)
+            self._limits_deadline = deadline
             await self.wait_for(self._limits_changed.wait(), deadline)
 
     async def _schedule_loop(self) -> None:
@@ -319,10 +329,11 @@ class Worker:
         if self._signal_waiters:
             for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters}):
                 self.notify_signal(run_id, name)
-        for slot_id in list(self._slot_waiters):
-            row = await self.db(self.store.get_slot, slot_id)
-            if row is not None and row.state != "waiting":
-                self.notify_slot(slot_id)
+        if self._slot_waiters:
+            states = await self.db(self.store.slot_states, list(self._slot_waiters))
+            for slot_id, state in states.items():
+                if state != "waiting":
+                    self.notify_slot(slot_id)
         watched = set(self._done_waiters) | set(self.live)
         if watched:
             statuses = await self.db(self.store.run_statuses, watched)

@@ -319,3 +319,19 @@ async def test_serial_workflows_run_one_at_a_time_in_order(duro_env):
     assert [await duro_env.status(r) for r in runs] == ["completed", "suspended", "pending"]
     await duro_env.advance("20m")
     assert [await r.result() for r in runs] == [0, 1, 2]
+
+
+async def test_a_release_outcome_is_the_same_after_a_restart(duro_env):
+    @workflow
+    async def releases(n: int) -> list:
+        slot = await acquire_slot("partner-api")
+        first = (await release_slot(slot.id)).released
+        second = (await release_slot(slot.id)).released
+        await wait_for_signal("go")
+        return [first, second]
+
+    run = await duro_env.start(releases, 1)
+    await duro_env.run_until_idle()
+    await duro_env.restart()
+    await run.signal("go")
+    assert await run.result() == [True, False]

@@ -170,5 +170,5 @@ def _fresh_store(url: str) -> SqlStore:
 def test_slot_decisions_through_the_real_store_match_the_reference_model(database_url):
     machine = make_machine(database_url, _fresh_store)
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=40 if database_url.startswith("sqlite") else 25, stateful_step_count=30, deadline=None,
+        max_examples=120 if database_url.startswith("sqlite") else 40, stateful_step_count=30, deadline=None,
         suppress_health_check=[HealthCheck.too_slow], database=None))

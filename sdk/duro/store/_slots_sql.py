@@ -13,6 +13,7 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -119,9 +120,12 @@ class SlotsStoreMixin:
         read from the decision, not from the table (which does not have them yet)."""
         view = decision.view
         if view.free > 0 and view.waiting > 0:
-            changed = {row.id for row in decision.writes}
-            rows = self._sx(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
-            _slots.hand_out(decision, [row for row in map(_row, rows) if row.id not in changed], now)
+            changed = {row.id: row for row in decision.writes}
+            stored = self._sx(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
+            rows = {row.id: changed.get(row.id, row) for row in map(_row, stored)}
+            rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
+            heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
+            _slots.hand_out(decision, heads, now)
         return decision
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
@@ -193,12 +197,16 @@ class SlotsStoreMixin:
         with self._write() as conn:
             row = self._slot(conn, slot_id)
             if row is None or row.limit not in configs:
+                if hook is not None:
+                    hook[2].result = json.dumps({"released": False})
                 self._hook(conn, hook, now)
                 return row, False, []
             decision = _slots.release(self._view(conn, configs[row.limit], now), row, now, reason)
             released = bool(decision.writes)
             self._hand_out(conn, decision, now)
             self._apply(conn, decision, now)
+            if hook is not None:
+                hook[2].result = json.dumps({"released": released})
             self._hook(conn, hook, now)
             return (decision.writes[0] if released else row), released, decision.granted
 
@@ -246,6 +254,20 @@ class SlotsStoreMixin:
     def next_slot_due(self) -> int | None:
         with self._single_read() as conn:
             return self._sx(conn, "next_due", {}).fetchone()[0]
+
+    def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
+        """The state of each known slot, in one query (a worker polling its waiters)."""
+        ids = list(slot_ids)
+        if not ids:
+            return {}
+        marks = ", ".join(f":id{i}" for i in range(len(ids)))
+        sql = f"SELECT id, state FROM duro_slots WHERE id IN ({marks})"
+        if self.dialect != "sqlite":
+            sql = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
+        with self._single_read() as conn:
+            rows = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+                sql, {f"id{i}": slot_id for i, slot_id in enumerate(ids)})
+            return {slot_id: state for slot_id, state in rows}
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
         with self._single_read() as conn:
