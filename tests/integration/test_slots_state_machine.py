@@ -36,6 +36,12 @@ class Model:
         self.timeouts: dict[str, int] = {}
         self.ended: set[str] = set()
         self.grant_order: list[str] = []
+        self.pos: dict[str, int] = {}  # queue position: given at request and again at a requeue
+        self.next_pos = 0
+
+    def place(self, slot_id: str) -> None:
+        self.pos[slot_id] = self.next_pos
+        self.next_pos += 1
 
     def free(self) -> int:
         return self.capacity - len(self.busy) - len(self.reserved)
@@ -49,6 +55,7 @@ class Model:
 
     def request(self, slot_id: str, now: int, timeout_at: int) -> None:
         self.timeouts[slot_id] = timeout_at
+        self.place(slot_id)
         if not self.queue and self.free() > 0:
             self.busy[slot_id] = now + MAX_HOLD
             self.grant_order.append(slot_id)
@@ -73,10 +80,11 @@ class Model:
             self.expire(now)
 
     def expire(self, now: int) -> None:
-        due = sorted([(t, "busy", s) for s, t in self.busy.items() if t <= now]
-                     + [(t, "reserved", s) for s, t in self.reserved.items() if t <= now]
-                     + [(self.timeouts[s], "waiting", s) for s in self.queue if self.timeouts[s] <= now])
-        for _, state, slot_id in due:
+        # due at the same instant: in queue order (position), as the store does
+        due = sorted([(t, self.pos[s], "busy", s) for s, t in self.busy.items() if t <= now]
+                     + [(t, self.pos[s], "reserved", s) for s, t in self.reserved.items() if t <= now]
+                     + [(self.timeouts[s], self.pos[s], "waiting", s) for s in self.queue if self.timeouts[s] <= now])
+        for _, _, state, slot_id in due:
             if state == "busy":
                 del self.busy[slot_id]
                 self.ended.add(slot_id)
@@ -86,6 +94,7 @@ class Model:
                     self.ended.add(slot_id)
                 else:
                     self.queue.append(slot_id)
+                    self.place(slot_id)
             else:
                 self.queue.remove(slot_id)
                 self.ended.add(slot_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -77,10 +77,11 @@ def _row(values: Any) -> SlotRow:
 
 
 def _values(row: SlotRow) -> dict[str, Any]:
-    data = asdict(row)
-    data["limit_name"] = data.pop("limit")
-    data["due_at"] = row.due_at
-    return data
+    return {"id": row.id, "limit_name": row.limit, "run_id": row.run_id, "state": row.state, "pos": row.pos,
+            "label": row.label, "enqueued_at": row.enqueued_at, "timeout_at": row.timeout_at,
+            "reserved_until": row.reserved_until, "granted_at": row.granted_at, "held_since": row.held_since,
+            "max_hold_ms": row.max_hold_ms, "expires_at": row.expires_at, "ended_at": row.ended_at,
+            "reason": row.reason, "due_at": row.due_at}
 
 
 class SlotsStoreMixin:
@@ -100,9 +101,12 @@ class SlotsStoreMixin:
 
     def _view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
         """The limit's row, created on first use and locked for the rest of the transaction."""
-        self._sx(conn, "limit_insert", {"name": config.name, "now": now})
         select = self._sql["limit_select"] + (" FOR UPDATE" if self.dialect == "postgresql" else "")
-        row = conn.connection.driver_connection.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
+        raw = conn.connection.driver_connection
+        row = raw.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
+        if row is None:
+            self._sx(conn, "limit_insert", {"name": config.name, "now": now})
+            row = raw.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
         capacity_override, max_hold_override, busy, reserved, waiting, next_pos = row
         return LimitView(name=config.name, capacity=capacity_override or config.capacity,
                          max_hold_ms=max_hold_override or config.max_hold_ms, busy=busy, reserved=reserved,
