@@ -14,7 +14,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import _current
+from . import _current, _limits
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
@@ -70,9 +70,7 @@ class RunContext:
                                      self._now())
         if not ok:
             raise LostRun(self.run_id)
-        self._history[step.seq] = step
-        self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
-                                step_kind=step.kind, name=step.name)
+        self._recorded(step)
 
     async def _store_call(self, fn: Any, *args: Any) -> Any:
         """A store call that writes this run's step: a fenced write means the run is not ours."""
@@ -161,9 +159,7 @@ class RunContext:
         # replay finds the sleep due and goes on at once, exactly as it would have.
         done = StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, self._now(), wake_at=rec.wake_at)
         self.engine.write_nowait("record_step", self.run_id, self.worker.id, done, "running", None, self._now())
-        self._history[seq] = done
-        self.engine.events.emit("step.completed", self.run_id, self._now(), self.workflow, seq=seq,
-                                step_kind="sleep", name="sleep")
+        self._recorded(done)
 
     async def now(self) -> datetime:
         """The current time, recorded: a replay sees the same instant."""
@@ -288,6 +284,21 @@ class RunContext:
                                          error=describe_error(err), detail=rec.detail))
             raise err from refused
         self._history[rec.seq] = rec
+
+
+    # -- limits (the class form's ctx offers every durable helper) -------------------------------
+
+    async def acquire_slot(self, limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Any:
+        return await _limits._acquire(self, limit, label, timeout)
+
+    async def release_slot(self, slot_id: str) -> Any:
+        return await _limits.release_slot(slot_id)
+
+    async def with_limit(self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h") -> Any:
+        return await _limits.with_limit(limit, fn, label=label, timeout=timeout)
+
+    def limit_slot(self, limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Any:
+        return _limits.limit_slot(limit, label=label, timeout=timeout)
 
 
 async def sleep(duration: Duration) -> None:

@@ -335,3 +335,24 @@ async def test_a_release_outcome_is_the_same_after_a_restart(duro_env):
     await duro_env.restart()
     await run.signal("go")
     assert await run.result() == [True, False]
+
+
+async def test_the_class_form_gets_the_slot_helpers_on_ctx(duro_env):
+    from duro import Workflow
+
+    @workflow
+    class Dialer(Workflow):
+        name = "dialer"
+
+        async def run(self, ctx, n: int) -> list:
+            slot = await ctx.acquire_slot("voice-calls", label=f"call-{n}")
+            released = await ctx.release_slot(slot.id)
+            async with ctx.limit_slot("partner-api") as held:
+                assert held.limit == "partner-api"
+
+            async def body() -> str:
+                return "inside"
+            inside = await ctx.with_limit("partner-api", body)
+            return [released.released, inside]
+
+    assert await (await duro_env.start(Dialer, 1)).result() == [True, "inside"]

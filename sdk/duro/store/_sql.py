@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -239,11 +240,24 @@ class SqlStore(SlotsStoreMixin):
     # -- runs ------------------------------------------------------------------------------------
 
     def _count_active(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> int:
-        query = sa.select(sa.func.count()).select_from(runs).where(
-            runs.c.concurrency_key == key, runs.c.status.in_(list(statuses)))
-        if namespace is not None:
-            query = query.where(runs.c.namespace == namespace)
-        return int(conn.execute(query).scalar_one())
+        """One indexed count on (concurrency_key, status): its cost follows the key's active runs."""
+        sql = self._count_sql(tuple(statuses), namespace is not None)
+        params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
+        return int(self._raw_execute(conn, sql, params).fetchone()[0])
+
+    @lru_cache(maxsize=64)  # noqa: B019 - a handful of status sets per store, for its lifetime
+    def _count_sql(self, statuses: tuple[str, ...], scoped: bool) -> str:
+        known = [s for s in statuses if s in ("pending", "running", "suspended", "blocked", "completed", "failed",
+                                              "cancelled")]
+        listed = ", ".join(f"'{s}'" for s in known) or "NULL"
+        sql = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = :key AND status IN ({listed})"
+        if scoped:
+            sql += " AND namespace = :namespace"
+        return _for_dialect(sql, self.dialect)
+
+    @staticmethod
+    def _raw_execute(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+        return conn.connection.driver_connection.execute(sql, params)  # type: ignore[union-attr]
 
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         with self._read() as conn:
