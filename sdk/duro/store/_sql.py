@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -139,6 +140,8 @@ class SqlStore(SlotsStoreMixin):
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
         self._schema_ready = False
+        self._writer: Connection | None = None
+        self._writer_lock = threading.RLock()
         self._sql = {name: _for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
 
     @property
@@ -172,12 +175,22 @@ class SqlStore(SlotsStoreMixin):
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """A transaction that decides: on SQLite it holds the write lock from its first statement."""
+        """A transaction that decides: on SQLite it holds the write lock from its first statement.
+
+        SQLite has one writer at a time anyway, so this process keeps one connection for its writes
+        (no pool checkout per transaction); PostgreSQL writes take pooled connections."""
         self.create_schema()
-        with self._engine.connect() as conn:
-            conn.execution_options(duro_write=True)
-            with conn.begin():
-                yield conn
+        if self.dialect != "sqlite":
+            with self._engine.connect() as conn:
+                with conn.begin():
+                    yield conn
+            return
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = self._engine.connect()
+                self._writer.execution_options(duro_write=True)
+            with self._writer.begin():
+                yield self._writer
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
@@ -235,6 +248,10 @@ class SqlStore(SlotsStoreMixin):
             return int(conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one())
 
     def close(self) -> None:
+        with self._writer_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
         self._engine.dispose()
 
     # -- runs ------------------------------------------------------------------------------------
