@@ -13,7 +13,8 @@ is read at every hand-out (raising it grants at once); lowering it takes nothing
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 RESERVATION_MS = 2 * 60_000
 SWEEP_MS = 15_000
@@ -21,8 +22,9 @@ ACTIVE_STATES = ("waiting", "reserved", "busy")
 TERMINAL_STATES = ("released", "timed_out", "cancelled")
 
 
-@dataclass(frozen=True)
-class SlotRow:
+class SlotRow(NamedTuple):
+    """One slot request as stored (a named tuple: decisions copy rows with ``_replace``, cheaply)."""
+
     id: str
     limit: str
     run_id: str | None
@@ -51,8 +53,7 @@ class SlotRow:
         return None
 
 
-@dataclass(frozen=True)
-class LimitView:
+class LimitView(NamedTuple):
     """What a decision needs to know of a limit: effective capacity and max hold, and its counts."""
 
     name: str
@@ -83,14 +84,14 @@ class Decision:
         if after.state in counts:
             counts[after.state] += 1
         next_pos = max(self.view.next_pos, after.pos + 1)
-        self.view = replace(self.view, next_pos=next_pos, **counts)
+        self.view = self.view._replace(next_pos=next_pos, **counts)
         self.writes = [row for row in self.writes if row.id != after.id] + [after]
         if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
             self.granted.append(after)
 
 
 def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
-    return replace(row, state="busy", granted_at=row.granted_at or now, held_since=now,
+    return row._replace(state="busy", granted_at=row.granted_at or now, held_since=now,
                    max_hold_ms=row.max_hold_ms or view.max_hold_ms,
                    expires_at=now + (row.max_hold_ms or view.max_hold_ms), reserved_until=None)
 
@@ -102,7 +103,7 @@ def request(view: LimitView, slot_id: str, run_id: str | None, label: str | None
     row = SlotRow(id=slot_id, limit=view.name, run_id=run_id, state="waiting", pos=view.next_pos, label=label,
                   enqueued_at=now, timeout_at=timeout_at)
     if queue_is_empty and view.free > 0:
-        decision.put(None, _hold(replace(row, max_hold_ms=view.max_hold_ms), view, now))
+        decision.put(None, _hold(row._replace(max_hold_ms=view.max_hold_ms), view, now))
     else:
         decision.put(None, row)
     return decision
@@ -115,7 +116,7 @@ def hand_out(decision: Decision, heads: list[SlotRow], now: int) -> Decision:
             break
         if row.state != "waiting":
             continue
-        decision.put(row, replace(row, state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
+        decision.put(row, row._replace(state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
                                   max_hold_ms=decision.view.max_hold_ms))
     return decision
 
@@ -135,7 +136,7 @@ def release(view: LimitView, row: SlotRow, now: int, reason: str = "release") ->
     """Give a held (or reserved) slot back; a second release, or of a waiting request, is a no-op."""
     decision = Decision(view)
     if row.state in ("busy", "reserved"):
-        decision.put(row, replace(row, state="released", ended_at=now, reason=reason, reserved_until=None))
+        decision.put(row, row._replace(state="released", ended_at=now, reason=reason, reserved_until=None))
     return decision
 
 
@@ -143,7 +144,7 @@ def leave(view: LimitView, row: SlotRow, now: int) -> Decision:
     """The run of a waiting or just-picked request ended: it leaves the queue (a busy slot stays)."""
     decision = Decision(view)
     if row.state in ("waiting", "reserved"):
-        decision.put(row, replace(row, state="cancelled", ended_at=now, reason="run_ended", reserved_until=None))
+        decision.put(row, row._replace(state="cancelled", ended_at=now, reason="run_ended", reserved_until=None))
     return decision
 
 
@@ -156,15 +157,15 @@ def expire(view: LimitView, due: list[SlotRow], now: int) -> Decision:
         if row.due_at is None or row.due_at > now:
             continue
         if row.state == "busy":
-            decision.put(row, replace(row, state="released", ended_at=now, reason="max_hold"))
+            decision.put(row, row._replace(state="released", ended_at=now, reason="max_hold"))
         elif row.state == "reserved":
             if row.timeout_at is not None and row.timeout_at <= now:
-                decision.put(row, replace(row, state="timed_out", ended_at=now, reserved_until=None))
+                decision.put(row, row._replace(state="timed_out", ended_at=now, reserved_until=None))
             else:
-                decision.put(row, replace(row, state="waiting", pos=decision.view.next_pos, reserved_until=None,
+                decision.put(row, row._replace(state="waiting", pos=decision.view.next_pos, reserved_until=None,
                                           granted_at=None))
         elif row.state == "waiting":
-            decision.put(row, replace(row, state="timed_out", ended_at=now))
+            decision.put(row, row._replace(state="timed_out", ended_at=now))
     return decision
 
 
@@ -173,5 +174,5 @@ def give_up(view: LimitView, row: SlotRow, now: int) -> Decision:
     slot arrived in time and the run confirms it."""
     decision = Decision(view)
     if row.state == "waiting":
-        decision.put(row, replace(row, state="timed_out", ended_at=now))
+        decision.put(row, row._replace(state="timed_out", ended_at=now))
     return decision

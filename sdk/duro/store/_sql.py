@@ -166,8 +166,8 @@ class SqlStore(SlotsStoreMixin):
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write")
-                                 else "BEGIN")
+            statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write") else "BEGIN"
+            conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
 
         return engine
 
