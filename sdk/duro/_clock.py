@@ -29,6 +29,11 @@ class SystemClock:
             await asyncio.sleep(left / 1000)
 
 
+def pause(seconds: float) -> None:
+    """Block this thread briefly (a retry's back-off in synchronous store code; never in a test)."""
+    time.sleep(seconds)
+
+
 def ms_to_datetime(ms: int | None) -> datetime | None:
     if ms is None:
         return None

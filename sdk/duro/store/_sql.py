@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
+from .._clock import pause
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
@@ -98,6 +100,21 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
     return parsed, options
 
 
+def _enable_wal(cur: Any) -> None:
+    """Switch the file to WAL (persistent, so once per file). Several processes opening a new file at
+    once race for it and SQLite answers "locked" without waiting: retry for up to 30 s."""
+    for attempt in range(600):
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or attempt == 599:
+                raise
+            pause(0.05)
+
+
 def _tuple_to_run(row: Any) -> RunRecord:
     values = dict(zip(_RUN_COLUMNS, row, strict=True))
     values["tags"] = json.loads(values["tags"] or "[]")
@@ -159,9 +176,9 @@ class SqlStore(SlotsStoreMixin):
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute("PRAGMA busy_timeout=30000")
+            _enable_wal(cur)
+            cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.close()
 
         @sa.event.listens_for(engine, "begin")
