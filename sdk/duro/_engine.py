@@ -75,7 +75,7 @@ class Engine:
         self._worker_id = worker_id
         # Tests (the harness) run sync steps on the loop and number runs, for repeatable event orders.
         self.inline_sync_steps = inline_sync_steps
-        self._new_run_id = run_id_factory or (lambda: uuid.uuid4().hex)
+        self._new_run_id = run_id_factory or self._time_ordered_id
         self.events = EventBus()
         self.schedules = Schedules(self)
         self.limits = Limits(self)
@@ -88,6 +88,11 @@ class Engine:
         self._group_commit = GroupCommit(self.store, self.db)
         self.worker: Worker | None = None
         self._context_token: Any = None
+
+    def _time_ordered_id(self) -> str:
+        """32 hex characters, the first 12 the start's millisecond (as in UUIDv7): new runs land at the
+        right edge of every id index (fewer pages written per start), and ids sort by creation."""
+        return f"{self.clock.now_ms():012x}{uuid.uuid4().hex[:20]}"
 
     @classmethod
     def from_project(cls, root: str | Path = ".", **kwargs: Any) -> Engine:
