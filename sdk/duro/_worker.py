@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import _current
 from ._context import LostRun, RunContext
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
 
 T = TypeVar("T")
+K = TypeVar("K")
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -48,6 +49,35 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+class Waiters(Generic[K]):
+    """Events that in-memory waits block on, by key; a notification sets every event of its key."""
+
+    def __init__(self) -> None:
+        self._events: dict[K, set[asyncio.Event]] = defaultdict(set)
+
+    def add(self, key: K) -> asyncio.Event:
+        event = asyncio.Event()
+        self._events[key].add(event)
+        return event
+
+    def drop(self, key: K, event: asyncio.Event) -> None:
+        events = self._events.get(key)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._events[key]
+
+    def notify(self, key: K) -> None:
+        for event in self._events.get(key, ()):
+            event.set()
+
+    def keys(self) -> list[K]:
+        return list(self._events)
+
+    def __bool__(self) -> bool:
+        return bool(self._events)
+
+
 class Worker:
     def __init__(self, engine: Engine, worker_id: str | None = None) -> None:
         self.engine = engine
@@ -57,9 +87,9 @@ class Worker:
         self.id = worker_id or f"{self.host[:32]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.live: dict[str, tuple[asyncio.Task[None], RunContext]] = {}
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
-        self._signal_waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
-        self._done_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
-        self._slot_waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._signal_waiters: Waiters[tuple[str, str]] = Waiters()  # runs parked on a signal
+        self._done_waiters: Waiters[str] = Waiters()                 # waiting for a run to end
+        self._slot_waiters: Waiters[str] = Waiters()                 # runs in a limit's queue
         self._limits_changed = asyncio.Event()
         self._limits_deadline: int | None = None
         self._limits_task: asyncio.Task[None] | None = None
@@ -96,41 +126,33 @@ class Worker:
     # -- waiters ---------------------------------------------------------------------------------
 
     def signal_waiter(self, run_id: str, name: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._signal_waiters[(run_id, name)].add(event)
-        return event
+        return self._signal_waiters.add((run_id, name))
 
     def drop_signal_waiter(self, run_id: str, name: str, event: asyncio.Event) -> None:
-        waiters = self._signal_waiters.get((run_id, name))
-        if waiters is not None:
-            waiters.discard(event)
-            if not waiters:
-                del self._signal_waiters[(run_id, name)]
+        self._signal_waiters.drop((run_id, name), event)
+
+    def notify_signal(self, run_id: str, name: str) -> None:
+        self._signal_waiters.notify((run_id, name))
 
     def done_waiter(self, run_id: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._done_waiters[run_id].add(event)
-        return event
+        return self._done_waiters.add(run_id)
 
     def drop_done_waiter(self, run_id: str, event: asyncio.Event) -> None:
-        waiters = self._done_waiters.get(run_id)
-        if waiters is not None:
-            waiters.discard(event)
-            if not waiters:
-                del self._done_waiters[run_id]
+        self._done_waiters.drop(run_id, event)
+
+    def notify_done(self, run_id: str) -> None:
+        self._done_waiters.notify(run_id)
 
     def slot_waiter(self, slot_id: str) -> asyncio.Event:
-        event = asyncio.Event()
-        self._slot_waiters[slot_id].add(event)
+        event = self._slot_waiters.add(slot_id)
         self.limits_changed()  # the safety pass runs while anyone waits
         return event
 
     def drop_slot_waiter(self, slot_id: str, event: asyncio.Event) -> None:
-        waiters = self._slot_waiters.get(slot_id)
-        if waiters is not None:
-            waiters.discard(event)
-            if not waiters:
-                del self._slot_waiters[slot_id]
+        self._slot_waiters.drop(slot_id, event)
+
+    def notify_slot(self, slot_id: str) -> None:
+        self._slot_waiters.notify(slot_id)
 
     def limits_changed(self, due: int | None = None) -> None:
         """A slot became active or changed: wake the limits loop if it sleeps with nothing to do, or
@@ -138,18 +160,6 @@ class Worker:
         deadline = self._limits_deadline
         if deadline is None or (due is not None and due < deadline):
             self._limits_changed.set()
-
-    def notify_slot(self, slot_id: str) -> None:
-        for event in self._slot_waiters.get(slot_id, ()):
-            event.set()
-
-    def notify_signal(self, run_id: str, name: str) -> None:
-        for event in self._signal_waiters.get((run_id, name), ()):
-            event.set()
-
-    def notify_done(self, run_id: str) -> None:
-        for event in self._done_waiters.get(run_id, ()):
-            event.set()
 
     def notify_cancelled(self, run_ids: list[str]) -> None:
         for run_id in run_ids:
@@ -327,14 +337,14 @@ class Worker:
 
     async def _poll_remote_changes(self) -> None:
         if self._signal_waiters:
-            for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters}):
+            for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters.keys()}):
                 self.notify_signal(run_id, name)
         if self._slot_waiters:
-            states = await self.db(self.store.slot_states, list(self._slot_waiters))
+            states = await self.db(self.store.slot_states, self._slot_waiters.keys())
             for slot_id, state in states.items():
                 if state != "waiting":
                     self.notify_slot(slot_id)
-        watched = set(self._done_waiters) | set(self.live)
+        watched = set(self._done_waiters.keys()) | set(self.live)
         if watched:
             statuses = await self.db(self.store.run_statuses, watched)
             for run_id, status in statuses.items():
