@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import importlib.util
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -47,9 +45,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from _support import scratch
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = "bench.one_step"
@@ -60,14 +59,7 @@ MISSING_PEER = ("peer missing: the 'dbos' package (DBOS Transact) is not importa
                 "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)")
 
 
-@contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    """A temporary directory for one database, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix=f"duro-bench-{prefix}-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+
 
 
 # -- 1. raw floor ----------------------------------------------------------------------------------

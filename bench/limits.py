@@ -49,21 +49,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import _support
+from _support import scratch
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -124,34 +123,8 @@ def workspace(bench_capacity: int) -> Any:
 
 # -- stores ----------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=f"duro-bench-{prefix}-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-class Stores:
-    """A fresh database per case: a SQLite file in its own temp dir, or a new PostgreSQL database."""
-
-    def __init__(self, pg: Any) -> None:
-        self.pg = pg
-
-    @contextlib.contextmanager
-    def database(self, store: str) -> Iterator[dict]:
-        if store == "sqlite":
-            with scratch("limits") as tmp:
-                path = str(tmp / "bench.db")
-                yield {"url": f"sqlite:///{path}", "path": path}
-        else:
-            name = self.pg.create_database()
-            try:
-                url = self.pg.url(name)
-                yield {"url": url, "dsn": url.replace("postgresql+psycopg://", "postgresql://")}
-            finally:
-                self.pg.drop_database(name)
+class Stores(_support.Stores):
+    prefix = "limits"
 
 
 async def _limit_counts(engine: Engine, name: str) -> tuple[int, int, int]:

@@ -42,25 +42,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import multiprocessing as mp
 import os
 import platform
 import queue
-import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import _support
+from _support import scratch
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -232,13 +231,7 @@ def _rate(outs: list[dict], total: int) -> tuple[float, float]:
     return total / wall, wall
 
 
-@contextlib.contextmanager
-def scratch(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=f"duro-bench-{prefix}-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+
 
 
 ROTATE_ACTIVE = 8
@@ -271,25 +264,10 @@ async def _fill_to_limit(url: str) -> None:
         engine.close()
 
 
-class Stores:
+class Stores(_support.Stores):
     """Fresh databases per case, and a way to count what a case created."""
 
-    def __init__(self, pg: Any) -> None:
-        self.pg = pg
-
-    @contextlib.contextmanager
-    def database(self, store: str) -> Iterator[dict]:
-        if store == "sqlite":
-            with scratch("quota") as tmp:
-                path = str(tmp / "bench.db")
-                yield {"url": f"sqlite:///{path}", "path": path}
-        else:
-            name = self.pg.create_database()
-            try:
-                yield {"url": self.pg.url(name),
-                       "dsn": self.pg.url(name).replace("postgresql+psycopg://", "postgresql://")}
-            finally:
-                self.pg.drop_database(name)
+    prefix = "quota"
 
     @staticmethod
     def query(store: str, db: dict, sql: str) -> Any:

@@ -1,0 +1,44 @@
+"""What the benchmark scripts share: scratch directories and a fresh database per case."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A temporary directory for one database, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=f"duro-bench-{prefix}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Stores:
+    """A fresh database per case: a SQLite file in its own temporary directory, or a new database on
+    the PostgreSQL server the script started (tests/support/pgserver.py)."""
+
+    prefix = "bench"
+
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    @contextlib.contextmanager
+    def database(self, store: str) -> Iterator[dict]:
+        if store == "sqlite":
+            with scratch(self.prefix) as tmp:
+                path = str(tmp / "bench.db")
+                yield {"url": f"sqlite:///{path}", "path": path}
+        else:
+            name = self.pg.create_database()
+            try:
+                url = self.pg.url(name)
+                yield {"url": url, "dsn": url.replace("postgresql+psycopg://", "postgresql://")}
+            finally:
+                self.pg.drop_database(name)
