@@ -356,3 +356,19 @@ async def test_the_class_form_gets_the_slot_helpers_on_ctx(duro_env):
             return [released.released, inside]
 
     assert await (await duro_env.start(Dialer, 1)).result() == [True, "inside"]
+
+
+async def test_a_capacity_raised_in_the_config_hands_slots_out_after_a_restart(duro_env):
+    runs = await started(duro_env, 3)
+    assert len(await duro_env.queue("voice-calls")) == 2
+    from dataclasses import replace
+
+    from duro import define_workspace
+
+    duro_env._project.workspace = replace(
+        duro_env._project.workspace,
+        limits=define_workspace(limits={"voice-calls": {"capacity": 3, "max_hold": "45m"},
+                                        "partner-api": {"capacity": 2, "max_hold": "10m"}}).limits)
+    await duro_env.restart()  # a redeploy with the larger capacity
+    await duro_env.run_until_idle()
+    assert await duro_env.busy("voice-calls") == [r.id for r in runs]

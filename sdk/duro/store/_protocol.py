@@ -139,8 +139,6 @@ class Store(Protocol):
 
     def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]: ...
 
-    def children_of(self, run_id: str) -> list[RunRecord]: ...
-
     # execution, fenced on (run id, owner, not terminal): False means "not yours any more"
     def get_steps(self, run_id: str) -> list[StepRecord]: ...
 
@@ -149,8 +147,6 @@ class Store(Protocol):
 
     def apply_batch(self, ops: list[tuple[str, tuple[object, ...]]]) -> list[object]:
         """Optional: apply ``record_step`` / ``finish_run`` calls (name, args) in one transaction."""
-
-    def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool: ...
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool: ...

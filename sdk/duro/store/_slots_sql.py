@@ -230,8 +230,9 @@ class SlotsStoreMixin:
         return granted
 
     def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
-        """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand freed
-        capacity out. Returns (rows that changed on their own, rows granted)."""
+        """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand free
+        capacity out (freed by expiries, or added by a larger capacity in the config since the last
+        pass). Returns (rows that changed on their own, rows granted)."""
         changed: list[SlotRow] = []
         granted: list[SlotRow] = []
         with self._write() as conn:
@@ -240,20 +241,16 @@ class SlotsStoreMixin:
                 row = _row(found)
                 if row.limit in configs:
                     due.setdefault(row.limit, []).append(row)
-            for name, rows in sorted(due.items()):
-                decision = _slots.expire(self._view(conn, configs[name], now), rows, now)
+            for name, config in sorted(configs.items()):
+                view = self._view(conn, config, now)
+                if name not in due and not (view.free > 0 and view.waiting > 0):
+                    continue  # nothing due, nothing to hand out (a capacity raised in the config is)
+                decision = _slots.expire(view, due.get(name, []), now)
                 changed.extend(decision.writes)
                 self._hand_out(conn, decision, now)
                 self._apply(conn, decision, now)
                 granted.extend(decision.granted)
         return changed, granted
-
-    def slots_hand_out(self, config: LimitConfig, now: int) -> list[SlotRow]:
-        """Hand free capacity to the queue (after a capacity raise, or as the safety pass does)."""
-        with self._write() as conn:
-            decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
-            self._apply(conn, decision, now)
-            return decision.granted
 
     def next_slot_due(self) -> int | None:
         with self._single_read() as conn:

@@ -384,11 +384,6 @@ class SqlStore(SlotsStoreMixin):
             rows = conn.execute(sa.select(runs.c.id, runs.c.status).where(runs.c.id.in_(ids)))
             return {r.id: r.status for r in rows}
 
-    def children_of(self, run_id: str) -> list[RunRecord]:
-        with self._read() as conn:
-            rows = conn.execute(sa.select(runs).where(runs.c.parent_id == run_id).order_by(runs.c.parent_seq))
-            return [_row_to_run(r) for r in rows]
-
     # -- execution -------------------------------------------------------------------------------
 
     def get_steps(self, run_id: str) -> list[StepRecord]:
@@ -460,10 +455,6 @@ class SqlStore(SlotsStoreMixin):
             raw.executemany(self._sql["upsert_step"], [  # type: ignore[union-attr]
                 _step_values(args[0], args[2]) for _, args in ops if args[0] in mine])
         return [args[0] in mine for _, args in ops]
-
-    def set_status(self, run_id: str, owner: str | None, status: str, wake_at: int | None, now: int) -> bool:
-        with self._write() as conn:
-            return self._fence(conn, run_id, owner, now, status, wake_at)
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool:
