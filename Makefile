@@ -20,6 +20,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check sdk devserver harness tests examples bench
 
 test: $(STAMP) lint
+	bash scripts/install-system-deps.sh
 	$(BIN)/pytest
 
 bench: $(STAMP)
