@@ -23,9 +23,13 @@ test: $(STAMP) lint
 	bash scripts/install-system-deps.sh
 	$(BIN)/pytest
 
+# Every benchmark (about 12 minutes); figures and method in BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
-	$(BIN)/python bench/core.py
+	$(BIN)/python bench/core.py --json bench/results/core.json
+	$(BIN)/python bench/quota.py --json bench/results/quota.json
+	$(BIN)/python bench/limits.py --json bench/results/limits.json
+	$(BIN)/python bench/harness.py --json bench/results/harness.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info
