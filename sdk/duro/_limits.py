@@ -121,30 +121,30 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                                     now, (ctx.run_id, owner, rec))
         ctx._recorded(rec)
         worker.limits_changed(row.due_at)
-        if row.state == "busy":
-            return _slot_of(row)
+    else:  # a replay: the request is in the store, in its place
+        row = await engine.db(engine.store.get_slot, slot_id)
+    if row is not None and row.state == "busy" and rec.status == "completed":
+        return _slot_of(row)  # granted at once: the request closed its hook step in the same transaction
+    done = StepRecord(seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail)
     waiter = worker.slot_waiter(slot_id)
     try:
         while True:
-            row = await engine.db(engine.store.get_slot, slot_id)
             if row is None:
                 raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
-            if row.state in ("reserved", "busy"):
-                done = StepRecord(seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail)
-                if row.state == "reserved":
-                    engine.checkpoint("slot.confirming", ctx.run_id)
-                    row, granted = await ctx._store_call(engine.store.slot_confirm, config, slot_id, ctx._now(),
-                                                         (ctx.run_id, owner, done))
-                    engine.limits.notify(granted)
-                if row is not None and row.state == "busy":
-                    if done.status != "completed":  # confirmed before a crash, hook not closed yet
-                        done.status, done.ended_at = "completed", ctx._now()
-                        done.result = json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
-                        await ctx._write(done)
-                    ctx._recorded(done)
-                    engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
-                    return _slot_of(row)
+            if row.state == "reserved":  # handed to us: take it (or, too late, back to the queue)
+                engine.checkpoint("slot.confirming", ctx.run_id)
+                row, granted = await ctx._store_call(engine.store.slot_confirm, config, slot_id, ctx._now(),
+                                                     (ctx.run_id, owner, done))
+                engine.limits.notify(granted)
                 continue
+            if row.state == "busy":
+                if done.status != "completed":  # granted at once, or confirmed before a crash
+                    done.status, done.ended_at = "completed", ctx._now()
+                    done.result = json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+                    await ctx._write(done)
+                ctx._recorded(done)
+                engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
+                return _slot_of(row)
             if row.state != "waiting" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
                 error = SlotTimeoutError(limit, timeout)
                 failed = StepRecord(seq, "hook", name, "failed", rec.started_at, ctx._now(), wake_at=rec.wake_at,
@@ -157,6 +157,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 raise error
             await worker.wait_for(waiter.wait(), rec.wake_at)
             waiter.clear()
+            row = await engine.db(engine.store.get_slot, slot_id)
     finally:
         worker.drop_slot_waiter(slot_id, waiter)
 
