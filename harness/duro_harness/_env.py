@@ -128,6 +128,7 @@ class DuroEnv:
                 if spec.name not in engine.workflows:
                     engine.register(spec)
         engine.events.subscribe(self.events.append)
+        engine.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
         engine.checkpoint_hooks.append(self._checkpoint)
         self._engine = engine
         await engine.__aenter__()
@@ -149,8 +150,7 @@ class DuroEnv:
     async def start(self, workflow: Any, inp: Any = None, **start_options: Any) -> RunHandle:
         """Create a run (``run_id=``, ``concurrency=`` as on ``engine.start``) and return its handle.
         The run progresses when the test awaits ``run_until_idle()`` or ``advance(...)``."""
-        handle = await self.engine.start(workflow, inp, **start_options)
-        return RunHandle(self._engine_ref, handle.id)  # type: ignore[arg-type]
+        return await self.engine.start(workflow, inp, **start_options)  # its handle survives restart()
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle that stays usable across ``restart()``."""

@@ -77,6 +77,9 @@ class Engine:
         self.inline_sync_steps = inline_sync_steps
         self._new_run_id = run_id_factory or self._time_ordered_id
         self.events = EventBus()
+        # What handles made by this engine call back into: the engine itself, or (under the
+        # harness) a stand-in for whichever engine runs after a simulated restart.
+        self.handle_target: Any = self
         self.schedules = Schedules(self)
         self.limits = Limits(self)
         # Called at named points of the engine's work (e.g. "step.executed", before the step's
@@ -216,7 +219,7 @@ class Engine:
             if not isinstance(run_id, str) or not 0 < len(run_id) <= 200:
                 raise DuroError(f"run_id {run_id!r} is invalid: use a string of 1 to 200 characters")
             if parent is None and await self.db(self.store.get_run, run_id) is not None:
-                return RunHandle(self, run_id)
+                return RunHandle(self.handle_target, run_id)
         value, input_json = spec.prepare_input(inp)
         quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
         # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
@@ -238,7 +241,7 @@ class Engine:
             self.worker.launch(record, fresh=True)
         elif created and spec.serial and self.worker is not None:
             self.worker.wake()
-        return RunHandle(self, record.id)
+        return RunHandle(self.handle_target, record.id)
 
     async def _quota(self, spec: WorkflowSpec, conc: Concurrency | None, value: Any) -> QuotaCheck | None:
         """Resolve a quota's key and limit for this start (user functions are called here, before
@@ -279,7 +282,7 @@ class Engine:
 
     def handle(self, run_id: str) -> RunHandle:
         """The handle of an existing run (not checked until used)."""
-        return RunHandle(self, run_id)
+        return RunHandle(self.handle_target, run_id)
 
     async def _record(self, run_id: str) -> RunRecord:
         record = await self.db(self.store.get_run, run_id, self._read_namespace)

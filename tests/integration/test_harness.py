@@ -159,3 +159,12 @@ async def test_waiting_for_an_unfinished_run_says_what_to_do_instead_of_hanging(
         await run.result()
     await duro_env.advance("1d")
     assert await run.result() == "rested"
+
+
+async def test_handles_from_workflow_start_survive_a_restart_too(duro_env):
+    from workflows.clocked import nap
+
+    run = await nap.start(1)  # on the current engine, not through env.start
+    await duro_env.restart()
+    await duro_env.advance("1d")
+    assert await run.result() == "rested"
