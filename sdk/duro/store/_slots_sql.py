@@ -13,7 +13,6 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from sqlalchemy.engine import Connection
 from .. import _slots
 from .._config import LimitConfig
 from .._slots import Decision, LimitView, SlotRow
+from ._dialect import for_dialect, raw_execute
 from ._protocol import Fenced, StepRecord
 
 _SLOT_COLUMNS = ("id", "limit_name", "run_id", "state", "pos", "label", "enqueued_at", "timeout_at",
@@ -33,8 +33,9 @@ _ACTIVE_SLOTS = "('waiting', 'reserved', 'busy')"
 SLOT_SQL = {
     "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
                     "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
-    "limit_select": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos "
-                    "FROM duro_limits WHERE name = :name",
+    # "limit_lock" locks the row for the transaction: FOR UPDATE is added on PostgreSQL (see SlotsStoreMixin)
+    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos "
+                  "FROM duro_limits WHERE name = :name",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
                     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     "slot_select": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
@@ -93,20 +94,16 @@ class SlotsStoreMixin:
     _write: Callable[..., Any]
     _single_read: Callable[..., Any]
     _write_step: Callable[..., bool]
+    _x: Callable[..., Any]
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _sx(self, conn: Connection, name: str, params: Mapping[str, Any]) -> Any:
-        return conn.connection.driver_connection.execute(self._sql[name], params)  # type: ignore[union-attr]
-
     def _view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
         """The limit's row, created on first use and locked for the rest of the transaction."""
-        select = self._sql["limit_select"] + (" FOR UPDATE" if self.dialect == "postgresql" else "")
-        raw = conn.connection.driver_connection
-        row = raw.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
+        row = self._x(conn, "limit_lock", {"name": config.name}).fetchone()
         if row is None:
-            self._sx(conn, "limit_insert", {"name": config.name, "now": now})
-            row = raw.execute(select, {"name": config.name}).fetchone()  # type: ignore[union-attr]
+            self._x(conn, "limit_insert", {"name": config.name, "now": now})
+            row = self._x(conn, "limit_lock", {"name": config.name}).fetchone()
         capacity_override, max_hold_override, busy, reserved, waiting, next_pos = row
         return LimitView(name=config.name, capacity=capacity_override or config.capacity,
                          max_hold_ms=max_hold_override or config.max_hold_ms, busy=busy, reserved=reserved,
@@ -114,9 +111,9 @@ class SlotsStoreMixin:
 
     def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
-            self._sx(conn, "slot_upsert", _values(row))
+            self._x(conn, "slot_upsert", _values(row))
         view = decision.view
-        self._sx(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
+        self._x(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
                                         "waiting": view.waiting, "next_pos": view.next_pos, "now": now})
 
     def _hand_out(self, conn: Connection, decision: Decision, now: int) -> Decision:
@@ -125,7 +122,7 @@ class SlotsStoreMixin:
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
-            stored = self._sx(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
+            stored = self._x(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
             rows = {row.id: changed.get(row.id, row) for row in map(_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
@@ -133,7 +130,7 @@ class SlotsStoreMixin:
         return decision
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
-        found = self._sx(conn, "slot_select", {"id": slot_id}).fetchone()
+        found = self._x(conn, "slot_select", {"id": slot_id}).fetchone()
         return None if found is None else _row(found)
 
     def _hook(self, conn: Connection, hook: tuple[str, str | None, StepRecord] | None, now: int) -> None:
@@ -219,7 +216,7 @@ class SlotsStoreMixin:
         granted: list[SlotRow] = []
         with self._write() as conn:
             for run_id in run_ids:
-                for found in list(self._sx(conn, "run_slots", {"run_id": run_id})):
+                for found in list(self._x(conn, "run_slots", {"run_id": run_id})):
                     row = _row(found)
                     if row.limit not in configs:
                         continue
@@ -237,7 +234,7 @@ class SlotsStoreMixin:
         granted: list[SlotRow] = []
         with self._write() as conn:
             due: dict[str, list[SlotRow]] = {}
-            for found in self._sx(conn, "due_slots", {"now": now}):
+            for found in self._x(conn, "due_slots", {"now": now}):
                 row = _row(found)
                 if row.limit in configs:
                     due.setdefault(row.limit, []).append(row)
@@ -254,7 +251,7 @@ class SlotsStoreMixin:
 
     def next_slot_due(self) -> int | None:
         with self._single_read() as conn:
-            return self._sx(conn, "next_due", {}).fetchone()[0]
+            return self._x(conn, "next_due", {}).fetchone()[0]
 
     def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known slot, in one query (a worker polling its waiters)."""
@@ -262,12 +259,9 @@ class SlotsStoreMixin:
         if not ids:
             return {}
         marks = ", ".join(f":id{i}" for i in range(len(ids)))
-        sql = f"SELECT id, state FROM duro_slots WHERE id IN ({marks})"
-        if self.dialect != "sqlite":
-            sql = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
+        sql = for_dialect(f"SELECT id, state FROM duro_slots WHERE id IN ({marks})", self.dialect)
         with self._single_read() as conn:
-            rows = conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-                sql, {f"id{i}": slot_id for i, slot_id in enumerate(ids)})
+            rows = raw_execute(conn, sql, {f"id{i}": slot_id for i, slot_id in enumerate(ids)})
             return {slot_id: state for slot_id, state in rows}
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
@@ -278,17 +272,17 @@ class SlotsStoreMixin:
 
     def limit_states(self) -> dict[str, LimitState]:
         with self._single_read() as conn:
-            return {r[0]: LimitState(*r) for r in self._sx(conn, "limit_rows", {})}
+            return {r[0]: LimitState(*r) for r in self._x(conn, "limit_rows", {})}
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         with self._single_read() as conn:
-            return [_row(r) for r in self._sx(conn, "limit_slots", {"name": name, "n": max_rows})]
+            return [_row(r) for r in self._x(conn, "limit_slots", {"name": name, "n": max_rows})]
 
     def set_limit_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
         """Set (or with None reset) an override; a capacity raise hands slots out at once."""
         with self._write() as conn:
             self._view(conn, config, now)
-            self._sx(conn, "set_capacity" if field == "capacity" else "set_max_hold",
+            self._x(conn, "set_capacity" if field == "capacity" else "set_max_hold",
                      {"name": config.name, "value": value, "now": now})
             decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
             self._apply(conn, decision, now)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,6 +27,7 @@ from .._clock import pause
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
+from ._dialect import for_dialect, raw_execute
 from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 from ._slots_sql import SLOT_SQL, SlotsStoreMixin
 from ._tables import SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
@@ -68,9 +68,6 @@ _HOT_SQL = {
 }
 
 
-def _for_dialect(sql: str, dialect: str) -> str:
-    """The statements are written with ``:name`` parameters (sqlite3); psycopg wants ``%(name)s``."""
-    return sql if dialect == "sqlite" else re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
 
 
 def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
@@ -159,7 +156,9 @@ class SqlStore(SlotsStoreMixin):
         self._schema_ready = False
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
-        self._sql = {name: _for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
+        self._sql = {name: for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
+        if self.dialect == "postgresql":
+            self._sql["limit_lock"] += " FOR UPDATE"
 
     @property
     def safe_url(self) -> str:
@@ -215,9 +214,9 @@ class SqlStore(SlotsStoreMixin):
         with self._engine.connect() as conn, conn.begin():
             yield conn
 
-    def _x(self, conn: Connection, name: str, params: dict[str, Any]) -> Any:
-        """Run hot statement ``name`` on the driver's connection, inside ``conn``'s transaction."""
-        return conn.connection.driver_connection.execute(self._sql[name], params)  # type: ignore[union-attr]
+    def _x(self, conn: Connection, name: str, params: Any) -> Any:
+        """Run fixed statement ``name`` on the driver's connection, inside ``conn``'s transaction."""
+        return raw_execute(conn, self._sql[name], params)
 
     def _lock_key(self, conn: Connection, key: str) -> None:
         if self.dialect == "postgresql":
@@ -277,7 +276,7 @@ class SqlStore(SlotsStoreMixin):
         """One indexed count on (concurrency_key, status): its cost follows the key's active runs."""
         sql = self._count_sql(tuple(statuses), namespace is not None)
         params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
-        return int(self._raw_execute(conn, sql, params).fetchone()[0])
+        return int(raw_execute(conn, sql, params).fetchone()[0])
 
     @lru_cache(maxsize=64)  # noqa: B019 - a handful of status sets per store, for its lifetime
     def _count_sql(self, statuses: tuple[str, ...], scoped: bool) -> str:
@@ -287,11 +286,8 @@ class SqlStore(SlotsStoreMixin):
         sql = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = :key AND status IN ({listed})"
         if scoped:
             sql += " AND namespace = :namespace"
-        return _for_dialect(sql, self.dialect)
+        return for_dialect(sql, self.dialect)
 
-    @staticmethod
-    def _raw_execute(conn: Connection, sql: str, params: dict[str, Any]) -> Any:
-        return conn.connection.driver_connection.execute(sql, params)  # type: ignore[union-attr]
 
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         with self._read() as conn:
