@@ -194,6 +194,10 @@ class Engine:
                             f"define_workspace(limits={{{name!r}: Limit(capacity=..., max_hold=...)}})")
         return config
 
+    def is_serial(self, name: str) -> bool:
+        spec = self._registry.get(name)
+        return spec is not None and spec.serial
+
     def serial_workflow_names(self) -> list[str]:
         return [name for name, spec in self._registry.items() if spec.serial]
 
@@ -232,9 +236,9 @@ class Engine:
             parent_id=parent[0] if parent else None, parent_seq=parent[2].seq if parent else None,
         )
         if quota is not None and not hasattr(self.store, "count_active"):
-            await self._check_quota_by_listing(quota)
-        record, created = await self.db(self.store.insert_run, new, quota if hasattr(self.store, "count_active")
-                                        else None, parent)
+            await self._check_quota_by_listing(quota)  # a store without the atomic count
+            quota = None
+        record, created = await self.db(self.store.insert_run, new, quota, parent)
         if created:
             self.events.emit("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
         if created and owner is not None and self.worker is not None:

@@ -266,21 +266,22 @@ class Limits:
                 reserved_until=ms_to_datetime(row.reserved_until), timeout_at=ms_to_datetime(row.timeout_at)))
         return infos
 
-    async def release_quietly(self, slot_id: str) -> bool:
-        engine = self._engine
-        _, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
-                                               engine.clock.now_ms(), "operator")
-        self.notify(granted)
-        return released
-
-    async def release(self, slot_id: str) -> SlotRelease:
-        """An operator's release: frees a busy or reserved slot. An unknown id is an error."""
+    async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         engine = self._engine
         row, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
                                                  engine.clock.now_ms(), "operator")
+        self.notify(granted)
+        return row, released
+
+    async def release_quietly(self, slot_id: str) -> bool:
+        """``release_slot`` outside a run: an unknown id is simply not released."""
+        return (await self._release(slot_id))[1]
+
+    async def release(self, slot_id: str) -> SlotRelease:
+        """An operator's release: frees a busy or reserved slot. An unknown id is an error."""
+        row, released = await self._release(slot_id)
         if row is None:
             raise DuroError(f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)")
-        self.notify(granted)
         return SlotRelease(released)
 
     async def set_capacity(self, name: str, capacity: int | None) -> LimitInfo:

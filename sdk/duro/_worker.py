@@ -222,7 +222,7 @@ class Worker:
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)
-            if self._started and run.workflow in self.engine.serial_workflow_names():
+            if self._started and self.engine.is_serial(run.workflow):
                 self.wake()  # the next run of a serial workflow may start
 
     # -- the loop --------------------------------------------------------------------------------
@@ -242,12 +242,7 @@ class Worker:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
         if not self._started:
             return
-        self._started = False
-        tasks = [task for task, _ in self.live.values()] + self._background()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.step_executor.shutdown(wait=False, cancel_futures=True)
+        await self._halt("shutdown")
         try:
             await self.db(self.store.remove_worker, self.id, self.clock.now_ms())
         except DuroError:
@@ -256,18 +251,19 @@ class Worker:
     async def abandon(self) -> None:
         """Stop as if the process died: runs stop where they are, nothing more is written, and the
         worker row stays until someone finds the worker dead."""
+        await self._halt("crash")
+
+    async def _halt(self, reason: str) -> None:
+        """Cancel every run task and background loop of this worker and wait for them to stop."""
         self._started = False
-        tasks = [task for task, _ in self.live.values()]
         for _, ctx in self.live.values():
-            ctx.cancel_reason = "crash"
-        tasks += self._background()
+            ctx.cancel_reason = reason
+        tasks = [task for task, _ in self.live.values()]
+        tasks += [task for task in (self._loop_task, self._schedule_task, self._limits_task) if task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self.step_executor.shutdown(wait=False, cancel_futures=True)
-
-    def _background(self) -> list[asyncio.Task[None]]:
-        return [task for task in (self._loop_task, self._schedule_task, self._limits_task) if task is not None]
 
     async def _limits_loop(self) -> None:
         """Apply slot expiries at their due time (max_hold, reservations, waiters' timeouts), and a
