@@ -154,7 +154,7 @@ class DuroEnv:
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle that stays usable across ``restart()``."""
-        return RunHandle(self._engine_ref, run_id)  # type: ignore[arg-type]
+        return self.engine.handle(run_id)  # bound to whichever engine runs, like every handle here
 
     # -- time ------------------------------------------------------------------------------------
 

@@ -213,7 +213,7 @@ class RunContext:
             raise LostRun(self.run_id) from None
         if taken is None:
             return False, None
-        self._history[rec.seq] = taken
+        self._recorded(taken)
         return True, _JSON.load(taken.result)
 
     # -- children --------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ class RunContext:
             await self._write(StepRecord(rec.seq, rec.kind, spec.name, "failed", rec.started_at, self._now(),
                                          error=describe_error(err), detail=rec.detail))
             raise err from refused
-        self._history[rec.seq] = rec
+        self._recorded(rec)
 
 
     # -- limits (the class form's ctx offers every durable helper) -------------------------------
