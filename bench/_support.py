@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,3 +44,17 @@ class Stores:
                 yield {"url": url, "dsn": url.replace("postgresql+psycopg://", "postgresql://")}
             finally:
                 self.pg.drop_database(name)
+
+
+def start_postgres(skip: bool) -> Any:
+    """The real PostgreSQL server for a benchmark run (tests/support/pgserver.py), or None when
+    skipped or unavailable (the script then measures SQLite alone and says why)."""
+    if skip:
+        return None
+    from tests.support.pgserver import start_server
+
+    try:
+        return start_server()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as err:
+        print(f"PostgreSQL unavailable ({err}); measuring SQLite only", file=sys.stderr)
+        return None

@@ -624,14 +624,7 @@ def main() -> None:
         return
 
     wall_begin = time.perf_counter()
-    pg = None
-    if not args.no_postgres:
-        from tests.support.pgserver import start_server
-
-        try:
-            pg = start_server()
-        except (RuntimeError, OSError, subprocess.SubprocessError) as err:
-            print(f"PostgreSQL unavailable ({err}); measuring SQLite only", file=sys.stderr)
+    pg = _support.start_postgres(args.no_postgres)
     stores_ = ["sqlite"] + (["postgresql"] if pg is not None else [])
     stores = Stores(pg)
     results: dict[tuple[str, str], list[dict]] = {}
