@@ -54,13 +54,12 @@ class SimulatedClock:
     def now(self) -> datetime:
         return ms_to_datetime(self._now)  # type: ignore[return-value]
 
-    async def sleep_until(self, due_ms: int) -> None:
+    def sleep_until(self, due_ms: int) -> Awaitable[None]:
         if due_ms <= self._now:
-            await asyncio.sleep(0)
-            return
+            return asyncio.sleep(0)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (due_ms, next(self._order), future))
-        await future
+        return future
 
     def next_due(self) -> int | None:
         """The earliest instant a sleeper waits for (cancelled sleepers are dropped)."""

@@ -19,19 +19,22 @@ class GroupCommit:
         self._store = store
         self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
         self._max_batch = max_batch
-        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any] | None]] = []  # None: nowait
         self._flushing: asyncio.Task[None] | None = None
         self._enabled = hasattr(store, "apply_batch")
         self._detached: set[asyncio.Task[Any]] = set()
 
-    async def write(self, method: str, *args: Any) -> Any:
+    def write(self, method: str, *args: Any) -> Awaitable[Any]:
+        """The write's result, once committed. A plain function returning the future: a run awaits
+        it directly, one frame less to suspend and resume on every write."""
         if not self._enabled:
-            return await self._call(getattr(self._store, method), *args)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            return self._call(getattr(self._store, method), *args)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((method, args, future))
         if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
-        return await future
+            self._flushing = loop.create_task(self._flush())
+        return future
 
     def write_nowait(self, method: str, *args: Any) -> None:
         """Queue a write the caller does not wait for (its result is dropped). Only for writes whose
@@ -41,9 +44,7 @@ class GroupCommit:
             self._detached.add(task)
             task.add_done_callback(self._detached.discard)
             return
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: never a warning
-        self._pending.append((method, args, future))
+        self._pending.append((method, args, None))
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
@@ -53,7 +54,8 @@ class GroupCommit:
             self._flushing.cancel()
             self._flushing = None
         for _, _, future in self._pending:
-            future.cancel()
+            if future is not None:
+                future.cancel()
         self._pending = []
 
     async def _flush(self) -> None:
@@ -68,17 +70,17 @@ class GroupCommit:
                         await self._one(method, args, future)
                     continue
                 for (_, _, future), result in zip(batch, results, strict=True):
-                    if not future.done():
+                    if future is not None and not future.done():
                         future.set_result(result)
         finally:
             self._flushing = None
 
-    async def _one(self, method: str, args: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+    async def _one(self, method: str, args: tuple[Any, ...], future: asyncio.Future[Any] | None) -> None:
         try:
             result = await self._call(getattr(self._store, method), *args)
         except Exception as err:  # noqa: BLE001
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_exception(err)
         else:
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_result(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -15,7 +16,8 @@ from typing import Protocol
 class Clock(Protocol):
     def now_ms(self) -> int: ...
 
-    async def sleep_until(self, due_ms: int) -> None: ...
+    def sleep_until(self, due_ms: int) -> Awaitable[None]:
+        """Something to await until ``due_ms`` (a coroutine, or a future the clock resolves)."""
 
 
 class SystemClock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ class RunContext:
         self._next_seq = 0
         self.fatal: NonDeterminismError | None = None
         self.cancel_reason: str | None = None
+        self._now = worker.clock.now_ms  # the engine's clock, read often: bound once
 
     def load_history(self, history: list[StepRecord]) -> None:
         self._history = {rec.seq: rec for rec in history}
@@ -61,9 +63,6 @@ class RunContext:
             self.fatal = NonDeterminismError(self.run_id, seq, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
             raise self.fatal
         return seq, rec
-
-    def _now(self) -> int:
-        return self.worker.clock.now_ms()
 
     async def _write(self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None) -> None:
         ok = await self.engine.write("record_step", self.run_id, self.worker.id, step, run_status, wake_at,
@@ -155,11 +154,11 @@ class RunContext:
             await self._write(rec, "suspended", rec.wake_at)
         assert rec.wake_at is not None
         await self.worker.sleep_until(rec.wake_at)
-        # The end of a sleep is recorded without waiting for the commit: if it is lost in a crash, the
-        # replay finds the sleep due and goes on at once, exactly as it would have.
-        done = StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, self._now(), wake_at=rec.wake_at)
-        self.engine.write_nowait("record_step", self.run_id, self.worker.id, done, "running", None, self._now())
-        self._recorded(done)
+        # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running,
+        # without waiting for the commit. If that is lost in a crash, the replay finds the sleep due
+        # and goes on at once, exactly as it would have.
+        self.engine.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None, self._now())
+        self._recorded(StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, rec.wake_at, wake_at=rec.wake_at))
 
     async def now(self) -> datetime:
         """The current time, recorded: a replay sees the same instant."""
@@ -301,9 +300,12 @@ class RunContext:
         return _limits.limit_slot(limit, label=label, timeout=timeout)
 
 
-async def sleep(duration: Duration) -> None:
-    """Sleep durably for ``duration`` (``"10s"``, ``"2h"``, ms, timedelta); the run is ``suspended``."""
-    await _current.run_or_raise("sleep").sleep(duration)
+def sleep(duration: Duration) -> Coroutine[Any, Any, None]:
+    """Sleep durably for ``duration`` (``"10s"``, ``"2h"``, ms, timedelta); the run is ``suspended``.
+
+    Await it: ``await sleep("1h")``. (A plain function returning the run's own coroutine: sleeps are
+    the hottest durable call, and this saves a frame on every wake-up.)"""
+    return _current.run_or_raise("sleep").sleep(duration)
 
 
 async def now() -> datetime:

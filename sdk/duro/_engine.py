@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -37,7 +37,16 @@ from ._schedules import Schedules
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._triggers import EmitResult, emit
 from ._worker import Worker
-from .store import DEFAULT_SQLITE_URL, NewRun, QuotaCheck, RunRecord, SqlStore, StepRecord, Store
+from .store import (
+    DEFAULT_SQLITE_URL,
+    NewRun,
+    QuotaCheck,
+    RunRecord,
+    SqlStore,
+    StepRecord,
+    Store,
+    settle_sleeps,
+)
 
 T = TypeVar("T")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
@@ -118,9 +127,9 @@ class Engine:
             self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
         return await asyncio.get_running_loop().run_in_executor(self._db_executor, partial(fn, *args))
 
-    async def write(self, method: str, *args: Any) -> Any:
+    def write(self, method: str, *args: Any) -> Awaitable[Any]:
         """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""
-        return await self._group_commit.write(method, *args)
+        return self._group_commit.write(method, *args)
 
     def write_nowait(self, method: str, *args: Any) -> None:
         """A progress write the run does not wait for (see ``GroupCommit.write_nowait``)."""
@@ -299,8 +308,8 @@ class Engine:
         return RunInfo.of(await self._record(run_id))
 
     async def steps(self, run_id: str) -> list[StepInfo]:
-        await self._record(run_id)
-        return [StepInfo.of(rec) for rec in await self.db(self.store.get_steps, run_id)]
+        run = await self._record(run_id)
+        return [StepInfo.of(rec) for rec in settle_sleeps(await self.db(self.store.get_steps, run_id), run)]
 
     async def list_runs(self, workflow: str | None = None, status: Any = None, tag: str | None = None,
                         limit: int = 100) -> list[RunInfo]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunEvent:
     """``kind``: run.created, run.completed, run.failed, run.cancelled, step.completed, step.failed,
     step.waiting, signal.sent. ``at``: milliseconds since the epoch on the engine's clock."""
@@ -28,19 +28,22 @@ Listener = Callable[[RunEvent], None]
 
 class EventBus:
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        self._listeners: tuple[Listener, ...] = ()  # replaced, never mutated: emitting needs no copy
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` for every event from now on; returns a function that unsubscribes."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        self._listeners = (*self._listeners, listener)
+        return lambda: self._drop(listener)
+
+    def _drop(self, listener: Listener) -> None:
+        self._listeners = tuple(known for known in self._listeners if known is not listener)
 
     def emit(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
         if not self._listeners:
             return
         event = RunEvent(kind, run_id, at, workflow, detail)
-        for listener in list(self._listeners):
+        for listener in self._listeners:
             try:
                 listener(event)
             except Exception:  # noqa: BLE001 - a broken listener must not break a run
-                self._listeners.remove(listener)
+                self._drop(listener)

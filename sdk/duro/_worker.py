@@ -29,7 +29,7 @@ from ._errors import DuroError, EngineCrash, RunCancelled
 from ._schedules import fire_due
 from ._serde import describe_error
 from ._slots import SWEEP_MS
-from .store import Claim, RunRecord
+from .store import Claim, RunRecord, settle_sleeps
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -105,8 +105,8 @@ class Worker:
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.engine.db(fn, *args)
 
-    async def sleep_until(self, due_ms: int) -> None:
-        await self.clock.sleep_until(due_ms)
+    def sleep_until(self, due_ms: int) -> Awaitable[None]:
+        return self.clock.sleep_until(due_ms)
 
     async def wait_for(self, awaitable: Awaitable[Any], deadline_ms: int | None) -> bool:
         """Wait for ``awaitable`` or until ``deadline_ms``; True when the awaitable finished first."""
@@ -191,7 +191,7 @@ class Worker:
         store, now, run = self.store, self.clock.now_ms, ctx.record
         try:
             if not fresh:
-                ctx.load_history(await self.db(store.get_steps, run.id))
+                ctx.load_history(settle_sleeps(await self.db(store.get_steps, run.id), run))
             _current.current_run.set(ctx)
             _current.current_engine.set(self.engine)
             spec = self.engine.spec_for(run.workflow)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from duro import RunStatus, step, workflow
+from duro import RunStatus, sleep, step, workflow
 from duro_harness import DuroEnv, simulated
 
 PROJECT = "tests/integration/harness_project"
@@ -168,3 +168,31 @@ async def test_handles_from_workflow_start_survive_a_restart_too(duro_env):
     await duro_env.restart()
     await duro_env.advance("1d")
     assert await run.result() == "rested"
+
+
+async def test_a_sleep_shows_completed_once_the_run_wakes_and_a_replay_does_not_sleep_again(duro_env):
+    release = asyncio.Event()
+
+    @step
+    async def slow() -> str:
+        await release.wait()
+        return "done"
+
+    @workflow(name="nap_then_work")
+    async def nap_then_work() -> str:
+        await sleep("1h")
+        return await slow()
+
+    duro_env.engine.register(nap_then_work)
+    run = await duro_env.start("nap_then_work")
+    await duro_env.run_until_idle()
+    assert await duro_env.steps(run) == [("sleep", "waiting")]
+    await duro_env.advance("1h")
+    await duro_env.assert_status(run, "running")  # woke, inside its step
+    (slept,) = await run.steps()
+    assert (slept.status, slept.ended_at) == ("completed", slept.wake_at)
+    await duro_env.restart()
+    release.set()
+    await duro_env.run_until_idle()
+    assert await run.result() == "done"  # no second hour: the wake was recorded
+    assert await duro_env.steps(run) == [("sleep", "completed"), ("slow", "completed")]

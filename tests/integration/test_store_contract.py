@@ -77,9 +77,11 @@ def test_steps_are_fenced_on_owner_and_status(store):
     assert store.record_step("r1", "w1", waiting, "suspended", 5000, 1002)
     run = store.get_run("r1")
     assert (run.status, run.wake_at) == ("suspended", 5000)
-    waiting.status = "completed"
-    assert store.record_step("r1", "w1", waiting, "running", None, 5000)
-    assert [s.status for s in store.get_steps("r1")] == ["completed", "completed"]
+    assert store.record_step("r1", "w1", None, "running", None, 5000)  # woke: the run only
+    run = store.get_run("r1")
+    assert (run.status, run.wake_at, run.updated_at) == ("running", None, 5000)
+    assert [s.status for s in store.get_steps("r1")] == ["completed", "waiting"]
+    assert not store.record_step("r1", "w2", None, "running", None, 5001)
     assert store.finish_run("r1", "w1", "completed", '"ok"', None, 6000)
     assert not store.finish_run("r1", "w1", "failed", None, "{}", 6001)
     assert not store.record_step("r1", "w1", StepRecord(2, "step", "late", "completed", 1, 2), now=7000)

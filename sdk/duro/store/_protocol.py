@@ -11,7 +11,7 @@ is required.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from .._errors import DuroError
@@ -113,6 +113,20 @@ class Claim:
     serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
 
 
+def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:
+    """Steps as they are: a sleep's record is written once, when it begins (``waiting``), and never
+    rewritten. It is over once the run has moved past it: a later record exists, or the run was
+    written at or after its wake time (its status going back to ``running`` when it woke, or its
+    end). Its end is then its wake time."""
+    settled = list(steps)
+    for index, step in enumerate(settled):
+        if step.kind != "sleep" or step.status != "waiting" or step.wake_at is None:
+            continue
+        if index + 1 < len(settled) or run.updated_at >= step.wake_at:
+            settled[index] = replace(step, status="completed", ended_at=step.wake_at)
+    return settled
+
+
 class Store(Protocol):
     dialect: str
 
@@ -142,8 +156,10 @@ class Store(Protocol):
     # execution, fenced on (run id, owner, not terminal): False means "not yours any more"
     def get_steps(self, run_id: str) -> list[StepRecord]: ...
 
-    def record_step(self, run_id: str, owner: str | None, step: StepRecord,
-                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool: ...
+    def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
+                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
+        """Write ``step`` and set the run's status and timer; ``step=None`` touches the run only
+        (a sleep that ended: see :func:`settle_sleeps`)."""
 
     def apply_batch(self, ops: list[tuple[str, tuple[object, ...]]]) -> list[object]:
         """Optional: apply ``record_step`` / ``finish_run`` calls (name, args) in one transaction."""

@@ -62,6 +62,9 @@ _HOT_SQL = {
     "upsert_step": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "
                    f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
                    + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
+    "upsert_step_rows": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "  # positional, for executemany
+                        f"VALUES ({', '.join('?' * len(_STEP_COLUMNS))}) ON CONFLICT (run_id, seq) DO UPDATE SET "
+                        + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
     "finish_run": f"UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
                   f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
     "select_steps": f"SELECT {', '.join(_STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
@@ -137,6 +140,12 @@ def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
     return {"run_id": run_id, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
             "started_at": step.started_at, "ended_at": step.ended_at, "wake_at": step.wake_at,
             "result": step.result, "error": step.error, "detail": step.detail}
+
+
+def _step_row(run_id: str, step: StepRecord) -> tuple[Any, ...]:
+    """The step as the positional parameters of ``upsert_step_rows`` (``_STEP_COLUMNS`` order)."""
+    return (run_id, step.seq, step.kind, step.name, step.status, step.started_at, step.ended_at, step.wake_at,
+            step.result, step.error, step.detail)
 
 
 class SqlStore(SlotsStoreMixin):
@@ -396,14 +405,15 @@ class SqlStore(SlotsStoreMixin):
         params.update(status=status, wake_at=wake_at)
         return self._x(conn, "fence_status", params).rowcount == 1
 
-    def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord,
+    def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None, wake_at: int | None, now: int) -> bool:
         if not self._fence(conn, run_id, owner, now, run_status, wake_at):
             return False
-        self._x(conn, "upsert_step", _step_values(run_id, step))
+        if step is not None:
+            self._x(conn, "upsert_step", _step_values(run_id, step))
         return True
 
-    def record_step(self, run_id: str, owner: str | None, step: StepRecord,
+    def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
         with self._write() as conn:
             return self._write_step(conn, run_id, owner, step, run_status, wake_at, now)
@@ -425,8 +435,9 @@ class SqlStore(SlotsStoreMixin):
 
     def _apply_steps_sqlite(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Step records of many runs: one ownership read for the batch, then one ``executemany``
-        for the runs' status and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change
-        between the read and the writes. A run's last record decides its status and timer."""
+        for the runs and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change between the
+        read and the writes. A run's last record decides its status and timer; a run whose status
+        stays the same is updated without touching the status indexes."""
         final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
         for _, (run_id, owner, _step, status, wake_at, now) in ops:
             previous = final.get(run_id)
@@ -436,21 +447,38 @@ class SqlStore(SlotsStoreMixin):
         ids = list(final)
         with self._write() as conn:
             raw = conn.connection.driver_connection
-            owned = set()
+            stored: dict[str, str] = {}  # run id -> status, of the runs the writer still owns
             for chunk in range(0, len(ids), 500):
                 part = ids[chunk:chunk + 500]
                 marks = ", ".join("?" * len(part))
-                owned.update((row[0], row[1]) for row in raw.execute(  # type: ignore[union-attr]
-                    f"SELECT id, owner FROM duro_runs WHERE id IN ({marks}) AND status IN {_ACTIVE_SQL}", part))
-            mine = {run_id for run_id, (owner, *_rest) in final.items() if (run_id, owner) in owned}
-            raw.executemany(  # type: ignore[union-attr]
-                "UPDATE duro_runs SET updated_at = ?, status = coalesce(?, status), "
-                "wake_at = CASE WHEN ? IS NULL THEN wake_at ELSE ? END WHERE id = ?",
-                [(now, status, status, wake_at, run_id) for run_id, (_, status, wake_at, now) in final.items()
-                 if run_id in mine])
-            raw.executemany(self._sql["upsert_step"], [  # type: ignore[union-attr]
-                _step_values(args[0], args[2]) for _, args in ops if args[0] in mine])
-        return [args[0] in mine for _, args in ops]
+                for run_id, owner, status in raw.execute(  # type: ignore[union-attr]
+                        f"SELECT id, owner, status FROM duro_runs WHERE id IN ({marks}) "
+                        f"AND status IN {_ACTIVE_SQL}", part):
+                    if final[run_id][0] == owner:
+                        stored[run_id] = status
+            moved, stayed = [], []
+            for run_id, (_, status, wake_at, now) in final.items():
+                if run_id not in stored:
+                    continue
+                if status is None:
+                    stayed.append((now, run_id))
+                elif status == stored[run_id]:
+                    stayed.append((now, wake_at, run_id))
+                else:
+                    moved.append((now, status, wake_at, run_id))
+            if moved:
+                raw.executemany(  # type: ignore[union-attr]
+                    "UPDATE duro_runs SET updated_at = ?, status = ?, wake_at = ? WHERE id = ?", moved)
+            touched = [row for row in stayed if len(row) == 2]
+            if touched:
+                raw.executemany("UPDATE duro_runs SET updated_at = ? WHERE id = ?", touched)  # type: ignore[union-attr]
+            if len(touched) < len(stayed):
+                raw.executemany(  # type: ignore[union-attr]
+                    "UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?",
+                    [row for row in stayed if len(row) == 3])
+            raw.executemany(self._sql["upsert_step_rows"], [  # type: ignore[union-attr]
+                _step_row(args[0], args[2]) for _, args in ops if args[0] in stored and args[2] is not None])
+        return [args[0] in stored for _, args in ops]
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool:
