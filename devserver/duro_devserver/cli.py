@@ -79,5 +79,16 @@ def run_command(workflow: str, input_json: str, project: Path, database_url: str
     sys.exit(code)
 
 
+def _add_command_groups() -> None:
+    """Each family of commands lives in its own module and adds itself to ``main``."""
+    from . import cli_api, cli_init, cli_server
+
+    for module in (cli_init, cli_server, cli_api):
+        module.add_commands(main)
+
+
+_add_command_groups()
+
+
 if __name__ == "__main__":
     main()

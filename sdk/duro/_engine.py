@@ -312,8 +312,9 @@ class Engine:
         return [StepInfo.of(rec) for rec in settle_sleeps(await self.db(self.store.get_steps, run_id), run)]
 
     async def list_runs(self, workflow: str | None = None, status: Any = None, tag: str | None = None,
-                        limit: int = 100) -> list[RunInfo]:
-        """Runs, newest first, filtered by workflow name, status (one or several) and tag."""
+                        limit: int = 100, before: tuple[int, str] | None = None) -> list[RunInfo]:
+        """Runs, newest first, filtered by workflow name, status (one or several) and tag.
+        ``before`` = (created_at in ms, run id) of the last run of a previous page: the next page."""
         statuses = None
         if status is not None:
             items = [status] if isinstance(status, str | RunStatus) else list(status)
@@ -324,7 +325,7 @@ class Engine:
                                 f"{', '.join(s.value for s in RunStatus)}") from None
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise DuroError(f"limit must be an int from 1 to 10000, got {limit!r}")
-        records = await self.db(self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit)
+        records = await self.db(self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before)
         return [RunInfo.of(rec) for rec in records]
 
     async def result(self, run_id: str, timeout: Duration | None = None) -> Any:

@@ -1,0 +1,5 @@
+"""``python -m duro_devserver``: the ``duro`` command line."""
+
+from .cli import main
+
+main()

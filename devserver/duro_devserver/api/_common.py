@@ -1,0 +1,101 @@
+"""What every route group shares: the current engine, JSON answers, and errors that say what to do."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from duro import DuroError, Engine
+
+from ..source import EngineSource
+
+M = TypeVar("M", bound=BaseModel)
+
+MAX_BODY_BYTES = 1024 * 1024
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
+          413: "payload_too_large", 422: "unprocessable", 429: "concurrency_limit", 503: "unavailable"}
+
+
+class ApiError(Exception):
+    """An answer other than success: ``status``, a message that says what to do, extra fields."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
+    body = {"error": _CODES.get(status, "error"), "message": message, **extra}
+    return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+def answer(model: BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def source(request: Request) -> EngineSource:
+    return request.app.state.source  # type: ignore[no-any-return]
+
+
+def engine(request: Request) -> Engine:
+    return source(request).engine
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body (``None`` when empty); 413 above the size limit, 400 if not JSON."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes")
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ApiError(400, f"the request body is not JSON ({err}); send e.g. {{\"input\": {{\"id\": 1}}}} "
+                            f"with Content-Type: application/json") from None
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    """The body validated against ``model``; 422 naming the field and what is wrong."""
+    data = await read_json(request)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the request body must be a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ApiError(422, describe_validation(err)) from None
+
+
+def describe_validation(err: ValidationError) -> str:
+    parts = []
+    for problem in err.errors()[:5]:
+        where = ".".join(str(p) for p in problem["loc"]) or "body"
+        parts.append(f"{where}: {problem['msg']}")
+    return "; ".join(parts)
+
+
+def duro_error(err: DuroError, status: int = 422) -> ApiError:
+    return ApiError(status, str(err))
+
+
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ApiError(400, f"query parameter {name}={text!r} is not an integer; use {low} to {high}") from None
+    if not low <= value <= high:
+        raise ApiError(400, f"query parameter {name}={value} is out of range; use {low} to {high}")
+    return value

@@ -1,0 +1,106 @@
+"""``/api/limits`` and ``/api/slots``: the Limits screen's data and the operator's verbs."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from duro import DuroError, Engine
+from duro.tooling import LimitInfo, ms_to_datetime
+
+from ._common import ApiError, answer, engine, query_int, read_body
+from .models import (
+    CapacityBody,
+    HistoryOut,
+    HistoryPoint,
+    LimitOnlyOut,
+    LimitOut,
+    LimitsOut,
+    MaxHoldBody,
+    ReleasedOut,
+    SlotOut,
+    SlotsOut,
+)
+
+
+async def _limit(eng: Engine, name: str) -> LimitInfo:
+    for info in await eng.limits.list():
+        if info.name == name:
+            return info
+    known = ", ".join(sorted(eng.limit_configs())) or "none (declare them in duro.config.py)"
+    raise ApiError(404, f"limit {name!r} does not exist; known limits: {known}")
+
+
+def _changed(request: Request) -> None:
+    request.app.state.monitor.poke()
+
+
+async def list_limits(request: Request) -> Response:
+    return answer(LimitsOut(limits=[LimitOut.of(i) for i in await engine(request).limits.list()]))
+
+
+async def get_limit(request: Request) -> Response:
+    return answer(LimitOnlyOut(limit=LimitOut.of(await _limit(engine(request), request.path_params["name"]))))
+
+
+async def limit_slots(request: Request) -> Response:
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    slots = await eng.limits.slots(info.name)
+    return answer(SlotsOut(limit=LimitOut.of(info), slots=[SlotOut.of(s) for s in slots]))
+
+
+async def limit_history(request: Request) -> Response:
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    minutes = query_int(request, "minutes", 60, 1, 24 * 60)
+    since = eng.clock.now_ms() - minutes * 60_000
+    points = request.app.state.monitor.history(info.name, since)
+    return answer(HistoryOut(points=[HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)  # type: ignore[arg-type]
+                                     for at, busy, waiting in points]))
+
+
+async def release_slot(request: Request) -> Response:
+    slot_id = request.path_params["id"]
+    try:
+        outcome = await engine(request).limits.release(slot_id)
+    except DuroError as err:
+        raise ApiError(404, str(err)) from None
+    _changed(request)
+    return answer(ReleasedOut(released=outcome.released, slot_id=slot_id))
+
+
+async def set_capacity(request: Request) -> Response:
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    body = await read_body(request, CapacityBody)
+    try:
+        updated = await eng.limits.set_capacity(info.name, body.capacity)
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    _changed(request)
+    return answer(LimitOnlyOut(limit=LimitOut.of(updated)))
+
+
+async def set_max_hold(request: Request) -> Response:
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    body = await read_body(request, MaxHoldBody)
+    try:
+        updated = await eng.limits.set_max_hold(info.name, body.max_hold)
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    _changed(request)
+    return answer(LimitOnlyOut(limit=LimitOut.of(updated)))
+
+
+routes = [
+    Route("/api/limits", list_limits, methods=["GET"]),
+    Route("/api/limits/{name}", get_limit, methods=["GET"]),
+    Route("/api/limits/{name}/slots", limit_slots, methods=["GET"]),
+    Route("/api/limits/{name}/history", limit_history, methods=["GET"]),
+    Route("/api/limits/{name}/capacity", set_capacity, methods=["PUT"]),
+    Route("/api/limits/{name}/max-hold", set_max_hold, methods=["PUT"]),
+    Route("/api/slots/{id}/release", release_slot, methods=["POST"]),
+]

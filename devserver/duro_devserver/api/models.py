@@ -1,0 +1,268 @@
+"""The API's request and response bodies (pydantic), separate from the store's schema. They validate
+what comes in, shape what goes out, and are the OpenAPI description's components."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from duro.tooling import LimitInfo, RunInfo, ScheduleInfo, SlotInfo, StepInfo
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- requests --------------------------------------------------------------------------------------
+
+class QuotaBody(Body):
+    """A per-start quota: replaces the workflow's own entirely. ``key`` null = unlimited."""
+
+    key: str | None = Field(max_length=256)
+    limit: int = Field(ge=-1_000_000, le=1_000_000)
+
+
+class StartBody(Body):
+    input: Any = None
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    concurrency: QuotaBody | None = None
+
+
+class CapacityBody(Body):
+    capacity: int | None = Field(ge=1, le=100_000, description="null resets to duro.config.py")
+
+
+class MaxHoldBody(Body):
+    max_hold: str | int | None = Field(description="a duration such as '2h' (at most 30 days), ms, or null to reset")
+
+
+class ScheduleBody(Body):
+    name: str = Field(min_length=1, max_length=100)
+    workflow: str = Field(min_length=1, max_length=200)
+    cron: str = Field(min_length=1, max_length=200)
+    input: Any = None
+    concurrency: QuotaBody | None = None
+
+
+# -- responses -------------------------------------------------------------------------------------
+
+class ErrorOut(BaseModel):
+    error: str
+    message: str
+
+
+class QuotaErrorOut(ErrorOut):
+    workflow: str
+    key: str
+    limit: int
+    active: int
+
+
+class RunErrorOut(BaseModel):
+    type: str | None
+    message: str | None
+    traceback: str | None
+
+
+class RunOut(BaseModel):
+    id: str
+    workflow: str
+    version: str
+    namespace: str
+    status: Literal["pending", "running", "suspended", "completed", "failed", "cancelled"]
+    input: Any
+    output: Any
+    error: RunErrorOut | None
+    tags: list[str]
+    parent_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None
+
+    @classmethod
+    def of(cls, info: RunInfo) -> RunOut:
+        return cls(id=info.id, workflow=info.workflow, version=info.version, namespace=info.namespace,
+                   status=info.status.value, input=info.input, output=info.output,  # type: ignore[arg-type]
+                   error=None if info.error is None else RunErrorOut(**info.error), tags=list(info.tags),
+                   parent_id=info.parent_id, created_at=info.created_at, updated_at=info.updated_at,
+                   ended_at=info.ended_at)
+
+
+class StepOut(BaseModel):
+    seq: int
+    name: str
+    kind: str
+    status: str
+    started_at: datetime
+    ended_at: datetime | None
+    wake_at: datetime | None
+    result: Any
+    error: RunErrorOut | None
+    detail: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, info: StepInfo) -> StepOut:
+        return cls(seq=info.seq, name=info.name, kind=info.kind, status=info.status, started_at=info.started_at,
+                   ended_at=info.ended_at, wake_at=info.wake_at, result=info.result,
+                   error=None if info.error is None else RunErrorOut(**info.error), detail=info.detail)
+
+
+class RunCreatedOut(BaseModel):
+    run: RunOut
+    created: bool
+
+
+class RunOnlyOut(BaseModel):
+    run: RunOut
+
+
+class RunDetailOut(BaseModel):
+    run: RunOut
+    steps: list[StepOut]
+
+
+class RunPageOut(BaseModel):
+    runs: list[RunOut]
+    next_cursor: str | None
+
+
+class SignalSentOut(BaseModel):
+    sent: bool
+
+
+class QuotaOut(BaseModel):
+    limit: int | None = Field(description="the limit when it is a number; null when a function decides it per key")
+    key_from_input: bool
+    statuses: list[str]
+
+
+class WorkflowOut(BaseModel):
+    name: str
+    version: str
+    takes_input: bool
+    input_schema: dict[str, Any] | None
+    concurrency: QuotaOut | None
+    on_event: str | None
+    remote: bool
+    serial: bool
+
+
+class WorkflowsOut(BaseModel):
+    workflows: list[WorkflowOut]
+
+
+class LimitOut(BaseModel):
+    name: str
+    capacity: int
+    effective_capacity: int
+    max_hold: str
+    effective_max_hold: str
+    capacity_override: int | None
+    max_hold_override: str | None
+    busy: int
+    reserved: int
+    waiting: int
+
+    @classmethod
+    def of(cls, info: LimitInfo) -> LimitOut:
+        return cls(**vars(info))
+
+
+class LimitsOut(BaseModel):
+    limits: list[LimitOut]
+
+
+class LimitOnlyOut(BaseModel):
+    limit: LimitOut
+
+
+class SlotOut(BaseModel):
+    id: str
+    limit: str
+    state: Literal["busy", "reserved", "waiting"]
+    run_id: str | None
+    label: str | None
+    position: int | None
+    enqueued_at: datetime
+    waited_ms: int | None
+    held_since: datetime | None
+    expires_at: datetime | None
+    reserved_until: datetime | None
+    timeout_at: datetime | None
+
+    @classmethod
+    def of(cls, info: SlotInfo) -> SlotOut:
+        waited = None if info.waited is None else round(info.waited.total_seconds() * 1000)
+        return cls(id=info.id, limit=info.limit, state=info.state, run_id=info.run_id,  # type: ignore[arg-type]
+                   label=info.label, position=info.position, enqueued_at=info.enqueued_at, waited_ms=waited,
+                   held_since=info.held_since, expires_at=info.expires_at, reserved_until=info.reserved_until,
+                   timeout_at=info.timeout_at)
+
+
+class SlotsOut(BaseModel):
+    limit: LimitOut
+    slots: list[SlotOut]
+
+
+class ReleasedOut(BaseModel):
+    released: bool
+    slot_id: str
+
+
+class HistoryPoint(BaseModel):
+    at: datetime
+    busy: int
+    waiting: int
+
+
+class HistoryOut(BaseModel):
+    points: list[HistoryPoint]
+
+
+class ScheduleOut(BaseModel):
+    name: str
+    workflow: str
+    cron: str
+    input: Any
+    concurrency: dict[str, Any] | None
+    next_fire_at: datetime
+    last_fire_at: datetime | None
+    last_run_id: str | None
+    last_error: str | None
+
+    @classmethod
+    def of(cls, info: ScheduleInfo) -> ScheduleOut:
+        return cls(**vars(info))
+
+
+class SchedulesOut(BaseModel):
+    schedules: list[ScheduleOut]
+
+
+class ScheduleOnlyOut(BaseModel):
+    schedule: ScheduleOut
+
+
+class DeletedOut(BaseModel):
+    deleted: bool
+
+
+class HealthOut(BaseModel):
+    ok: bool
+    version: str
+
+
+class LoadErrorOut(BaseModel):
+    message: str
+    traceback: str
+
+
+class StatusOut(BaseModel):
+    project: str | None
+    database: str | None
+    loaded_at: datetime | None
+    load_error: LoadErrorOut | None
+    reloads: int
+    token_required: bool

@@ -1,0 +1,86 @@
+"""``/api/runs``: list (filters, pages), a run with its steps, cancel, signal."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from duro import DuroError, Engine, RunStatus
+from duro.tooling import RunInfo, datetime_to_ms
+
+from ._common import ApiError, answer, engine, query_int, read_json
+from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut
+
+_STATUSES = [s.value for s in RunStatus]
+
+
+def _cursor(info: RunInfo) -> str:
+    return base64.urlsafe_b64encode(f"{datetime_to_ms(info.created_at)}:{info.id}".encode()).decode()
+
+
+def _before(cursor: str) -> tuple[int, str]:
+    try:
+        created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
+        return int(created), run_id
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ApiError(400, f"cursor {cursor!r} is not one this server gave; pass next_cursor from the "
+                            f"previous page, or leave it out for the first page") from None
+
+
+async def _run(eng: Engine, run_id: str) -> RunInfo:
+    try:
+        return await eng.get_run(run_id)
+    except DuroError as err:
+        raise ApiError(404, str(err)) from None
+
+
+async def list_runs(request: Request) -> Response:
+    params = request.query_params
+    statuses = params.getlist("status")
+    for status in statuses:
+        if status not in _STATUSES:
+            raise ApiError(400, f"status {status!r} is not a run status; use one of {', '.join(_STATUSES)}")
+    limit = query_int(request, "limit", 50, 1, 500)
+    cursor = params.get("cursor")
+    runs = await engine(request).list_runs(workflow=params.get("workflow") or None, status=statuses or None,
+                                           tag=params.get("tag") or None, limit=limit + 1,
+                                           before=_before(cursor) if cursor else None)
+    page, more = runs[:limit], len(runs) > limit
+    return answer(RunPageOut(runs=[RunOut.of(r) for r in page], next_cursor=_cursor(page[-1]) if more else None))
+
+
+async def get_run(request: Request) -> Response:
+    eng = engine(request)
+    info = await _run(eng, request.path_params["id"])
+    steps = await eng.steps(info.id)
+    return answer(RunDetailOut(run=RunOut.of(info), steps=[StepOut.of(s) for s in steps]))
+
+
+async def cancel_run(request: Request) -> Response:
+    eng = engine(request)
+    info = await _run(eng, request.path_params["id"])
+    await eng.cancel(info.id)
+    return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(info.id))))
+
+
+async def send_signal(request: Request) -> Response:
+    eng = engine(request)
+    info = await _run(eng, request.path_params["id"])
+    payload = await read_json(request)
+    try:
+        await eng.signal(info.id, request.path_params["name"], payload)
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    return answer(SignalSentOut(sent=True), 202)
+
+
+routes = [
+    Route("/api/runs", list_runs, methods=["GET"]),
+    Route("/api/runs/{id}", get_run, methods=["GET"]),
+    Route("/api/runs/{id}/cancel", cancel_run, methods=["POST"]),
+    Route("/api/runs/{id}/signals/{name}", send_signal, methods=["POST"]),
+]

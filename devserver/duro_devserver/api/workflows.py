@@ -1,0 +1,58 @@
+"""``/api/workflows``: what can be started (with each input's JSON Schema), and starting runs."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from duro import Concurrency, ConcurrencyLimitError, DuroError
+
+from ._common import ApiError, answer, engine, read_body
+from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
+
+RETRY_AFTER_SECONDS = "1"
+
+
+def _workflow(spec) -> WorkflowOut:  # type: ignore[no-untyped-def]
+    quota = spec.concurrency
+    return WorkflowOut(
+        name=spec.name, version=spec.version, takes_input=spec.takes_input,
+        input_schema=spec.input.json_schema() if spec.takes_input else None,
+        concurrency=None if quota is None else QuotaOut(
+            limit=quota.limit if isinstance(quota.limit, int) else None,
+            key_from_input=callable(quota.key), statuses=list(quota.count_statuses)),
+        on_event=spec.on_event, remote=spec.remote, serial=spec.serial)
+
+
+async def list_workflows(request: Request) -> Response:
+    specs = engine(request).workflows
+    return answer(WorkflowsOut(workflows=[_workflow(specs[name]) for name in sorted(specs)]))
+
+
+async def start_run(request: Request) -> Response:
+    eng = engine(request)
+    name = request.path_params["name"]
+    if name not in eng.workflows:
+        known = ", ".join(sorted(eng.workflows)) or "none"
+        raise ApiError(404, f"workflow {name!r} does not exist; known workflows: {known}")
+    body = await read_body(request, StartBody)
+    quota = None
+    if body.concurrency is not None:
+        quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
+    existed = body.run_id is not None and await eng.db(eng.store.get_run, body.run_id) is not None
+    try:
+        handle = await eng.start(name, body.input, run_id=body.run_id, concurrency=quota)
+    except ConcurrencyLimitError as err:
+        raise ApiError(429, str(err), headers={"Retry-After": RETRY_AFTER_SECONDS}, workflow=err.workflow,
+                       key=err.key, limit=err.limit, active=err.active) from None
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    run = RunOut.of(await eng.get_run(handle.id))
+    return answer(RunCreatedOut(run=run, created=not existed), 200 if existed else 201)
+
+
+routes = [
+    Route("/api/workflows", list_workflows, methods=["GET"]),
+    Route("/api/workflows/{name}/runs", start_run, methods=["POST"]),
+]

@@ -1,0 +1,89 @@
+"""``create_app``: the Starlette app of the dev server and ``duro serve``: the HTTP API and Studio.
+
+No module-level state: everything the app needs hangs off ``app.state`` (its engine source, the
+limits monitor, whether a token is required).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from duro import DuroError, Engine
+
+from .api import api_routes
+from .api._common import ApiError, error_response
+from .monitor import LimitsMonitor
+from .security import Guard
+from .source import EngineSource, FixedEngine, ProjectUnavailable
+
+STUDIO_DIR = Path(__file__).parent / "studio"
+
+
+def create_app(source: Engine | EngineSource, *, token: str | None = None) -> Starlette:
+    """The app for ``source``: an :class:`Engine` (entered, i.e. executing runs, while the app runs)
+    or an engine source such as the dev server's reloading project. ``token``: require it on every
+    API call (see :mod:`.security`)."""
+    engine_source: EngineSource = FixedEngine(source) if isinstance(source, Engine) else source
+    monitor = LimitsMonitor(engine_source)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        await engine_source.start()
+        monitor.start()
+        try:
+            yield
+        finally:
+            await monitor.stop()
+            await engine_source.stop()
+
+    routes = [*api_routes(), Route("/", studio_index, methods=["GET"])]
+    if STUDIO_DIR.is_dir():
+        routes.append(Mount("/studio", StaticFiles(directory=STUDIO_DIR), name="studio"))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, token=token)],
+                    exception_handlers={ApiError: _api_error, ProjectUnavailable: _unavailable,
+                                        DuroError: _duro_error, HTTPException: _http_error})
+    app.state.source = engine_source
+    app.state.monitor = monitor
+    app.state.token_required = token is not None
+    return app
+
+
+async def studio_index(_request: Request) -> Response:
+    index = STUDIO_DIR / "index.html"
+    if index.is_file():
+        return FileResponse(index, headers={"Cache-Control": "no-cache"})
+    return HTMLResponse("<h1>duro</h1><p>Studio is not installed here; the API is at /api/.</p>")
+
+
+async def _api_error(_request: Request, err: Exception) -> Response:
+    assert isinstance(err, ApiError)
+    return error_response(err.status, err.message, err.headers, **err.extra)
+
+
+async def _unavailable(_request: Request, err: Exception) -> Response:
+    assert isinstance(err, ProjectUnavailable)
+    return error_response(503, f"the project failed to load, fix it and save: {err.error['message']}")
+
+
+async def _duro_error(_request: Request, err: Exception) -> Response:
+    return error_response(422, str(err))
+
+
+async def _http_error(request: Request, err: Exception) -> Response:
+    assert isinstance(err, HTTPException)
+    if err.status_code == 404:
+        return error_response(404, f"there is no {request.url.path}; the API is described at /api/openapi.json")
+    if err.status_code == 405:
+        return error_response(405, f"{request.method} is not allowed on {request.url.path}; "
+                                   f"see /api/openapi.json", headers=dict(err.headers or {}))
+    return error_response(err.status_code, str(err.detail), headers=dict(err.headers or {}))

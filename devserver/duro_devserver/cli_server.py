@@ -1,0 +1,103 @@
+"""Commands that run duro: ``duro dev`` (reloading dev server), ``duro serve`` (API + Studio, no
+reload), ``duro worker`` (executes runs, no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from duro import DuroError, Engine
+
+from .app import create_app
+from .project import DevProject
+from .server import run_server
+from .source import FixedEngine
+
+_PROJECT = click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+_HOST = click.option("--host", default="127.0.0.1", show_default=True,
+                     help="Address to listen on; anything but loopback needs a token.")
+_TOKEN = click.option("--token", envvar="DURO_TOKEN", default=None,
+                      help="Require this token on every API call (env DURO_TOKEN).")
+_DATABASE = click.option("--database-url", envvar="DURO_DATABASE_URL", default=None,
+                         help="Default: sqlite:///DIRECTORY/.duro/dev.db (env DURO_DATABASE_URL).")
+
+
+def _project_dir(directory: Path) -> Path:
+    root = directory.resolve()
+    if not root.is_dir():
+        raise click.UsageError(f"project directory {directory} does not exist; create one with `duro init {directory}`")
+    return root
+
+
+def _fail(err: DuroError) -> None:
+    click.echo(f"error: {err}", err=True)
+    sys.exit(2)
+
+
+def add_commands(main: click.Group) -> None:
+    """Add ``dev``, ``serve`` and ``worker`` to the ``duro`` group."""
+
+    @main.command("dev")
+    @_PROJECT
+    @click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535))
+    @_HOST
+    @_TOKEN
+    @_DATABASE
+    @click.option("--reload/--no-reload", default=True, show_default=True,
+                  help="Reload on every saved change to the workflows or duro.config.py.")
+    def dev(directory: Path, port: int, host: str, token: str | None, database_url: str | None, reload: bool) -> None:
+        """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
+        root = _project_dir(directory)
+        project = DevProject(root, database_url, watch=reload)
+        try:
+            run_server(create_app(project, token=token), host, port, project_dir=root, token=token)
+        except DuroError as err:
+            _fail(err)
+
+    @main.command("serve")
+    @_PROJECT
+    @click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535))
+    @_HOST
+    @_TOKEN
+    @_DATABASE
+    @click.option("--worker/--no-worker", default=True, show_default=True,
+                  help="Also execute runs in this process (otherwise only the API and Studio).")
+    def serve(directory: Path, port: int, host: str, token: str | None, database_url: str | None,
+              worker: bool) -> None:
+        """Serve the API and Studio for DIRECTORY's project, without reloading."""
+        root = _project_dir(directory)
+        try:
+            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}")
+            source = FixedEngine(engine, run_worker=worker, project=str(root))
+            run_server(create_app(source, token=token), host, port, project_dir=root, token=token)
+        except DuroError as err:
+            _fail(err)
+
+    @main.command("worker")
+    @_PROJECT
+    @_DATABASE
+    def worker(directory: Path, database_url: str | None) -> None:
+        """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
+        root = _project_dir(directory)
+        try:
+            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}")
+            asyncio.run(_work(engine))
+        except DuroError as err:
+            _fail(err)
+
+
+async def _work(engine: Engine) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with engine:
+        assert engine.worker is not None
+        click.echo(f"duro: worker {engine.worker.id} running {', '.join(sorted(engine.workflows)) or 'nothing'}; "
+                   f"Ctrl-C to stop", err=True)
+        await stop.wait()
+        click.echo("duro: stopping; in-flight runs are handed back", err=True)

@@ -1,0 +1,29 @@
+"""Workflows the end-to-end tests drive through the CLI, the API and Studio."""
+
+from pydantic import BaseModel
+
+from duro import Concurrency, acquire_slot, release_slot, step, wait_for_signal, workflow
+
+
+class Greeting(BaseModel):
+    name: str
+    times: int = 1
+
+
+@step
+async def shout(name: str, times: int) -> str:
+    return " ".join([f"hello {name}"] * times)
+
+
+@workflow(name="greet")
+async def greet(req: Greeting) -> str:
+    return await shout(req.name, req.times)
+
+
+@workflow(name="hold", concurrency=Concurrency(key=lambda inp: inp["tenant"], limit=2))
+async def hold(inp: dict) -> str:
+    """Take the partner API's session, keep it until the signal "done", then give it back."""
+    slot = await acquire_slot("partner-api", label=f"job {inp['job']}", timeout="1h")
+    await wait_for_signal("done")
+    await release_slot(slot.id)
+    return f"job {inp['job']} done"
