@@ -12,9 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Until the dev server lands: run the bundled example's main job to completion on embedded SQLite.
+# The dev server (API + Studio at http://127.0.0.1:8787, hot reload) on the bundled voice-calls
+# example, on embedded SQLite at examples/voice/.duro/dev.db. Ctrl-C stops it.
 dev: $(STAMP)
-	$(BIN)/python examples/orders/run.py
+	$(BIN)/duro dev examples/voice
 
 lint: $(STAMP)
 	$(BIN)/ruff check sdk devserver harness tests examples bench

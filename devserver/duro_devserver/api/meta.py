@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..openapi import openapi_document
+from .openapi import openapi_document
 from ._common import answer, source
 from .models import HealthOut, StatusOut
 

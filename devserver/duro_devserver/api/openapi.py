@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from .api import models as m
+from . import models as m
 
 # (method, path, summary, request body model, {status: response model}, query parameters)
 Operation = tuple[str, str, str, type[BaseModel] | None, dict[int, type[BaseModel]], list[dict[str, Any]]]
