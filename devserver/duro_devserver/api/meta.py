@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .openapi import openapi_document
 from ._common import answer, source
 from .models import HealthOut, StatusOut
+from .openapi import openapi_document
 
 
 def duro_version() -> str:
