@@ -74,7 +74,13 @@ async def release_slot(request: Request) -> Response:
 async def set_capacity(request: Request) -> Response:
     eng = engine(request)
     info = await _limit(eng, request.path_params["name"])
-    body = await read_body(request, CapacityBody)
+    try:
+        body = await read_body(request, CapacityBody)
+    except ApiError as err:
+        if err.status != 422:
+            raise
+        raise ApiError(422, f"limit {info.name!r}: capacity must be an int from 1 to 100000, or null to reset "
+                            f"to duro.config.py ({err.message})") from None
     try:
         updated = await eng.limits.set_capacity(info.name, body.capacity)
     except DuroError as err:

@@ -71,7 +71,7 @@ class RunOut(BaseModel):
     workflow: str
     version: str
     namespace: str
-    status: Literal["pending", "running", "suspended", "completed", "failed", "cancelled"]
+    status: Literal["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]
     input: Any
     output: Any
     error: RunErrorOut | None

@@ -17,7 +17,7 @@ _STR = {"type": "string"}
 _RUN_FILTERS = [
     {"name": "workflow", "in": "query", "schema": _STR},
     {"name": "status", "in": "query", "schema": {"type": "array", "items": {
-        "type": "string", "enum": ["pending", "running", "suspended", "completed", "failed", "cancelled"]}},
+        "type": "string", "enum": ["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]}},
      "style": "form", "explode": True},
     {"name": "tag", "in": "query", "schema": _STR},
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
