@@ -2,7 +2,8 @@
 live stream whenever they change.
 
 The monitor samples the limits every 5 s and soon after any run event (a slot granted, released,
-expired...), at most every 250 ms, and keeps 24 hours of points per limit in memory: the chart
+expired...) or operator change, at most every 250 ms, publishes ``limits`` when anything of a limit
+changed (counts, capacity, max hold, overrides), and keeps 24 hours of points per limit in memory: the chart
 starts empty when the server starts. ``busy`` in a point counts held and reserved slots alike
 (both count against capacity).
 """
@@ -25,7 +26,7 @@ class LimitsMonitor:
     def __init__(self, source: EngineSource) -> None:
         self._source = source
         self._points: dict[str, deque[tuple[int, int, int]]] = {}
-        self._last: dict[str, tuple[int, int]] | None = None
+        self._last: list[dict[str, Any]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._poked = asyncio.Event()
 
@@ -64,11 +65,10 @@ class LimitsMonitor:
             return
         infos = await engine.limits.list()
         now = engine.clock.now_ms()
-        counts = {info.name: (info.busy + info.reserved, info.waiting) for info in infos}
-        for name, (busy, waiting) in counts.items():
-            points = self._points.setdefault(name, deque(maxlen=KEEP_POINTS))
-            points.append((now, busy, waiting))
-        if counts != self._last:
-            self._last = counts
-            limits: list[dict[str, Any]] = [LimitOut.of(info).model_dump(mode="json") for info in infos]
+        for info in infos:
+            points = self._points.setdefault(info.name, deque(maxlen=KEEP_POINTS))
+            points.append((now, info.busy + info.reserved, info.waiting))
+        limits: list[dict[str, Any]] = [LimitOut.of(info).model_dump(mode="json") for info in infos]
+        if limits != self._last:  # counts, capacities, max holds and overrides alike
+            self._last = limits
             self._source.hub.publish("limits", {"limits": limits})

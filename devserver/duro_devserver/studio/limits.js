@@ -1,0 +1,307 @@
+// The Limits screen (#/limits) and one limit (#/limits/{name}): chart, slots, queue, edits.
+
+import {chart, legend} from './chart.js';
+import {
+  api, badge, confirmDialog, enc, errorBox, h, roughDuration, showError, timeEl, toast,
+} from './lib.js';
+
+// ---------------------------------------------------------------------------------------------
+// #/limits
+
+export function renderLimits(root, scope) {
+  const tbody = h('tbody');
+  const table = h('table', {class: 'grid', testid: 'limits-table'},
+    h('thead', {}, h('tr', {}, ['Limit', 'Capacity', 'In use', 'Busy', 'Reserved', 'Waiting', 'Max hold']
+      .map((t) => h('th', {}, t)))),
+    tbody);
+  const empty = h('p', {class: 'empty', testid: 'limits-empty', hidden: true},
+    'No limit is declared. Add one in duro.config.py: ',
+    h('code', {}, 'define_workspace(limits={"calls": Limit(capacity=20, max_hold="45m")})'));
+  const error = h('div', {class: 'error-box', testid: 'limits-error', hidden: true});
+  root.append(h('div', {class: 'page-head'}, h('h1', {}, 'Limits'),
+    h('span', {class: 'muted small'}, 'Slots per box; overrides win over duro.config.py until reset.')),
+  error, table, empty);
+
+  const draw = (limits) => {
+    tbody.replaceChildren(...limits.map(limitRow));
+    table.hidden = !limits.length;
+    empty.hidden = !!limits.length;
+  };
+  const refresh = scope.refresher(async () => {
+    try {
+      const {data} = await api('GET', '/api/limits');
+      if (!scope.alive) return;
+      showError(error, null);
+      draw(data.limits);
+    } catch (err) {
+      if (scope.alive) showError(error, err);
+    }
+  });
+  scope.on('limits', (event) => draw(event.limits));
+  scope.on('reload', refresh);
+  scope.on('live', refresh);
+  // `limits` events follow the counts; an override made elsewhere (the CLI) shows on the next poll.
+  scope.every(10000, refresh);
+  refresh();
+}
+
+function limitRow(limit) {
+  return h('tr', {testid: `limit-row-${limit.name}`, 'data-limit': limit.name},
+    h('td', {}, h('a', {href: `#/limits/${enc(limit.name)}`, testid: 'limit-link'}, limit.name)),
+    h('td', {testid: 'limit-capacity'}, capacityText(limit)),
+    h('td', {}, meter(limit)),
+    h('td', {class: 'num', testid: 'limit-busy'}, limit.busy),
+    h('td', {class: 'num', testid: 'limit-reserved'}, limit.reserved),
+    h('td', {class: 'num', testid: 'limit-waiting'}, limit.waiting),
+    h('td', {testid: 'limit-max-hold'}, maxHoldText(limit)));
+}
+
+function capacityText(limit) {
+  return [h('span', {class: 'num'}, limit.effective_capacity), limit.capacity_override != null
+    ? [' ', badge(`override · config ${limit.capacity}`, 'override',
+      {testid: 'capacity-override-badge', title: `duro.config.py says ${limit.capacity}`})]
+    : null];
+}
+
+function maxHoldText(limit) {
+  return [limit.effective_max_hold, limit.max_hold_override != null
+    ? [' ', badge(`override · config ${limit.max_hold}`, 'override',
+      {testid: 'max-hold-override-badge', title: `duro.config.py says ${limit.max_hold}`})]
+    : null];
+}
+
+function meter(limit) {
+  const capacity = Math.max(1, limit.effective_capacity);
+  const pct = (n) => `${Math.min(100, (100 * n) / capacity)}%`;
+  return h('div', {class: 'meter-cell', title: `${limit.busy} busy + ${limit.reserved} reserved of ${limit.effective_capacity}`},
+    h('div', {class: 'meter'},
+      h('span', {class: 'meter-busy', style: `width: ${pct(limit.busy)}`}),
+      h('span', {class: 'meter-reserved', style: `width: ${pct(limit.reserved)}`})),
+    h('span', {class: 'small muted num'}, `${limit.busy + limit.reserved} / ${limit.effective_capacity}`));
+}
+
+// ---------------------------------------------------------------------------------------------
+// #/limits/{name}
+
+export function renderLimit(root, scope, [name]) {
+  const base = `/api/limits/${enc(name)}`;
+  const stats = h('div', {class: 'stats'});
+  const chartBox = h('div', {class: 'chart-box', testid: 'limit-chart'});
+  const minutes = h('select', {testid: 'chart-minutes', 'aria-label': 'Chart window',
+    onchange: () => refreshHistory()},
+  [5, 15, 60].map((m) => h('option', {value: m, selected: m === 15}, `last ${m} min`)));
+  const slotsBox = h('div');
+  const queueBox = h('div');
+  const error = h('div', {class: 'error-box', testid: 'limit-error', hidden: true});
+  let limit = null;
+
+  const capacity = settingForm({
+    name: 'capacity', label: 'Capacity', type: 'number', placeholder: 'e.g. 20',
+    help: 'Raising it hands slots to waiting runs at once; lowering it takes no slot back.',
+    parse: (text) => (/^-?\d+$/.test(text.trim()) ? Number(text) : text),
+    put: (value) => api('PUT', `${base}/capacity`, {capacity: value}),
+    current: (l) => String(l.effective_capacity),
+    overridden: (l) => l.capacity_override != null,
+    config: (l) => String(l.capacity),
+    saved: (l) => `Capacity of ${name} is now ${l.effective_capacity}`,
+    onSaved: (l) => update(l, true),
+  });
+  const maxHold = settingForm({
+    name: 'max-hold', label: 'Max hold', type: 'text', placeholder: 'e.g. 45m, 2h',
+    help: 'Read when a slot is granted: a change applies to later grants.',
+    parse: (text) => text.trim(),
+    put: (value) => api('PUT', `${base}/max-hold`, {max_hold: value}),
+    current: (l) => l.effective_max_hold,
+    overridden: (l) => l.max_hold_override != null,
+    config: (l) => l.max_hold,
+    saved: (l) => `Max hold of ${name} is now ${l.effective_max_hold}`,
+    onSaved: (l) => update(l, true),
+  });
+
+  const page = h('div', {testid: 'limit-detail', hidden: true},
+    h('div', {class: 'page-head'}, h('h1', {}, 'Limit ', h('span', {class: 'mono'}, name)),
+      h('a', {href: '#/limits', class: 'small'}, '← all limits')),
+    stats,
+    h('section', {}, h('div', {class: 'section-head'}, h('h2', {}, 'Busy and waiting'), legend(), minutes), chartBox),
+    h('section', {}, h('h2', {}, 'Slots ', h('span', {class: 'muted small'}, 'busy and reserved')), slotsBox),
+    h('section', {}, h('h2', {}, 'Queue ', h('span', {class: 'muted small'}, 'in order: 1 is next')), queueBox),
+    h('section', {}, h('h2', {}, 'Settings'), h('div', {class: 'settings'}, capacity.node, maxHold.node)));
+  root.append(error, page);
+
+  // The numbers, from a slots answer, a PUT answer or a `limits` event.
+  const update = (next, fromUser = false) => {
+    limit = next;
+    stats.replaceChildren(
+      stat('capacity', 'Capacity', capacityText(next)),
+      stat('busy', 'Busy', next.busy),
+      stat('reserved', 'Reserved', next.reserved),
+      stat('waiting', 'Waiting', next.waiting),
+      stat('max-hold', 'Max hold', maxHoldText(next)));
+    capacity.update(next, fromUser);
+    maxHold.update(next, fromUser);
+  };
+
+  const refreshSlots = scope.refresher(async () => {
+    try {
+      const {data} = await api('GET', `${base}/slots`);
+      if (!scope.alive) return;
+      showError(error, null);
+      page.hidden = false;
+      update(data.limit);
+      const held = data.slots.filter((s) => s.state !== 'waiting');
+      const queue = data.slots.filter((s) => s.state === 'waiting');
+      slotsBox.replaceChildren(slotsTable(held, release));
+      queueBox.replaceChildren(queueTable(queue));
+    } catch (err) {
+      if (!scope.alive) return;
+      if (err.status === 404) {
+        page.hidden = true;
+        error.hidden = true;
+        root.replaceChildren(h('h1', {}, 'Limit not found'), h('p', {class: 'empty', testid: 'limit-not-found'},
+          `No limit is named “${name}”. `, h('a', {href: '#/limits'}, 'All limits')));
+        scope.close(); // nothing to keep fresh
+      } else {
+        showError(error, err);
+      }
+    }
+  });
+
+  const refreshHistory = scope.refresher(async () => {
+    try {
+      const {data} = await api('GET', `${base}/history?minutes=${minutes.value}`);
+      if (!scope.alive) return;
+      const width = (chartBox.clientWidth || root.clientWidth) - 14; // drawn at its size: labels stay small
+      chartBox.replaceChildren(chart(data.points, limit ? limit.effective_capacity : 0, width));
+    } catch (err) {
+      if (scope.alive) chartBox.replaceChildren(errorBox(err));
+    }
+  }, 1000);
+
+  const release = async (slot) => {
+    const ok = await confirmDialog({
+      title: 'Release this slot?',
+      message: 'The slot goes back to the limit now and the next run in the queue gets it. '
+        + 'The run holding it is not told: use this for a slot whose holder is gone or stuck.',
+      details: [['slot', slot.id], ['state', slot.state], ['run', slot.run_id], ['label', slot.label]],
+      confirmLabel: 'Release',
+      confirmTestid: 'confirm-release',
+    });
+    if (!ok) return;
+    try {
+      const {data} = await api('POST', `/api/slots/${enc(slot.id)}/release`);
+      toast(data.released ? `Released ${slot.id}` : `${slot.id} was already free`);
+    } catch (err) {
+      toast(err.message, 'error');
+    }
+    refreshSlots();
+    refreshHistory();
+  };
+
+  scope.on('limits', (event) => {
+    const mine = event.limits.find((l) => l.name === name);
+    if (!mine) return;
+    update(mine);
+    refreshSlots();
+    refreshHistory();
+  });
+  scope.on('live', refreshSlots);
+  scope.on('reload', refreshSlots);
+  scope.every(5000, () => {
+    refreshHistory();
+    refreshSlots();
+  });
+  refreshSlots();
+  refreshHistory();
+}
+
+function stat(key, label, value) {
+  return h('div', {class: 'stat', testid: `stat-${key}`}, h('div', {class: 'stat-label'}, label),
+    h('div', {class: 'stat-value'}, value));
+}
+
+function slotsTable(slots, release) {
+  if (!slots.length) return h('p', {class: 'empty', testid: 'slots-empty'}, 'No slot is busy.');
+  return h('table', {class: 'grid', testid: 'slots-table'},
+    h('thead', {}, h('tr', {}, ['State', 'Run', 'Label', 'Held since', 'Expires', ''].map((t) => h('th', {}, t)))),
+    h('tbody', {}, slots.map((slot) => h('tr', {testid: 'slot-row', 'data-slot-id': slot.id, 'data-state': slot.state},
+      h('td', {}, h('span', {class: `badge slot-${slot.state}`}, slot.state)),
+      h('td', {}, runLink(slot.run_id, 'slot-run-link')),
+      h('td', {class: 'label-cell'}, slot.label ?? h('span', {class: 'muted'}, '—')),
+      h('td', {}, slot.state === 'reserved'
+        ? h('span', {class: 'small'}, 'reserved until ', timeEl(slot.reserved_until))
+        : timeEl(slot.held_since, {mode: 'since'})),
+      h('td', {}, timeEl(slot.expires_at)),
+      h('td', {class: 'actions-cell'}, h('button', {class: 'danger small', testid: `release-${slot.id}`,
+        onclick: () => release(slot)}, 'Release'))))));
+}
+
+function queueTable(slots) {
+  if (!slots.length) return h('p', {class: 'empty', testid: 'queue-empty'}, 'Nobody is waiting.');
+  return h('table', {class: 'grid', testid: 'queue-table'},
+    h('thead', {}, h('tr', {}, ['#', 'Run', 'Label', 'Waiting', 'Gives up'].map((t) => h('th', {}, t)))),
+    h('tbody', {}, slots.map((slot) => h('tr', {testid: 'queue-row', 'data-slot-id': slot.id,
+      'data-position': slot.position},
+    h('td', {class: 'num'}, slot.position),
+    h('td', {}, runLink(slot.run_id, 'queue-run-link')),
+    h('td', {class: 'label-cell'}, slot.label ?? h('span', {class: 'muted'}, '—')),
+    h('td', {}, slot.enqueued_at ? timeEl(slot.enqueued_at, {mode: 'since'})
+      : slot.waited_ms != null ? roughDuration(slot.waited_ms) : '—'),
+    h('td', {}, timeEl(slot.timeout_at))))));
+}
+
+function runLink(id, testid) {
+  return id ? h('a', {href: `#/runs/${enc(id)}`, class: 'mono', testid}, id) : h('span', {class: 'muted'}, '—');
+}
+
+/** A one-field form that PUTs a value, with a Reset (PUT null) and the 422 message under it.
+ *  The input keeps what the user types: live updates fill it only while it is untouched. */
+function settingForm(o) {
+  const input = h('input', {type: o.type, testid: `${o.name}-input`, placeholder: o.placeholder,
+    'aria-label': o.label, oninput: () => {
+      dirty = true;
+    }});
+  const save = h('button', {type: 'submit', class: 'primary', testid: `${o.name}-save`}, 'Save');
+  const reset = h('button', {type: 'button', testid: `${o.name}-reset`, onclick: () => send(null)}, 'Reset');
+  const note = h('div', {class: 'small muted'});
+  const error = h('div', {class: 'error-box', testid: `${o.name}-error`, hidden: true, role: 'alert'});
+  let dirty = false;
+  let overridden = false;
+
+  const send = async (value) => {
+    showError(error, null);
+    save.disabled = reset.disabled = true;
+    try {
+      const {data} = await o.put(value);
+      dirty = false;
+      o.onSaved(data.limit);
+      toast(value === null ? `${o.label} reset to duro.config.py` : o.saved(data.limit));
+    } catch (err) {
+      showError(error, err);
+    } finally {
+      save.disabled = false;
+      reset.disabled = !overridden;
+    }
+  };
+
+  const node = h('form', {class: 'setting', testid: `${o.name}-form`, novalidate: true, onsubmit: (e) => {
+    e.preventDefault();
+    const text = input.value;
+    if (!text.trim()) {
+      showError(error, new Error('Enter a value, or Reset to go back to duro.config.py.'));
+      return;
+    }
+    send(o.parse(text));
+  }},
+  h('label', {}, h('span', {class: 'setting-label'}, o.label), input), save, reset, note, error,
+  h('div', {class: 'small muted'}, o.help));
+
+  return {
+    node,
+    update(limit, fromUser) {
+      if (!dirty || fromUser) input.value = o.current(limit);
+      overridden = o.overridden(limit);
+      reset.disabled = !overridden;
+      note.textContent = overridden ? `Overridden; duro.config.py says ${o.config(limit)}.` : 'As in duro.config.py.';
+    },
+  };
+}

@@ -1,0 +1,316 @@
+// The runs list (#/runs) and one run's detail (#/runs/{id}).
+
+import {
+  api, badge, confirmDialog, enc, errorBox, h, json, showError, statusBadge, timeEl, toast,
+} from './lib.js';
+
+const STATUSES = ['pending', 'running', 'suspended', 'blocked', 'completed', 'failed', 'cancelled'];
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const PAGE = 50;
+
+// ---------------------------------------------------------------------------------------------
+// #/runs
+
+export function renderRuns(root, scope, _args, query) {
+  const filters = {
+    workflow: query.get('workflow') || '',
+    status: query.get('status') || '',
+    tag: query.get('tag') || '',
+  };
+  const state = {runs: [], next: null};
+
+  const go = (change) => {
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries({...filters, ...change})) if (value) params.set(key, value);
+    const search = params.toString();
+    location.hash = search ? `#/runs?${search}` : '#/runs';
+  };
+
+  const workflowSelect = h('select', {testid: 'filter-workflow', 'aria-label': 'Workflow',
+    onchange: () => go({workflow: workflowSelect.value})},
+  h('option', {value: ''}, 'all workflows'),
+  filters.workflow ? h('option', {value: filters.workflow, selected: true}, filters.workflow) : null);
+  const statusSelect = h('select', {testid: 'filter-status', 'aria-label': 'Status',
+    onchange: () => go({status: statusSelect.value})},
+  h('option', {value: ''}, 'any status'),
+  STATUSES.map((s) => h('option', {value: s, selected: s === filters.status}, s)));
+  const tagInput = h('input', {type: 'search', testid: 'filter-tag', placeholder: 'tag, e.g. concurrency:tenant-a',
+    value: filters.tag, 'aria-label': 'Tag', onchange: () => go({tag: tagInput.value.trim()})});
+  const anyFilter = filters.workflow || filters.status || filters.tag;
+
+  const tbody = h('tbody');
+  const table = h('table', {class: 'grid', testid: 'runs-table'},
+    h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Created', 'Updated'].map((t) => h('th', {}, t)))),
+    tbody);
+  const empty = h('p', {class: 'empty', testid: 'runs-empty', hidden: true},
+    anyFilter ? 'No run matches these filters.' : 'No runs yet. Start one from ',
+    anyFilter ? null : h('a', {href: '#/workflows'}, 'Workflows'), anyFilter ? null : '.');
+  const more = h('button', {testid: 'runs-load-more', hidden: true, onclick: () => loadMore()}, 'Load more');
+  const error = h('div', {class: 'error-box', testid: 'runs-error', hidden: true});
+
+  root.append(
+    h('div', {class: 'page-head'}, h('h1', {}, 'Runs'),
+      h('form', {class: 'filters', testid: 'runs-filters', onsubmit: (e) => e.preventDefault()},
+        workflowSelect, statusSelect, tagInput,
+        anyFilter ? h('a', {href: '#/runs', testid: 'filter-clear'}, 'clear filters') : null)),
+    error, table, empty, h('div', {class: 'more'}, more));
+
+  const path = (limit, cursor) => {
+    const params = new URLSearchParams({limit: String(limit)});
+    if (filters.workflow) params.set('workflow', filters.workflow);
+    if (filters.status) params.set('status', filters.status);
+    if (filters.tag) params.set('tag', filters.tag);
+    if (cursor) params.set('cursor', cursor);
+    return `/api/runs?${params}`;
+  };
+
+  const draw = () => {
+    tbody.replaceChildren(...state.runs.map(runRow));
+    table.hidden = state.runs.length === 0;
+    empty.hidden = state.runs.length !== 0;
+    more.hidden = !state.next;
+  };
+
+  // A refresh reloads as many rows as are shown, so "load more" pages survive live updates; one
+  // that crossed a "load more" is dropped and done again.
+  let pages = 0;
+  let loadingMore = false;
+  const refresh = scope.refresher(async () => {
+    try {
+      const seen = pages;
+      const {data} = await api('GET', path(Math.min(500, Math.max(PAGE, state.runs.length))));
+      if (!scope.alive) return;
+      if (loadingMore || seen !== pages) {
+        refresh();
+        return;
+      }
+      state.runs = data.runs;
+      state.next = data.next_cursor;
+      showError(error, null);
+      draw();
+    } catch (err) {
+      if (scope.alive) showError(error, err);
+    }
+  });
+
+  const loadMore = async () => {
+    more.disabled = true;
+    loadingMore = true;
+    try {
+      const {data} = await api('GET', path(PAGE, state.next));
+      if (!scope.alive) return;
+      const known = new Set(state.runs.map((r) => r.id));
+      state.runs.push(...data.runs.filter((r) => !known.has(r.id)));
+      state.next = data.next_cursor;
+      pages += 1;
+      draw();
+    } catch (err) {
+      showError(error, err);
+    } finally {
+      loadingMore = false;
+      more.disabled = false;
+    }
+  };
+
+  scope.on('run', (event) => {
+    if (!filters.workflow || event.workflow === filters.workflow) refresh();
+  });
+  scope.on('live', refresh);
+  refresh();
+
+  api('GET', '/api/workflows').then(({data}) => {
+    for (const wf of data.workflows) {
+      if (wf.name !== filters.workflow) workflowSelect.append(h('option', {value: wf.name}, wf.name));
+    }
+  }, () => {});
+}
+
+function runRow(run) {
+  const href = `#/runs/${enc(run.id)}`;
+  return h('tr', {testid: 'run-row', 'data-run-id': run.id, 'data-status': run.status},
+    h('td', {}, h('a', {href, testid: 'run-link', class: 'mono'}, run.id)),
+    h('td', {}, run.workflow),
+    h('td', {}, statusBadge(run.status)),
+    h('td', {}, timeEl(run.created_at)),
+    h('td', {}, timeEl(run.updated_at)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// #/runs/{id}
+
+export function renderRun(root, scope, [id]) {
+  const content = h('div');
+  const cancel = h('button', {class: 'danger', testid: 'run-cancel', disabled: true, onclick: () => cancelRun()},
+    'Cancel run');
+  const signalName = h('input', {testid: 'signal-name', placeholder: 'signal name', required: true,
+    'aria-label': 'Signal name'});
+  const signalPayload = h('textarea', {testid: 'signal-payload', rows: 1, placeholder: 'JSON payload (empty = null)',
+    'aria-label': 'Signal payload'});
+  const signalError = h('div', {class: 'error-box', testid: 'signal-error', hidden: true});
+  const signalForm = h('form', {class: 'signal-form', testid: 'signal-form', onsubmit: (e) => sendSignal(e)},
+    h('label', {}, 'Send signal'), signalName, signalPayload,
+    h('button', {type: 'submit', testid: 'signal-send'}, 'Send'));
+  const actions = h('div', {class: 'actions'}, cancel, signalForm);
+  const head = h('div');
+  root.append(h('div', {testid: 'run-detail'}, head, actions, signalError, content));
+  actions.hidden = true;
+  let run = null;
+
+  const refresh = scope.refresher(async () => {
+    try {
+      const {data} = await api('GET', `/api/runs/${enc(id)}`);
+      if (!scope.alive) return;
+      run = data.run;
+      const [top, ...body] = runView(data.run, data.steps);
+      // a refresh keeps unfolded what the user unfolded
+      const opened = [...content.querySelectorAll('details')].map((d) => d.open);
+      head.replaceChildren(top);
+      content.replaceChildren(...body);
+      content.querySelectorAll('details').forEach((d, i) => {
+        d.open = d.open || Boolean(opened[i]);
+      });
+      cancel.disabled = TERMINAL.has(run.status);
+      signalForm.hidden = TERMINAL.has(run.status);
+      actions.hidden = false;
+    } catch (err) {
+      if (!scope.alive) return;
+      if (err.status === 404) {
+        head.replaceChildren();
+        content.replaceChildren(h('h1', {}, 'Run not found'),
+          h('p', {class: 'empty', testid: 'run-not-found'}, `No run has the id “${id}”. `,
+            h('a', {href: '#/runs'}, 'Back to runs')));
+        actions.hidden = true;
+      } else {
+        content.replaceChildren(errorBox(err));
+      }
+    }
+  });
+
+  const cancelRun = async () => {
+    const ok = await confirmDialog({
+      title: 'Cancel this run?',
+      message: 'The run stops where it is and ends as cancelled; unfinished children are cancelled too. '
+        + 'Slots it holds stay held until released.',
+      details: [['run', id], ['workflow', run && run.workflow]],
+      confirmLabel: 'Cancel run',
+      confirmTestid: 'confirm-cancel-run',
+    });
+    if (!ok) return;
+    try {
+      await api('POST', `/api/runs/${enc(id)}/cancel`);
+      toast('Run cancelled');
+    } catch (err) {
+      toast(err.message, 'error');
+    }
+    refresh();
+  };
+
+  const sendSignal = async (event) => {
+    event.preventDefault();
+    showError(signalError, null);
+    const name = signalName.value.trim();
+    let payload = null;
+    if (signalPayload.value.trim()) {
+      try {
+        payload = JSON.parse(signalPayload.value);
+      } catch (err) {
+        showError(signalError, new Error(`The payload is not valid JSON: ${err.message}`));
+        return;
+      }
+    }
+    try {
+      await api('POST', `/api/runs/${enc(id)}/signals/${enc(name)}`, payload);
+      toast(`Signal “${name}” sent`);
+      signalPayload.value = '';
+    } catch (err) {
+      showError(signalError, err);
+    }
+  };
+
+  scope.on('run', (event) => event.run_id === id && refresh());
+  scope.on('live', refresh);
+  refresh();
+}
+
+function runView(run, steps) {
+  const meta = h('dl', {class: 'meta'},
+    h('dt', {}, 'workflow'), h('dd', {testid: 'run-workflow'},
+      h('a', {href: `#/runs?workflow=${enc(run.workflow)}`}, run.workflow), h('span', {class: 'muted'}, ` v${run.version}`)),
+    h('dt', {}, 'created'), h('dd', {}, timeEl(run.created_at)),
+    h('dt', {}, 'updated'), h('dd', {}, timeEl(run.updated_at)),
+    run.ended_at ? [h('dt', {}, 'ended'), h('dd', {}, timeEl(run.ended_at))] : null,
+    run.parent_id ? [h('dt', {}, 'parent'), h('dd', {}, h('a', {href: `#/runs/${enc(run.parent_id)}`, class: 'mono'},
+      run.parent_id))] : null,
+    run.namespace && run.namespace !== 'default' ? [h('dt', {}, 'namespace'), h('dd', {}, run.namespace)] : null,
+    run.tags && run.tags.length ? [h('dt', {}, 'tags'), h('dd', {},
+      run.tags.map((t) => h('a', {href: `#/runs?tag=${enc(t)}`, class: 'tag'}, t)))] : null);
+
+  let outcome;
+  if (run.error) {
+    outcome = h('section', {},
+      h('h2', {}, 'Error'),
+      h('div', {class: 'error-box', testid: 'run-error'}, h('strong', {}, run.error.type), ': ', run.error.message),
+      run.error.traceback ? h('details', {}, h('summary', {}, 'Traceback'),
+        h('pre', {testid: 'run-traceback'}, run.error.traceback)) : null);
+  } else if (run.status === 'completed') {
+    outcome = h('section', {}, h('h2', {}, 'Output'), h('pre', {testid: 'run-output'}, json(run.output)));
+  }
+
+  return [
+    h('div', {},
+      h('div', {class: 'page-head'},
+        h('h1', {}, 'Run ', h('span', {class: 'mono', testid: 'run-id'}, run.id)), statusBadge(run.status)),
+      meta),
+    h('div', {class: 'columns'},
+      h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),
+      outcome),
+    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps)),
+  ];
+}
+
+function stepsTable(steps) {
+  if (!steps.length) return h('p', {class: 'empty'}, 'No durable call recorded yet.');
+  return h('table', {class: 'grid', testid: 'steps-table'},
+    h('thead', {}, h('tr', {}, ['#', 'Kind', 'Name', 'Status', 'Started', 'Ended', 'Result'].map((t) => h('th', {}, t)))),
+    h('tbody', {}, steps.map(stepRow)));
+}
+
+function stepRow(step) {
+  const isHook = step.kind === 'hook';
+  const waiting = step.status === 'waiting';
+  const name = [h('span', {}, step.name)];
+  if (isHook) {
+    const limit = (step.detail && step.detail.limit) || step.name.split(' · ').pop();
+    name.push(' ', badge(waiting ? 'waiting for a slot' : step.status === 'completed' ? 'got a slot' : 'no slot',
+      waiting ? 'hook' : 'muted', {testid: 'hook-badge'}),
+    ' ', h('a', {href: `#/limits/${enc(limit)}`, testid: 'hook-limit-link', class: 'small'}, `limit ${limit} →`));
+  }
+  const childId = step.detail && (step.detail.run_id || step.detail.child_id);
+  if (childId) name.push(' ', h('a', {href: `#/runs/${enc(childId)}`, class: 'small mono'}, `run ${childId} →`));
+  const statusCell = [h('span', {class: `badge step-${step.status}`, testid: 'step-status'}, step.status)];
+  if (waiting && step.wake_at) {
+    statusCell.push(h('div', {class: 'small muted'}, isHook ? 'gives up ' : 'wakes ', timeEl(step.wake_at)));
+  }
+  return h('tr', {testid: 'step-row', 'data-seq': step.seq, 'data-kind': step.kind, 'data-status': step.status,
+    class: isHook && waiting ? 'hook-waiting' : isHook ? 'hook' : null},
+  h('td', {class: 'num'}, step.seq),
+  h('td', {}, h('span', {class: 'kind'}, step.kind)),
+  h('td', {}, name),
+  h('td', {}, statusCell),
+  h('td', {}, timeEl(step.started_at)),
+  h('td', {}, timeEl(step.ended_at)),
+  h('td', {class: 'result'}, step.error ? stepError(step.error) : valueCell(step.result, step.status)));
+}
+
+function stepError(error) {
+  return h('div', {},
+    h('span', {class: 'err'}, `${error.type}: ${error.message}`),
+    error.traceback ? h('details', {}, h('summary', {}, 'traceback'), h('pre', {}, error.traceback)) : null);
+}
+
+function valueCell(value, status) {
+  if (status !== 'completed') return h('span', {class: 'muted'}, '—');
+  const text = JSON.stringify(value) ?? 'null';
+  if (text.length <= 80) return h('code', {}, text);
+  return h('details', {}, h('summary', {}, h('code', {}, `${text.slice(0, 60)}…`)), h('pre', {}, json(value)));
+}

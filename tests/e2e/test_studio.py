@@ -1,0 +1,509 @@
+"""Studio in a real browser (Playwright driving Debian's Chromium) against a real ``duro dev``.
+
+The project (tests/e2e/project) has one limit, ``partner-api`` (capacity 1, max hold 1h), and the
+workflow ``hold``, which takes its slot (label ``job <job>``) and keeps it until the signal ``done``;
+at most 2 active runs per tenant. Every wait is one of Playwright's bounded auto-waits.
+
+The tests also save the screenshots the README shows (docs/screenshots/*.png).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright import sync_api
+
+from tests.support.devserver import DevServer, running_dev_server
+
+expect = sync_api.expect
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The machine's network is closed: without these Chromium waits on background connections.
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+WAIT_MS = 10_000
+LIVE_MS = 4_000
+LIMIT = "partner-api"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    # A real browser is the point of these tests: no Chromium is a failure, not a skip
+    # (`make test` installs Debian's chromium through scripts/install-system-deps.sh).
+    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: run 'apt-get install -y chromium'"
+    expect.set_options(timeout=WAIT_MS)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+            expect.set_options(timeout=5_000)  # Playwright's default
+
+
+@contextmanager
+def browsing(browser: Any, url: str) -> Iterator[Any]:
+    """A fresh browser profile on ``url``; fails the test on any uncaught error in Studio's pages."""
+    context = browser.new_context(base_url=url, viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    context.on("weberror", lambda error: errors.append(str(error.error)))
+    try:
+        yield context
+    finally:
+        context.close()
+    assert not errors, f"uncaught errors in Studio: {errors}"
+
+
+@pytest.fixture
+def context(browser: Any, dev_server: DevServer) -> Iterator[Any]:
+    with browsing(browser, dev_server.url) as context:
+        yield context
+
+
+@pytest.fixture
+def page(context: Any) -> Any:
+    return context.new_page()
+
+
+def start(server: DevServer, workflow: str, inp: Any) -> str:
+    with server.client() as client:
+        answer = client.post(f"/api/workflows/{workflow}/runs", json={"input": inp})
+    assert answer.status_code == 201, answer.text
+    return answer.json()["run"]["id"]
+
+
+def api(server: DevServer, method: str, path: str, **kwargs: Any) -> Any:
+    with server.client() as client:
+        answer = client.request(method, path, **kwargs)
+    assert answer.is_success, answer.text
+    return answer.json()
+
+
+def screenshot(page: Any, name: str) -> None:
+    """docs/screenshots/NAME.png: the whole page, as tall as its content (no empty space below)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": 240})
+    try:
+        page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True, animations="disabled",
+                        style=".toasts { display: none; }")
+    finally:
+        page.set_viewport_size(size)
+
+
+def test_a_run_started_from_the_form_appears_live_in_the_runs_list(context: Any, dev_server: DevServer) -> None:
+    runs = context.new_page()
+    runs.goto("/")
+    expect(runs.get_by_test_id("runs-empty")).to_be_visible()
+    expect(runs.get_by_test_id("live-indicator")).to_have_attribute("data-state", "live")
+
+    # The form is generated from greet's input model: name (required string), times (integer, default 1).
+    studio = context.new_page()
+    studio.goto("/#/workflows")
+    form = studio.get_by_test_id("start-form-greet")
+    expect(form.get_by_test_id("input-times")).to_have_value("1")
+    expect(form.get_by_test_id("input-name")).to_have_attribute("required", "")
+    form.get_by_test_id("input-name").fill("ana")
+    form.get_by_test_id("input-times").fill("2")
+    screenshot(studio, "workflows")
+    form.get_by_test_id("start-submit").click()
+
+    # Created: the page moves to the new run, which completes.
+    expect(studio).to_have_url(re.compile(r"#/runs/\w+$"))
+    expect(studio.get_by_test_id("run-status")).to_have_text("completed")
+    expect(studio.get_by_test_id("run-output")).to_contain_text("hello ana hello ana")
+    run_id = studio.get_by_test_id("run-id").inner_text()
+
+    # The runs list, never reloaded, shows it through the live events.
+    row = runs.locator(f"[data-testid=run-row][data-run-id='{run_id}']")
+    expect(row).to_contain_text("greet")
+    expect(row.get_by_test_id("run-status")).to_have_text("completed")
+
+    # A run started elsewhere (the API) shows up too, as running (it waits for its signal).
+    held = start(dev_server, "hold", {"tenant": "acme", "job": "1"})
+    expect(runs.locator(f"[data-testid=run-row][data-run-id='{held}'] [data-testid=run-status]")).to_have_text(
+        re.compile("running|suspended"))
+    expect(runs.get_by_test_id("run-row")).to_have_count(2)
+    screenshot(runs, "runs")
+
+    # Filters: by workflow.
+    runs.get_by_test_id("filter-workflow").select_option("greet")
+    expect(runs.get_by_test_id("run-row")).to_have_count(1)
+    expect(runs.get_by_test_id("run-row")).to_have_attribute("data-run-id", run_id)
+
+
+def test_the_runs_list_pages_and_filters(page: Any, dev_server: DevServer) -> None:
+    with dev_server.client() as client:
+        for n in range(53):
+            assert client.post("/api/workflows/greet/runs", json={"input": {"name": f"n{n}"}}).status_code == 201
+    held = start(dev_server, "hold", {"tenant": "acme", "job": "1"})
+
+    page.goto("/#/runs")
+    rows = page.get_by_test_id("run-row")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_attribute("data-run-id", held)  # newest first
+    page.get_by_test_id("runs-load-more").click()
+    expect(rows).to_have_count(54)
+    expect(page.get_by_test_id("runs-load-more")).to_be_hidden()
+
+    page.get_by_test_id("filter-tag").fill("concurrency:acme")
+    page.get_by_test_id("filter-tag").press("Enter")
+    expect(page).to_have_url(re.compile(r"#/runs\?tag=concurrency%3Aacme$"))
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_attribute("data-run-id", held)
+
+    page.get_by_test_id("filter-clear").click()
+    page.get_by_test_id("filter-status").select_option("suspended")  # hold waits for its signal
+    expect(rows).to_have_count(1)
+    page.get_by_test_id("filter-status").select_option("completed")
+    expect(rows).to_have_count(50)
+    page.get_by_test_id("filter-tag").fill("no-such-tag")
+    page.get_by_test_id("filter-tag").press("Enter")
+    expect(page.get_by_test_id("runs-empty")).to_contain_text("No run matches")
+
+
+def test_a_start_over_the_quota_shows_the_refusal(page: Any, dev_server: DevServer) -> None:
+    start(dev_server, "hold", {"tenant": "acme", "job": "1"})
+    start(dev_server, "hold", {"tenant": "acme", "job": "2"})
+
+    page.goto("/#/workflows")
+    form = page.get_by_test_id("start-form-hold")  # a dict input: one JSON field
+    form.get_by_test_id("input-json").fill('{"tenant": "acme", "job": "3"}')
+    form.get_by_test_id("start-submit").click()
+    refused = form.get_by_test_id("start-refused")
+    expect(refused).to_be_visible()
+    expect(refused).to_contain_text("acme")
+    expect(refused).to_contain_text("allows 2 active runs and has 2")
+    expect(page).to_have_url(re.compile("#/workflows$"))
+
+    # Invalid JSON never reaches the server.
+    form.get_by_test_id("input-json").fill("{tenant")
+    form.get_by_test_id("start-submit").click()
+    expect(form.get_by_test_id("start-error")).to_contain_text("not valid JSON")
+    assert len(api(dev_server, "GET", "/api/runs")["runs"]) == 2
+
+
+FORMS_CONFIG = """
+from duro import define_workspace
+
+workspace = define_workspace()
+"""
+
+FORMS_WORKFLOWS = """
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from duro import workflow
+
+
+class Plan(str, Enum):
+    free = "free"
+    pro = "pro"
+
+
+class Address(BaseModel):
+    city: str
+
+
+class Signup(BaseModel):
+    email: str = Field(description="where the receipt goes")
+    seats: int
+    price: float = 9.5
+    plan: Plan = Plan.free
+    region: Literal["eu", "us"]
+    trial: bool = True
+    coupon: str | None = None
+    tags: list[str] = []
+    address: Address | None = None
+
+
+@workflow(name="signup")
+async def signup(inp: Signup) -> dict:
+    return inp.model_dump(mode="json")
+
+
+@workflow(name="tick")
+async def tick() -> str:
+    return "tock"
+
+
+@workflow(name="total")
+async def total(inp: list[int]) -> int:
+    return sum(inp)
+"""
+
+
+def test_start_forms_follow_the_input_schema(browser: Any, tmp_path: Path) -> None:
+    project = tmp_path / "forms"
+    (project / "workflows").mkdir(parents=True)
+    (project / "duro.config.py").write_text(FORMS_CONFIG)
+    (project / "workflows" / "forms.py").write_text(FORMS_WORKFLOWS)
+    with running_dev_server(project) as server, browsing(browser, server.url) as context:
+        page = context.new_page()
+        page.goto("/#/workflows")
+        form = page.get_by_test_id("start-form-signup")
+        field = form.get_by_test_id
+        # Primitive fields get inputs of their type, with defaults; enums a select; others JSON.
+        expect(field("input-email")).to_have_attribute("type", "text")
+        expect(field("input-email")).to_have_attribute("required", "")
+        expect(form).to_contain_text("where the receipt goes")
+        expect(field("input-seats")).to_have_attribute("type", "number")
+        expect(field("input-price")).to_have_value("9.5")
+        expect(field("input-plan").locator("option:checked")).to_have_text("free")
+        expect(field("input-region").locator("option")).to_have_text(["eu", "us"])
+        expect(field("input-trial")).to_be_checked()
+        expect(field("input-coupon")).not_to_have_attribute("required", "")
+        expect(field("input-tags")).to_have_value("[]")
+        expect(field("input-json")).to_have_count(0)
+
+        # A value the server refuses: its message, naming the field, and no run.
+        field("input-email").fill("ana@example.com")
+        field("input-seats").fill("3")
+        field("input-address").fill('{"town": "Lugo"}')
+        field("start-submit").click()
+        expect(field("start-error")).to_contain_text("city")
+        expect(page).to_have_url(re.compile("#/workflows$"))
+
+        field("input-address").fill('{"city": "Lugo"}')
+        field("input-plan").select_option(label="pro")
+        field("input-region").select_option(label="us")
+        field("input-trial").uncheck()
+        field("input-tags").fill('["a", "b"]')
+        field("run-id-input").fill("signup-ana")
+        field("start-submit").click()
+        expect(page).to_have_url(re.compile("#/runs/signup-ana$"))
+        expect(page.get_by_test_id("run-status")).to_have_text("completed")
+        with server.client() as client:
+            output = client.get("/api/runs/signup-ana").json()["run"]["output"]
+        assert output == {"email": "ana@example.com", "seats": 3, "price": 9.5, "plan": "pro", "region": "us",
+                          "trial": False, "coupon": None, "tags": ["a", "b"], "address": {"city": "Lugo"}}
+
+        # No input: just the button. A list: one JSON box.
+        page.goto("/#/workflows")
+        tick = page.get_by_test_id("start-form-tick")
+        expect(tick).to_contain_text("takes no input")
+        tick.get_by_test_id("start-submit").click()
+        expect(page.get_by_test_id("run-output")).to_have_text('"tock"')
+
+        page.goto("/#/workflows")
+        total = page.get_by_test_id("start-form-total")
+        total.get_by_test_id("input-json").fill("[1, 2, 3]")
+        total.get_by_test_id("start-submit").click()
+        expect(page.get_by_test_id("run-output")).to_have_text("6")
+
+
+def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: Any, dev_server: DevServer) -> None:
+    api(dev_server, "PUT", f"/api/limits/{LIMIT}/max-hold", json={"max_hold": "2h"})
+    first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    second = start(dev_server, "hold", {"tenant": "b", "job": "2"})
+    start(dev_server, "hold", {"tenant": "c", "job": "3"})
+
+    # The second run waits in the queue: its hook step stands out and links to the limit.
+    page.goto(f"/#/runs/{second}")
+    hook = page.locator("[data-testid=step-row][data-kind=hook]")
+    expect(hook).to_contain_text(f"Esperando hueco · {LIMIT}")
+    expect(hook.get_by_test_id("hook-badge")).to_have_text("waiting for a slot")
+    expect(hook.get_by_test_id("hook-limit-link")).to_have_attribute("href", f"#/limits/{LIMIT}")
+    screenshot(page, "run-hook-step")
+
+    page.goto("/#/limits")
+    row = page.get_by_test_id(f"limit-row-{LIMIT}")
+    expect(row.get_by_test_id("limit-busy")).to_have_text("1")
+    expect(row.get_by_test_id("limit-waiting")).to_have_text("2")
+    expect(row.get_by_test_id("max-hold-override-badge")).to_contain_text("config 1h")
+    screenshot(page, "limits")
+
+    row.get_by_test_id("limit-link").click()
+    expect(page).to_have_url(re.compile(f"#/limits/{LIMIT}$"))
+    slots = page.get_by_test_id("slot-row")
+    queue = page.get_by_test_id("queue-row")
+    expect(slots).to_have_count(1)
+    expect(slots).to_contain_text("job 1")
+    expect(slots.get_by_test_id("slot-run-link")).to_have_text(first)
+    expect(queue).to_have_count(2)
+    expect(queue.nth(0)).to_have_attribute("data-position", "1")
+    expect(queue.nth(0)).to_contain_text("job 2")
+    expect(queue.nth(1)).to_contain_text("job 3")
+    expect(page.get_by_test_id("chart-busy-line")).to_be_visible()
+    expect(page.get_by_test_id("chart-waiting-line")).to_be_visible()
+
+    slot_id = api(dev_server, "GET", f"/api/limits/{LIMIT}/slots")["slots"][0]["id"]
+    release = page.get_by_test_id(f"release-{slot_id}")
+    dialog = page.get_by_test_id("confirm-dialog")
+
+    # Cancel in the dialog: nothing happens.
+    release.click()
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text(slot_id)
+    page.get_by_test_id("confirm-dismiss").click()
+    expect(dialog).to_be_hidden()
+    expect(slots).to_contain_text("job 1")
+
+    # Confirm: the slot goes to the head of the queue, which moves up.
+    release.click()
+    page.get_by_test_id("confirm-release").click()
+    expect(dialog).to_be_hidden()
+    expect(slots).to_have_count(1)
+    expect(slots).to_contain_text("job 2")
+    expect(slots).to_have_attribute("data-state", "busy")
+    expect(queue).to_have_count(1)
+    expect(queue).to_contain_text("job 3")
+    expect(queue).to_have_attribute("data-position", "1")
+    expect(page.get_by_test_id("stat-waiting")).to_contain_text("1")
+    expect(page.get_by_test_id("limit-chart-svg")).to_have_attribute("data-waiting", "1")  # the chart follows
+    screenshot(page, "limit-detail")
+
+    # The second run got its slot: its hook step is closed.
+    page.goto(f"/#/runs/{second}")
+    expect(page.locator("[data-testid=step-row][data-kind=hook] [data-testid=step-status]")).to_have_text("completed")
+
+
+def test_the_limits_screens_follow_live_events(context: Any, dev_server: DevServer) -> None:
+    limits = context.new_page()
+    limits.goto("/#/limits")
+    row = limits.get_by_test_id(f"limit-row-{LIMIT}")
+    expect(row.get_by_test_id("limit-busy")).to_have_text("0")
+    detail = context.new_page()
+    detail.goto(f"/#/limits/{LIMIT}")
+    expect(detail.get_by_test_id("slots-empty")).to_be_visible()
+    for page in (limits, detail):
+        expect(page.get_by_test_id("live-indicator")).to_have_attribute("data-state", "live")
+
+    # Within LIVE_MS, sooner than the screens' backup polls (5 s, 10 s): the events did it.
+    first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    start(dev_server, "hold", {"tenant": "b", "job": "2"})
+    expect(row.get_by_test_id("limit-busy")).to_have_text("1", timeout=LIVE_MS)
+    expect(row.get_by_test_id("limit-waiting")).to_have_text("1", timeout=LIVE_MS)
+    expect(detail.get_by_test_id("slot-row")).to_contain_text("job 1", timeout=LIVE_MS)
+    expect(detail.get_by_test_id("queue-row")).to_contain_text("job 2", timeout=LIVE_MS)
+
+    # The first job ends and gives its slot back: the second takes it, on both screens.
+    api(dev_server, "POST", f"/api/runs/{first}/signals/done", json=None)
+    expect(row.get_by_test_id("limit-waiting")).to_have_text("0", timeout=LIVE_MS)
+    expect(row.get_by_test_id("limit-busy")).to_have_text("1", timeout=LIVE_MS)
+    expect(detail.get_by_test_id("slot-row")).to_contain_text("job 2", timeout=LIVE_MS)
+    expect(detail.get_by_test_id("queue-empty")).to_be_visible(timeout=LIVE_MS)
+
+
+def test_editing_capacity_and_max_hold_shows_the_override_and_reset_clears_it(
+        page: Any, dev_server: DevServer) -> None:
+    start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    start(dev_server, "hold", {"tenant": "b", "job": "2"})
+    page.goto(f"/#/limits/{LIMIT}")
+    capacity = page.get_by_test_id("stat-capacity")
+    expect(page.get_by_test_id("queue-row")).to_have_count(1)
+    expect(capacity.get_by_test_id("capacity-override-badge")).to_have_count(0)
+    expect(page.get_by_test_id("capacity-reset")).to_be_disabled()
+
+    # Out of range: the server's 422 message shows, nothing changes.
+    page.get_by_test_id("capacity-input").fill("0")
+    page.get_by_test_id("capacity-save").click()
+    expect(page.get_by_test_id("capacity-error")).to_contain_text("greater than or equal to 1")
+    expect(capacity.get_by_test_id("capacity-override-badge")).to_have_count(0)
+
+    # A raise: the badge shows the config's value, and the waiting run gets a slot at once.
+    page.get_by_test_id("capacity-input").fill("2")
+    page.get_by_test_id("capacity-save").click()
+    expect(page.get_by_test_id("capacity-error")).to_be_hidden()
+    expect(capacity.locator(".stat-value")).to_contain_text(re.compile("^2"))
+    expect(capacity.get_by_test_id("capacity-override-badge")).to_contain_text("config 1")
+    expect(page.get_by_test_id("queue-empty")).to_be_visible()
+    expect(page.get_by_test_id("slot-row")).to_have_count(2)
+
+    # The Limits screen shows the override too.
+    page.get_by_test_id("nav-limits").click()
+    row = page.get_by_test_id(f"limit-row-{LIMIT}")
+    expect(row.get_by_test_id("limit-capacity")).to_contain_text("2")
+    expect(row.get_by_test_id("capacity-override-badge")).to_be_visible()
+    expect(row.get_by_test_id("limit-busy")).to_have_text("2")
+
+    # Reset: back to duro.config.py's value, badge gone (the slots granted stay held).
+    row.get_by_test_id("limit-link").click()
+    page.get_by_test_id("capacity-reset").click()
+    expect(capacity.get_by_test_id("capacity-override-badge")).to_have_count(0)
+    expect(page.get_by_test_id("capacity-input")).to_have_value("1")
+    expect(page.get_by_test_id("capacity-reset")).to_be_disabled()
+    assert api(dev_server, "GET", f"/api/limits/{LIMIT}")["limit"]["capacity_override"] is None
+
+    # Max hold: the same, with the server's validation.
+    max_hold = page.get_by_test_id("stat-max-hold")
+    page.get_by_test_id("max-hold-input").fill("40d")
+    page.get_by_test_id("max-hold-save").click()
+    expect(page.get_by_test_id("max-hold-error")).to_contain_text("at most 30 days")
+    page.get_by_test_id("max-hold-input").fill("2h")
+    page.get_by_test_id("max-hold-save").click()
+    expect(max_hold.locator(".stat-value")).to_contain_text(re.compile("^2h"))
+    expect(max_hold.get_by_test_id("max-hold-override-badge")).to_contain_text("config 1h")
+    page.get_by_test_id("max-hold-reset").click()
+    expect(max_hold.get_by_test_id("max-hold-override-badge")).to_have_count(0)
+    expect(max_hold.locator(".stat-value")).to_have_text("1h")
+
+
+def test_a_run_page_sends_a_signal_and_cancels_with_confirmation(page: Any, dev_server: DevServer) -> None:
+    first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    page.goto(f"/#/runs/{first}")
+    expect(page.locator("[data-testid=step-row][data-kind=signal]")).to_have_attribute("data-status", "waiting")
+
+    page.get_by_test_id("signal-name").fill("done")
+    page.get_by_test_id("signal-payload").fill('{"by": "studio"}')
+    page.get_by_test_id("signal-send").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("completed")
+    expect(page.get_by_test_id("run-output")).to_contain_text("job 1 done")
+    expect(page.get_by_test_id("run-cancel")).to_be_disabled()
+
+    second = start(dev_server, "hold", {"tenant": "a", "job": "2"})
+    page.goto(f"/#/runs/{second}")
+    expect(page.get_by_test_id("run-status")).to_have_text(re.compile("running|suspended"))
+    page.get_by_test_id("run-cancel").click()
+    page.get_by_test_id("confirm-cancel-run").click()
+    expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
+
+    page.goto("/#/runs/no-such-run")
+    expect(page.get_by_test_id("run-not-found")).to_be_visible()
+    page.goto("/#/limits/no-such-limit")
+    expect(page.get_by_test_id("limit-not-found")).to_be_visible()
+
+
+def test_a_project_that_fails_to_load_shows_a_banner_until_fixed(page: Any, dev_server: DevServer) -> None:
+    page.goto("/#/limits")
+    expect(page.get_by_test_id(f"limit-row-{LIMIT}")).to_be_visible()
+    expect(page.get_by_test_id("live-indicator")).to_have_attribute("data-state", "live")
+    banner = page.get_by_test_id("load-error-banner")
+    expect(banner).to_be_hidden()
+
+    broken = dev_server.project / "workflows" / "broken.py"
+    broken.write_text("def oops(:\n")
+    expect(banner).to_be_visible(timeout=20_000)
+    expect(page.get_by_test_id("load-error-traceback")).to_contain_text("SyntaxError")
+
+    broken.unlink()
+    expect(banner).to_be_hidden(timeout=20_000)
+    expect(page.locator("[data-testid=toast][data-kind=reloaded]")).to_be_visible()
+
+
+def test_with_a_token_studio_asks_for_it_then_works(browser: Any, e2e_project: Path) -> None:
+    with (
+        running_dev_server(e2e_project, args=("--token", "s3cret")) as server,
+        browsing(browser, server.url) as context,
+    ):
+        page = context.new_page()
+        page.goto("/")
+        expect(page.get_by_test_id("runs-error")).to_contain_text("/?token=")
+
+        page.goto("/?token=s3cret")  # sets the cookie and comes back to /
+        expect(page.get_by_test_id("runs-empty")).to_be_visible()
+        expect(page.get_by_test_id("live-indicator")).to_have_attribute("data-state", "live")
+        page.goto("/#/workflows")
+        page.get_by_test_id("start-form-greet").get_by_test_id("input-name").fill("eve")
+        page.get_by_test_id("start-form-greet").get_by_test_id("start-submit").click()
+        expect(page.get_by_test_id("run-output")).to_contain_text("hello eve")
