@@ -80,11 +80,17 @@ def add_commands(main: click.Group) -> None:
     @main.command("worker")
     @_PROJECT
     @_DATABASE
-    def worker(directory: Path, database_url: str | None) -> None:
+    @click.option("--lease", default="30s", show_default=True,
+                  help="How long this worker's runs stay its own without a heartbeat (heartbeats every third of it).")
+    @click.option("--poll-interval", default="1s", show_default=True,
+                  help="The fallback pass for work that no wakeup announced.")
+    @click.option("--worker-id", default=None, help="Default: host-pid-random.")
+    def worker(directory: Path, database_url: str | None, lease: str, poll_interval: str, worker_id: str | None) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
         try:
-            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}")
+            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}",
+                                         lease=lease, poll_interval=poll_interval, worker_id=worker_id)
             asyncio.run(_work(engine))
         except DuroError as err:
             _fail(err)
