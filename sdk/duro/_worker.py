@@ -7,8 +7,10 @@ claimable when it is unfinished and has no owner, or its owner's heartbeat is ol
 progress write is fenced on ownership, so a worker that lost a run changes nothing.
 
 Runs wait in memory (a sleeping run is a suspended coroutine); the store holds enough to replay
-them anywhere. Wakeups are local events, plus a poll of the store for what other processes did
-(signals sent, children finished, runs cancelled) while this worker has runs waiting on such things.
+them anywhere. Wakeups are local events; what other processes did (a run to claim, a slot handed
+to one of our waiters, a signal, a child finished, a run cancelled) arrives through the store's
+``listen`` (PostgreSQL ``LISTEN/NOTIFY``) at once, and through the poll pass (every
+``poll_interval``) when a notification is lost.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import asyncio
 import contextvars
 import os
 import socket
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import _current
@@ -99,6 +103,8 @@ class Worker:
         self._schedule_task: asyncio.Task[None] | None = None
         self._started = False
         self._last_heartbeat = 0
+        self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
+        self._listener: threading.Thread | None = None
 
     # -- I/O and time ----------------------------------------------------------------------------
 
@@ -237,6 +243,21 @@ class Worker:
         self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
         if self.engine.workspace.limits:
             self._limits_task = loop.create_task(self._limits_loop(), name=f"duro-limits-{self.id}")
+        if hasattr(self.store, "listen") and getattr(self.store, "dialect", "") == "postgresql":
+            self._listening = threading.Event()
+            self._listener = threading.Thread(
+                target=self.store.listen, args=(partial(self._deliver, loop), self._listening),
+                name=f"duro-listen-{self.id}", daemon=True)
+            self._listener.start()
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
+        """From the listener thread: hand a notification to the event loop, unless it has stopped."""
+        if self._listening.is_set():
+            return
+        try:
+            loop.call_soon_threadsafe(self._on_notice, message)
+        except RuntimeError:  # the loop closed under us: nobody is left to wake
+            self._listening.set()
 
     async def stop(self) -> None:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
@@ -256,6 +277,10 @@ class Worker:
     async def _halt(self, reason: str) -> None:
         """Cancel every run task and background loop of this worker and wait for them to stop."""
         self._started = False
+        self._listening.set()  # the listener thread ends within its 0.1 s wait
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await asyncio.get_running_loop().run_in_executor(None, listener.join, 5.0)
         for _, ctx in self.live.values():
             ctx.cancel_reason = reason
         tasks = [task for task, _ in self.live.values()]
@@ -274,7 +299,7 @@ class Worker:
             changed, granted = await self.db(self.store.slots_expire, self.engine.limit_configs(), now)
             for row in changed + granted:
                 self.notify_slot(row.id)
-            next_due = await self.db(self.store.next_slot_due)
+            next_due = await self.db(self.store.next_slot_due, now)
             deadline = None
             if next_due is not None or self._slot_waiters:
                 deadline = now + SWEEP_MS if next_due is None else min(next_due, now + SWEEP_MS)
@@ -318,6 +343,33 @@ class Worker:
                 continue
             self.launch(run)
         await self._poll_remote_changes()
+
+    def _on_notice(self, message: list[Any]) -> None:
+        """A change another process committed (see ``SqlStore._notify``), on the event loop."""
+        if not self._started:
+            return
+        kind = message[0]
+        if kind == "run" and (len(message) < 2 or message[1] in (None, self.engine.namespace)):
+            self.wake()
+        elif kind == "slot" and len(message) >= 3:
+            self.notify_slot(str(message[1]))
+            self.limits_changed(message[2] if isinstance(message[2], int) else None)
+        elif kind == "signal" and len(message) >= 3:
+            self.notify_signal(str(message[1]), str(message[2]))
+        elif kind == "done" and len(message) >= 3:
+            if message[2] == "cancelled" and message[1] in self.live:
+                self.notify_cancelled([message[1]])
+            self.notify_done(str(message[1]))
+            if self.engine.serial_workflow_names():
+                self.wake()  # the next run of a serial workflow may start
+        elif kind == "sched":
+            self.schedules_changed()
+        elif kind == "limits":
+            self._limits_changed.set()
+        elif kind == "reconnected":  # notifications were lost while disconnected: look again
+            self.wake()
+            self.schedules_changed()
+            self._limits_changed.set()
 
     def notify_lost(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

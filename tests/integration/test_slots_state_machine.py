@@ -168,7 +168,7 @@ def make_machine(url: str, fresh):
 
 
 def _fresh_store(url: str) -> SqlStore:
-    store = SqlStore(url)
+    store = SqlStore(url, decisions_clock="caller")  # the model drives time itself
     store.create_schema()
     with store._engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM duro_slots"))

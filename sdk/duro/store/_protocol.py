@@ -4,8 +4,8 @@ Records are plain dataclasses, separate from the SQLModel tables. Times in recor
 milliseconds since the epoch; the engine turns them into datetimes for users.
 
 Optional methods: a custom store may leave out ``count_active`` (the engine then counts a listing
-of ``list_runs``) and ``apply_batch`` (progress writes then commit one by one) — every other method
-is required.
+of ``list_runs``), ``apply_batch`` (progress writes then commit one by one) and ``listen`` (workers
+in other processes then learn of changes by polling alone) — every other method is required.
 """
 
 from __future__ import annotations
@@ -211,7 +211,8 @@ class Store(Protocol):
 
     def slots_expire(self, configs: Any, now: int) -> tuple[list[Any], list[Any]]: ...
 
-    def next_slot_due(self) -> int | None: ...
+    def next_slot_due(self, now: int | None = None) -> int | None:
+        """The earliest due instant of any slot, on the caller's clock when ``now`` is given."""
 
     def get_slot(self, slot_id: str) -> Any: ...
 

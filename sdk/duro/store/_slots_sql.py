@@ -95,6 +95,8 @@ class SlotsStoreMixin:
     _single_read: Callable[..., Any]
     _write_step: Callable[..., bool]
     _x: Callable[..., Any]
+    _db_now: Callable[[Connection, int], int]
+    _notify: Callable[..., None]
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -115,6 +117,8 @@ class SlotsStoreMixin:
         view = decision.view
         self._x(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
                                         "waiting": view.waiting, "next_pos": view.next_pos, "now": now})
+        # Other processes' waiters on these slots, and their expiry timers, learn of it at commit.
+        self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.writes))
 
     def _hand_out(self, conn: Connection, decision: Decision, now: int) -> Decision:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
@@ -146,6 +150,7 @@ class SlotsStoreMixin:
         """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
         else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
         with self._write() as conn:
+            now, timeout_at = self._rebase(conn, now, timeout_at)
             existing = self._slot(conn, slot_id)
             if existing is not None:
                 return existing
@@ -166,6 +171,7 @@ class SlotsStoreMixin:
         """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
         A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
         with self._write() as conn:
+            now = self._db_now(conn, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "reserved":
                 return row, []
@@ -182,6 +188,7 @@ class SlotsStoreMixin:
                      hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow | None:
         """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
         with self._write() as conn:
+            now = self._db_now(conn, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "waiting":
                 return row
@@ -196,6 +203,7 @@ class SlotsStoreMixin:
         """Release a held or reserved slot and hand freed capacity to the queue.
         Returns (the slot or None if unknown, whether this call released it, rows granted)."""
         with self._write() as conn:
+            now = self._db_now(conn, now)
             row = self._slot(conn, slot_id)
             if row is None or row.limit not in configs:
                 if hook is not None:
@@ -215,6 +223,7 @@ class SlotsStoreMixin:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""
         granted: list[SlotRow] = []
         with self._write() as conn:
+            now = self._db_now(conn, now)
             for run_id in run_ids:
                 for found in list(self._x(conn, "run_slots", {"run_id": run_id})):
                     row = _row(found)
@@ -233,6 +242,7 @@ class SlotsStoreMixin:
         changed: list[SlotRow] = []
         granted: list[SlotRow] = []
         with self._write() as conn:
+            now = self._db_now(conn, now)
             due: dict[str, list[SlotRow]] = {}
             for found in self._x(conn, "due_slots", {"now": now}):
                 row = _row(found)
@@ -249,9 +259,20 @@ class SlotsStoreMixin:
                 granted.extend(decision.granted)
         return changed, granted
 
-    def next_slot_due(self) -> int | None:
+    def next_slot_due(self, now: int | None = None) -> int | None:
+        """The earliest instant a slot is due, on the caller's clock when ``now`` (the caller's) is
+        given: on PostgreSQL dues are database time, and a worker whose clock runs ahead must not
+        wake early and spin."""
         with self._single_read() as conn:
-            return self._x(conn, "next_due", {}).fetchone()[0]
+            due = self._x(conn, "next_due", {}).fetchone()[0]
+            if due is None or now is None:
+                return due  # type: ignore[no-any-return]
+            return int(due) + now - self._db_now(conn, now)
+
+    def _rebase(self, conn: Connection, now: int, at: int | None) -> tuple[int, int | None]:
+        """``now`` and an instant the caller computed from it, moved onto the decisions' clock."""
+        judged = self._db_now(conn, now)
+        return judged, None if at is None else at + judged - now
 
     def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known slot, in one query (a worker polling its waiters)."""
@@ -281,11 +302,13 @@ class SlotsStoreMixin:
     def set_limit_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
         """Set (or with None reset) an override; a capacity raise hands slots out at once."""
         with self._write() as conn:
+            now = self._db_now(conn, now)
             self._view(conn, config, now)
             self._x(conn, "set_capacity" if field == "capacity" else "set_max_hold",
                      {"name": config.name, "value": value, "now": now})
             decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
             self._apply(conn, decision, now)
+            self._notify(conn, ["limits"])
             return decision.granted
 
 

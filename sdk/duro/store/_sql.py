@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
@@ -71,6 +72,11 @@ _HOT_SQL = {
 }
 
 
+
+
+NOTIFY_CHANNEL = "duro"
+_DB_NOW_SQL = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint"
+_NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%(payloads)s AS text[])) AS payload"
 
 
 def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
@@ -151,9 +157,17 @@ def _step_row(run_id: str, step: StepRecord) -> tuple[Any, ...]:
 class SqlStore(SlotsStoreMixin):
     """The store on SQLite or PostgreSQL through SQLAlchemy Core over the SQLModel tables."""
 
-    def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10) -> None:
+    def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10,
+                 decisions_clock: str = "database") -> None:
+        """``decisions_clock``: on PostgreSQL, ``"database"`` (the default) judges leases and slot
+        expiries by the database server's clock, whatever the workers' clocks say; ``"caller"``
+        trusts the ``now`` each call passes (tests that drive time themselves). SQLite always
+        trusts the caller: one machine, one clock."""
+        if decisions_clock not in ("database", "caller"):
+            raise DuroError(f"decisions_clock {decisions_clock!r} is not 'database' or 'caller'")
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
+        self._database_clock = decisions_clock == "database" and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
                 self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"))
@@ -232,6 +246,52 @@ class SqlStore(SlotsStoreMixin):
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
     # -- schema ----------------------------------------------------------------------------------
+
+    # -- one clock and cross-process wakeups (PostgreSQL) ----------------------------------------
+
+    def _db_now(self, conn: Connection, now: int) -> int:
+        """The instant decisions are judged by. On PostgreSQL the database server's clock, so that
+        workers whose clocks disagree never take a slot back early or a lease away too soon; on
+        SQLite (one machine) the caller's ``now``."""
+        if not self._database_clock:
+            return now
+        return int(raw_execute(conn, _DB_NOW_SQL, {}).fetchone()[0])
+
+    def _notify(self, conn: Connection, *messages: list[Any]) -> None:
+        """Tell other processes' workers what this transaction changed (PostgreSQL ``NOTIFY``: sent
+        at commit, dropped on rollback). Each message is a JSON list: ``["run", namespace]`` (a run
+        to claim), ``["done", run_id, status]``, ``["signal", run_id, name]``, ``["slot", slot_id,
+        due_at]``, ``["sched", namespace]``, ``["limits"]``. Losing one costs only latency: workers
+        still poll."""
+        if self.dialect == "postgresql" and messages:
+            raw_execute(conn, _NOTIFY_SQL, {"payloads": [json.dumps(m) for m in messages]})
+
+    def listen(self, deliver: Callable[[list[Any]], None], stopping: threading.Event) -> None:
+        """Block, handing each notification (a decoded JSON list) to ``deliver``, until ``stopping``
+        is set. Reconnects after errors (a restarted server, say) and then delivers
+        ``["reconnected"]``: whatever was sent meanwhile was lost, so listeners look again.
+        PostgreSQL only; returns at once elsewhere."""
+        if self.dialect != "postgresql":
+            return
+        dsn = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        first = True
+        while not stopping.is_set():
+            try:
+                with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    if not first:
+                        deliver(["reconnected"])
+                    first = False
+                    while not stopping.is_set():
+                        for note in conn.notifies(timeout=0.1):
+                            try:
+                                message = json.loads(note.payload)
+                            except ValueError:
+                                continue
+                            if isinstance(message, list) and message:
+                                deliver(message)
+            except psycopg.Error:
+                stopping.wait(0.5)
 
     def create_schema(self) -> None:
         if self._schema_ready:
@@ -338,6 +398,8 @@ class SqlStore(SlotsStoreMixin):
                 "wake_at": None, "created_at": new.created_at, "updated_at": new.created_at, "ended_at": None,
             }
             self._x(conn, "insert_run", values)
+            if new.owner is None:
+                self._notify(conn, ["run", new.namespace])
             if parent_step is not None and not self._write_step(
                     conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
                     if parent_step[2].status == "waiting" else None, None, new.created_at):
@@ -489,7 +551,10 @@ class SqlStore(SlotsStoreMixin):
                 error: str | None, now: int) -> bool:
         result = self._x(conn, "finish_run", {
             "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
-        return result.rowcount == 1
+        if result.rowcount != 1:
+            return False
+        self._notify(conn, ["done", run_id, status])
+        return True
 
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
         with self._write() as conn:
@@ -509,6 +574,7 @@ class SqlStore(SlotsStoreMixin):
                     cancelled.append(current)
                 frontier.extend(conn.execute(sa.select(runs.c.id).where(
                     runs.c.parent_id == current, runs.c.status.in_(_ACTIVE))).scalars())
+            self._notify(conn, *(["done", cancelled_id, "cancelled"] for cancelled_id in cancelled))
             return cancelled
 
     # -- signals ---------------------------------------------------------------------------------
@@ -522,6 +588,7 @@ class SqlStore(SlotsStoreMixin):
                 raise DuroError(f"cannot signal run {run_id!r}: it is {status}; signals reach only "
                                 f"runs that have not finished")
             conn.execute(signals.insert().values(run_id=run_id, name=name, payload=payload, created_at=now))
+            self._notify(conn, ["signal", run_id, name])
 
     def take_signal(self, run_id: str, owner: str | None, name: str, step: StepRecord) -> StepRecord | None:
         with self._write() as conn:
@@ -558,6 +625,7 @@ class SqlStore(SlotsStoreMixin):
                 conn.execute(schedules.insert().values(
                     namespace=schedule.namespace, name=schedule.name, created_at=schedule.created_at,
                     last_fire_at=None, last_run_id=None, last_error=None, **definition))
+            self._notify(conn, ["sched", schedule.namespace])
 
     def list_schedules(self, namespace: str) -> list[ScheduleRecord]:
         with self._read() as conn:
@@ -567,8 +635,10 @@ class SqlStore(SlotsStoreMixin):
 
     def delete_schedule(self, namespace: str, name: str) -> bool:
         with self._write() as conn:
-            return conn.execute(schedules.delete().where(
+            deleted = conn.execute(schedules.delete().where(
                 schedules.c.namespace == namespace, schedules.c.name == name)).rowcount == 1
+            self._notify(conn, ["sched", namespace])
+            return deleted
 
     def due_schedules(self, namespace: str, workflows: Sequence[str], now: int) -> list[ScheduleRecord]:
         with self._read() as conn:
@@ -599,22 +669,30 @@ class SqlStore(SlotsStoreMixin):
     def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
         """(Re)join as ``worker_id``; runs a previous life of this id owned are handed back to be claimed."""
         with self._write() as conn:
+            now = self._db_now(conn, now)
             conn.execute(workers.delete().where(workers.c.id == worker_id))
-            conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
-                         .values(owner=None, updated_at=now))
+            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+                                       .values(owner=None, updated_at=now)).rowcount
             conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
                                                  started_at=now, heartbeat_at=now))
+            if handed_back:
+                self._notify(conn, ["run", namespace])
 
     def heartbeat(self, worker_id: str, now: int) -> bool:
         with self._write() as conn:
-            result = conn.execute(workers.update().where(workers.c.id == worker_id).values(heartbeat_at=now))
+            stamp = self._db_now(conn, now)
+            result = conn.execute(workers.update().where(workers.c.id == worker_id).values(heartbeat_at=stamp))
             return result.rowcount == 1
 
     def remove_worker(self, worker_id: str, now: int) -> None:
         with self._write() as conn:
+            now = self._db_now(conn, now)
+            namespace = conn.execute(sa.select(workers.c.namespace).where(workers.c.id == worker_id)).scalar()
             conn.execute(workers.delete().where(workers.c.id == worker_id))
-            conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
-                         .values(owner=None, updated_at=now))
+            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+                                       .values(owner=None, updated_at=now)).rowcount
+            if handed_back:
+                self._notify(conn, ["run", namespace])
 
     def local_workers(self, host: str) -> list[tuple[str, int]]:
         with self._read() as conn:
@@ -624,7 +702,13 @@ class SqlStore(SlotsStoreMixin):
     def claim_runs(self, claim: Claim) -> list[RunRecord]:
         if not claim.workflows:
             return []
-        alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= claim.alive_since)
+        with self._write() as conn:
+            lease = claim.now - claim.alive_since
+            now = self._db_now(conn, claim.now)
+            return self._claim(conn, claim, now - lease, now)
+
+    def _claim(self, conn: Connection, claim: Claim, alive_since: int, now: int) -> list[RunRecord]:
+        alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= alive_since)
         candidates = sa.select(runs.c.id).where(
             runs.c.namespace == claim.namespace,
             runs.c.status.in_(_ACTIVE),
@@ -646,11 +730,10 @@ class SqlStore(SlotsStoreMixin):
         if self.dialect == "postgresql":
             candidates = candidates.with_for_update(skip_locked=True)
         statement = runs.update().where(runs.c.id.in_(candidates.scalar_subquery())).values(
-            owner=claim.worker_id, updated_at=claim.now,
+            owner=claim.worker_id, updated_at=now,
             status=sa.case((runs.c.status == "pending", "running"), else_=runs.c.status),
         ).returning(*runs.c)
-        with self._write() as conn:
-            for name in sorted(claim.serial):  # two workers never start two runs of one serial workflow
-                self._lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
-            return [_row_to_run(r) for r in conn.execute(statement)]
+        for name in sorted(claim.serial):  # two workers never start two runs of one serial workflow
+            self._lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
+        return [_row_to_run(r) for r in conn.execute(statement)]
 

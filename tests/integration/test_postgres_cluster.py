@@ -1,0 +1,150 @@
+"""Several workers on one PostgreSQL: wakeups across processes through LISTEN/NOTIFY, and
+decisions judged by the database server's clock whatever the workers' clocks say."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow
+from duro.store import SqlStore
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.postgres
+
+WORKSPACE = define_workspace(limits={"line": Limit(capacity=1, max_hold="2s")})
+
+
+@workflow(name="holder")
+async def holder(tag: str) -> str:
+    slot = await acquire_slot("line", label=tag, timeout="1m")
+    await wait_for_signal("go")
+    await release_slot(slot.id)
+    return tag
+
+
+@workflow(name="waiter")
+async def waiter(tag: str) -> str:
+    slot = await acquire_slot("line", label=tag, timeout="1m")
+    await release_slot(slot.id)
+    return tag
+
+
+class SkewedClock:
+    """A worker whose clock runs ``offset_ms`` away from everyone else's."""
+
+    def __init__(self, offset_ms: int) -> None:
+        from duro._clock import SystemClock
+
+        self._system = SystemClock()
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return self._system.now_ms() + self.offset_ms
+
+    def sleep_until(self, due_ms: int):  # type: ignore[no-untyped-def]
+        return self._system.sleep_until(due_ms - self.offset_ms)
+
+
+def engine(url: str, **kwargs: object) -> Engine:
+    created = Engine(url, workspace=WORKSPACE, poll_interval="30s", **kwargs)  # polls too slow to matter
+    created.register(holder)
+    created.register(waiter)
+    return created
+
+
+async def test_a_release_in_one_worker_wakes_the_waiter_in_another_at_once(postgres_url):
+    async with engine(postgres_url, worker_id="a") as a, engine(postgres_url, worker_id="b") as b:
+        held = await a.start("holder", "first")
+        await eventually(lambda: _busy(a), 10, "the first run to hold the slot")
+        queued = await b.start("waiter", "second")
+        await eventually(lambda: _waiting(b), 10, "the second run to queue")
+        await a.signal(held.id, "go")  # a's run releases; b's waiter must not wait for a 30 s poll
+        assert await queued.result(timeout="10s") == "second"
+
+
+async def test_a_run_started_by_a_client_is_claimed_without_waiting_for_the_poll(postgres_url):
+    async with engine(postgres_url, worker_id="worker") as worker:
+        client = engine(postgres_url)  # never entered: it only starts runs
+        try:
+            run = await client.start("waiter", "from a client")
+            assert await run.result(timeout="10s") == "from a client"
+            assert (await worker.get_run(run.id)).status == "completed"
+        finally:
+            client.close()
+
+
+async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres_url):
+    async with engine(postgres_url, worker_id="honest") as honest:
+        held = await honest.start("holder", "held")
+        await eventually(lambda: _busy(honest), 10, "the slot to be held")
+        ahead = engine(postgres_url, worker_id="ahead", clock=SkewedClock(10 * 60_000))
+        async with ahead:
+            await ahead.worker.tick()  # type: ignore[union-attr]
+            changed, granted = await ahead.db(ahead.store.slots_expire, ahead.limit_configs(),
+                                              ahead.clock.now_ms())
+            assert changed == [] and granted == []  # 10 minutes "later" on its clock: not on the database's
+            (slot,) = await honest.limits.slots("line")
+            assert slot.state == "busy" and slot.run_id == held.id
+        await honest.signal(held.id, "go")
+        assert await held.result(timeout="10s") == "held"
+
+
+async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
+    store = SqlStore(postgres_url)
+    store.create_schema()
+    now = await asyncio.to_thread(_db_now, postgres_url)
+    store.register_worker("slow-clock", "default", "elsewhere", 1, now - 3_600_000)  # stamped by the database
+    from duro.store import Claim, NewRun
+
+    store.insert_run(NewRun(id="r", namespace="default", workflow="waiter", version="1", input='"x"',
+                            owner="slow-clock", created_at=now), None)
+    far_ahead = now + 3_600_000  # a claimer an hour ahead thinks the owner's heartbeat is an hour old
+    claim = Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
+                  alive_since=far_ahead - 30_000, now=far_ahead)
+    assert store.claim_runs(claim) == []
+    store.close()
+
+
+def _db_now(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        return int(conn.execute("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").fetchone()[0])
+
+
+def test_listen_delivers_notifications_and_stops(postgres_url):
+    store = SqlStore(postgres_url)
+    store.create_schema()
+    received: list[list[object]] = []
+    stopping = threading.Event()
+    thread = threading.Thread(target=store.listen, args=(received.append, stopping))
+    thread.start()
+    try:
+        from duro.store import NewRun
+
+        attempts = iter(range(1_000_000))
+
+        def sent() -> bool:  # the listener may not be listening yet: keep starting new runs until one is heard
+            store.insert_run(NewRun(id=f"n{next(attempts)}", namespace="default", workflow="w",
+                                    version="1", input="null", owner=None, created_at=1), None)
+            return ["run", "default"] in received
+
+        asyncio.run(eventually(sent, 10, "a notification"))
+    finally:
+        stopping.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    store.close()
+
+
+async def _busy(eng: Engine) -> bool:
+    (info,) = await eng.limits.list()
+    return info.busy == 1
+
+
+async def _waiting(eng: Engine) -> bool:
+    (info,) = await eng.limits.list()
+    return info.waiting == 1
