@@ -4,6 +4,7 @@ reload), ``duro worker`` (executes runs, no HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def _fail(err: DuroError) -> None:
 
 
 def add_commands(main: click.Group) -> None:
-    """Add ``dev``, ``serve`` and ``worker`` to the ``duro`` group."""
+    """Add ``dev``, ``serve``, ``worker`` and ``health`` to the ``duro`` group."""
+    add_health(main)
 
     @main.command("dev")
     @_PROJECT
@@ -107,3 +109,56 @@ async def _work(engine: Engine) -> None:
                    f"Ctrl-C to stop", err=True)
         await stop.wait()
         click.echo("duro: stopping; in-flight runs are handed back", err=True)
+
+
+def add_health(main: click.Group) -> None:
+    """``duro health``: is the store reachable, and which workers are alive."""
+
+    @main.command("health")
+    @_PROJECT
+    @_DATABASE
+    @click.option("--lease", default="30s", show_default=True, help="The workers' lease: older heartbeats are dead.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+    def health(directory: Path, database_url: str | None, lease: str, as_json: bool) -> None:
+        """Check the store and list its workers (exit 0: reachable and at least one worker alive;
+        1: no live worker; 3: the store cannot be reached)."""
+        from duro.store import SqlStore
+        from duro.tooling import duration_ms
+
+        root = directory.resolve()
+        url = database_url or f"sqlite:///{root / '.duro' / 'dev.db'}"
+        try:
+            lease_ms = duration_ms(lease, "--lease")
+            store = SqlStore(url)
+        except DuroError as err:
+            _fail(err)
+        try:
+            store.create_schema()
+            listed = store.list_workers()
+        except Exception as err:  # noqa: BLE001 - any driver error means "unreachable" here
+            click.echo(f"error: the store at {store.safe_url} cannot be reached: {' '.join(str(err).split())}", err=True)
+            sys.exit(3)
+        finally:
+            store.close()
+        now = _wall_ms()
+        for worker in listed:
+            reference = worker["db_now"] if worker["db_now"] is not None else now
+            worker["heartbeat_age_ms"] = max(0, reference - worker["heartbeat_at"])
+            worker["alive"] = worker["heartbeat_age_ms"] <= lease_ms
+            del worker["db_now"]
+        alive = sum(1 for worker in listed if worker["alive"])
+        if as_json:
+            click.echo(json.dumps({"store": store.safe_url, "workers": listed, "alive": alive}, indent=2))
+        else:
+            click.echo(f"store {store.safe_url}: reachable; {alive} of {len(listed)} worker(s) alive")
+            for worker in listed:
+                state = "alive" if worker["alive"] else "dead"
+                click.echo(f"  {worker['id']:<48} {state:<5} heartbeat {worker['heartbeat_age_ms'] / 1000:.1f}s ago "
+                           f"runs {worker['runs']}  {worker['host']} pid {worker['pid']}")
+        sys.exit(0 if alive else 1)
+
+
+def _wall_ms() -> int:
+    from duro.tooling import SystemClock
+
+    return SystemClock().now_ms()

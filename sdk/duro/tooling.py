@@ -1,10 +1,11 @@
 """Building blocks for duro's faces (the dev server, the CLI) and other tooling around an engine.
 
 Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``LimitInfo``,
-``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``.
+``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``,
+``SystemClock`` (the one real clock, for tools that must tell the time).
 """
 
-from ._clock import datetime_to_ms, ms_to_datetime
+from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
 from ._durations import format_ms
 from ._durations import to_ms as duration_ms
 from ._events import RunEvent
@@ -14,4 +15,4 @@ from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
 
 __all__ = ["load_project", "Project", "RunEvent", "RunInfo", "StepInfo", "LimitInfo", "SlotInfo", "ScheduleInfo",
-           "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms"]
+           "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms", "SystemClock"]

@@ -694,6 +694,17 @@ class SqlStore(SlotsStoreMixin):
             if handed_back:
                 self._notify(conn, ["run", namespace])
 
+    def list_workers(self) -> list[dict[str, Any]]:
+        """Every registered worker with its heartbeat age in ms (on the decisions' clock) and how
+        many unfinished runs it owns: what ``duro health`` shows."""
+        with self._read() as conn:
+            now = self._db_now(conn, 0) if self._database_clock else None
+            owned = dict(conn.execute(sa.select(runs.c.owner, sa.func.count()).where(
+                runs.c.owner.is_not(None), runs.c.status.in_(_ACTIVE)).group_by(runs.c.owner)).all())
+            rows = conn.execute(sa.select(workers).order_by(workers.c.started_at))
+            return [{"id": r.id, "namespace": r.namespace, "host": r.host, "pid": r.pid, "started_at": r.started_at,
+                     "heartbeat_at": r.heartbeat_at, "db_now": now, "runs": owned.get(r.id, 0)} for r in rows]
+
     def local_workers(self, host: str) -> list[tuple[str, int]]:
         with self._read() as conn:
             rows = conn.execute(sa.select(workers.c.id, workers.c.pid).where(workers.c.host == host))
