@@ -117,8 +117,9 @@ class SlotsStoreMixin:
         view = decision.view
         self._x(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
                                         "waiting": view.waiting, "next_pos": view.next_pos, "now": now})
-        # Other processes' waiters on these slots, and their expiry timers, learn of it at commit.
-        self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.writes))
+        # Waiters in other processes learn at commit that a slot was handed to them (a request that
+        # became busy at once is its own caller's news; other changes reach the waiters' own timers).
+        self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved"))
 
     def _hand_out(self, conn: Connection, decision: Decision, now: int) -> Decision:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
