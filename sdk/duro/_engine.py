@@ -125,7 +125,18 @@ class Engine:
             return fn(*args)
         if self._db_executor is None:
             self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
-        return await asyncio.get_running_loop().run_in_executor(self._db_executor, partial(fn, *args))
+        loop = asyncio.get_running_loop()
+        transient = getattr(self.store, "is_transient", None)
+        give_up, pause = loop.time() + 30.0, 0.05
+        while True:
+            try:
+                return await loop.run_in_executor(self._db_executor, partial(fn, *args))
+            except Exception as err:
+                # the database restarting or failing over: the same call again, for up to 30 s
+                if transient is None or not transient(err) or loop.time() > give_up:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     def write(self, method: str, *args: Any) -> Awaitable[Any]:
         """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import os
 import socket
 import threading
@@ -40,7 +41,16 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 K = TypeVar("K")
+log = logging.getLogger("duro")
 TERMINAL = ("completed", "failed", "cancelled")
+
+
+def _store_trouble(where: str, err: Exception) -> None:
+    """A background pass failed (the database restarting, say); it runs again. The log line names
+    the error's type and the driver's first line only: SQL parameters (labels, payloads) stay out."""
+    cause = getattr(err, "orig", None) or err
+    first = (str(cause).strip().splitlines() or [""])[0][:200]
+    log.warning("duro worker: %s failed (%s: %s); trying again", where, type(cause).__name__, first)
 
 
 def _process_alive(pid: int) -> bool:
@@ -296,10 +306,14 @@ class Worker:
         while True:
             self._limits_changed.clear()
             now = self.clock.now_ms()
-            changed, granted = await self.db(self.store.slots_expire, self.engine.limit_configs(), now)
-            for row in changed + granted:
-                self.notify_slot(row.id)
-            next_due = await self.db(self.store.next_slot_due, now)
+            try:
+                changed, granted = await self.db(self.store.slots_expire, self.engine.limit_configs(), now)
+                for row in changed + granted:
+                    self.notify_slot(row.id)
+                next_due = await self.db(self.store.next_slot_due, now)
+            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
+                _store_trouble("the limits pass", err)
+                next_due = now + 1000
             deadline = None
             if next_due is not None or self._slot_waiters:
                 deadline = now + SWEEP_MS if next_due is None else min(next_due, now + SWEEP_MS)
@@ -311,7 +325,11 @@ class Worker:
         poll_ms = self.engine.poll_interval_ms
         while True:
             self._schedules_changed.clear()
-            next_due = await fire_due(self.engine)
+            try:
+                next_due = await fire_due(self.engine)
+            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
+                _store_trouble("the schedules pass", err)
+                next_due = self.clock.now_ms() + 1000
             now = self.clock.now_ms()
             deadlines = [d for d in (next_due, None if poll_ms is None else now + poll_ms) if d is not None]
             await self.wait_for(self._schedules_changed.wait(), min(deadlines) if deadlines else None)
@@ -320,7 +338,10 @@ class Worker:
         poll_ms = self.engine.poll_interval_ms
         while True:
             self._wakeup.clear()
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next pass
+                _store_trouble("the claim pass", err)
             await self.wait_for(self._wakeup.wait(), None if poll_ms is None else self.clock.now_ms() + poll_ms)
 
     async def tick(self) -> None:
@@ -338,9 +359,14 @@ class Worker:
         claimed = await self.db(self.store.claim_runs, Claim(
             worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
             alive_since=now - lease, now=now, serial=self.engine.serial_workflow_names()))
+        # A claimed run still executing here was not ours a moment ago (our lease lapsed): another
+        # worker may have moved it on since, so our copy is stale. Drop it and replay from the store.
+        stale = [self.live[run.id][0] for run in claimed if run.id in self.live]
+        for task in stale:
+            task.cancel()
+        if stale:
+            await asyncio.gather(*stale, return_exceptions=True)
         for run in claimed:
-            if run.id in self.live:
-                continue
             self.launch(run)
         await self._poll_remote_changes()
 

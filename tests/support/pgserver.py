@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,19 @@ class PgServer:
                    f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
                   "-o", options, "-w", "-t", "60", "start")
+
+    def restart(self, mode: str = "fast", down: float = 0.0) -> None:
+        """``pg_ctl restart``: stop (``fast`` disconnects every client; ``immediate`` is a crash that
+        recovers from the WAL) and start again with the options of the running server, on the same
+        port. Clients see their connections drop and new ones refused until it is up again.
+        ``down`` > 0 keeps the server stopped that many seconds before starting it again."""
+        if down > 0:
+            self.stop(mode)
+            threading.Event().wait(down)
+            self.start()
+            return
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
+                  "-m", mode, "-w", "-t", "60", "restart")
 
     def destroy(self) -> None:
         try:

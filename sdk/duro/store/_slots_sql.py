@@ -152,10 +152,10 @@ class SlotsStoreMixin:
         else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
         with self._write() as conn:
             now, timeout_at = self._rebase(conn, now, timeout_at)
+            view = self._view(conn, config, now)  # lock first: the slot is read under the limit's lock
             existing = self._slot(conn, slot_id)
             if existing is not None:
                 return existing
-            view = self._view(conn, config, now)
             decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
             self._apply(conn, decision, now)
             row = decision.writes[-1]
@@ -173,10 +173,11 @@ class SlotsStoreMixin:
         A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
         with self._write() as conn:
             now = self._db_now(conn, now)
+            view = self._view(conn, config, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "reserved":
                 return row, []
-            decision = _slots.confirm(self._view(conn, config, now), row, now)
+            decision = _slots.confirm(view, row, now)
             self._hand_out(conn, decision, now)
             self._apply(conn, decision, now)
             confirmed = next(w for w in decision.writes if w.id == slot_id)
@@ -190,10 +191,11 @@ class SlotsStoreMixin:
         """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
         with self._write() as conn:
             now = self._db_now(conn, now)
+            view = self._view(conn, config, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "waiting":
                 return row
-            decision = _slots.give_up(self._view(conn, config, now), row, now)
+            decision = _slots.give_up(view, row, now)
             self._apply(conn, decision, now)
             self._hook(conn, hook, now)
             return decision.writes[-1]
@@ -211,7 +213,9 @@ class SlotsStoreMixin:
                     hook[2].result = json.dumps({"released": False})
                 self._hook(conn, hook, now)
                 return row, False, []
-            decision = _slots.release(self._view(conn, configs[row.limit], now), row, now, reason)
+            view = self._view(conn, configs[row.limit], now)
+            row = self._slot(conn, slot_id) or row  # again, under the limit's lock
+            decision = _slots.release(view, row, now, reason)
             released = bool(decision.writes)
             self._hand_out(conn, decision, now)
             self._apply(conn, decision, now)
@@ -230,7 +234,9 @@ class SlotsStoreMixin:
                     row = _row(found)
                     if row.limit not in configs:
                         continue
-                    decision = _slots.leave(self._view(conn, configs[row.limit], now), row, now)
+                    view = self._view(conn, configs[row.limit], now)
+                    row = self._slot(conn, row.id) or row  # again, under the limit's lock
+                    decision = _slots.leave(view, row, now)
                     self._hand_out(conn, decision, now)
                     self._apply(conn, decision, now)
                     granted.extend(decision.granted)
@@ -253,7 +259,9 @@ class SlotsStoreMixin:
                 view = self._view(conn, config, now)
                 if name not in due and not (view.free > 0 and view.waiting > 0):
                     continue  # nothing due, nothing to hand out (a capacity raised in the config is)
-                decision = _slots.expire(view, due.get(name, []), now)
+                # read before the lock: another worker's pass may have applied them since
+                fresh = [row for row in (self._slot(conn, r.id) for r in due.get(name, [])) if row is not None]
+                decision = _slots.expire(view, fresh, now)
                 changed.extend(decision.writes)
                 self._hand_out(conn, decision, now)
                 self._apply(conn, decision, now)

@@ -183,6 +183,13 @@ class SqlStore(SlotsStoreMixin):
         if self.dialect == "postgresql":
             self._sql["limit_lock"] += " FOR UPDATE"
 
+    @staticmethod
+    def is_transient(err: BaseException) -> bool:
+        """An error worth the same call again: the server unreachable or restarting, or a transaction
+        the server rolled back (deadlock, serialization failure)."""
+        return isinstance(err, sa.exc.OperationalError) or (
+            isinstance(err, sa.exc.DBAPIError) and err.connection_invalidated)
+
     @property
     def safe_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
