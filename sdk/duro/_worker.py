@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 K = TypeVar("K")
 log = logging.getLogger("duro")
+CLAIM_BATCH_S = 0.02  # announced runs are claimed in batches at most this often (see _wake_for_claims)
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -114,6 +115,7 @@ class Worker:
         self._started = False
         self._last_heartbeat = 0
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
+        self._claim_pending = False
         self._listener: threading.Thread | None = None
 
     # -- I/O and time ----------------------------------------------------------------------------
@@ -376,7 +378,7 @@ class Worker:
             return
         kind = message[0]
         if kind == "run" and (len(message) < 2 or message[1] in (None, self.engine.namespace)):
-            self.wake()
+            self._wake_for_claims()
         elif kind == "slot" and len(message) >= 3:
             self.notify_slot(str(message[1]))
             self.limits_changed(message[2] if isinstance(message[2], int) else None)
@@ -396,6 +398,18 @@ class Worker:
             self.wake()
             self.schedules_changed()
             self._limits_changed.set()
+
+    def _wake_for_claims(self) -> None:
+        """Runs to claim, announced by other processes: one pass per ``CLAIM_BATCH_S`` at most, so a
+        stream of starts is claimed in batches instead of every worker running a pass per start."""
+        if self._claim_pending:
+            return
+        self._claim_pending = True
+        asyncio.get_running_loop().call_later(CLAIM_BATCH_S, self._claim_now)
+
+    def _claim_now(self) -> None:
+        self._claim_pending = False
+        self.wake()
 
     def notify_lost(self, run_ids: list[str]) -> None:
         for run_id in run_ids:

@@ -560,7 +560,12 @@ class SqlStore(SlotsStoreMixin):
             "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
         if result.rowcount != 1:
             return False
-        self._notify(conn, ["done", run_id, status])
+        if self.dialect == "postgresql":
+            # Only a parent waits on a run's end in another process (a client's result() polls):
+            # NOTIFY serializes committing transactions, so a top-level run's end sends none.
+            parent = conn.execute(sa.select(runs.c.parent_id).where(runs.c.id == run_id)).scalar()
+            if parent is not None:
+                self._notify(conn, ["done", run_id, status])
         return True
 
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
