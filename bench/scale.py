@@ -220,13 +220,14 @@ class CpuWindow:
 
 # -- statements per run (diagnostic: the server logs every statement of the case's database) --------
 
-STATEMENT = re.compile(r"LOG:  (?:statement|execute [^:]*): (.*)")
+LOGGED = re.compile(r"LOG:  duration: ([0-9.]+) ms  (statement|execute|parse|bind)[^:]*: (.*)")
 
 
 def log_statements(pg: Any, database: str) -> None:
-    """Make the server log every statement of ``database`` (sessions opened from now on)."""
+    """Make the server log every statement of ``database`` with the time it took (sessions opened
+    from now on)."""
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
-        conn.execute(f'ALTER DATABASE "{database}" SET log_statement = \'all\'')
+        conn.execute(f'ALTER DATABASE "{database}" SET log_min_duration_statement = 0')
 
 
 def log_offset(pg: Any) -> int:
@@ -234,18 +235,22 @@ def log_offset(pg: Any) -> int:
 
 
 def count_statements(pg: Any, offset: int, runs: int, top: int = 20) -> dict[str, Any]:
-    """Statements the server logged since ``offset``, per run, by kind (their first words)."""
+    """Statements the server logged since ``offset``, per run, by kind (their first words), with the
+    server's time for them (parse, bind and execute of the extended protocol summed)."""
     with open(Path(pg.base) / "log", "rb") as log:
         log.seek(offset)
         text = log.read().decode(errors="replace")
-    kinds: dict[str, int] = {}
-    for match in STATEMENT.finditer(text):
-        words = re.sub(r"\s+", " ", match.group(1)).strip()
+    kinds: dict[str, list[float]] = {}  # kind -> [statements, ms]
+    for match in LOGGED.finditer(text):
+        words = re.sub(r"\s+", " ", match.group(3)).strip()
         kind = " ".join(re.sub(r"[0-9a-f]{8,}|\$\d+|\d+", "?", words).split()[:7])[:70]
-        kinds[kind] = kinds.get(kind, 0) + 1
-    total = sum(kinds.values())
-    ordered = sorted(kinds.items(), key=lambda kv: -kv[1])[:top]
-    return {"per_run": total / runs, "by_kind_per_run": [(k, v / runs) for k, v in ordered]}
+        entry = kinds.setdefault(kind, [0, 0.0])
+        entry[0] += match.group(2) in ("statement", "execute")
+        entry[1] += float(match.group(1))
+    total = sum(n for n, _ in kinds.values())
+    ordered = sorted(kinds.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"per_run": total / runs, "server_ms_per_run": sum(ms for _, ms in kinds.values()) / runs,
+            "by_kind_per_run": [(k, n / runs, ms / runs) for k, (n, ms) in ordered]}
 
 
 # -- worker processes ------------------------------------------------------------------------------
@@ -381,7 +386,7 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
     out: dict[str, Any] = {}
     try:
         with scratch("scale-duro") as tmp, psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SET log_statement = 'none'")  # the script's own reads are not counted
+            conn.execute("SET log_min_duration_statement = -1")  # the script's own reads are not logged
             project = write_project(tmp / "project", {"bench.py": ONE_STEP_PY})
             await client.start(WORKFLOW, -1)  # the schema, before any worker
             ids = [f"bench-{n}w-{i}" for i in range(n)]
@@ -595,7 +600,7 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
                 client = DBOSClient(system_database_url=dsn)
                 options = {"queue_name": QUEUE, "workflow_name": WORKFLOW}
                 with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute("SET log_statement = 'none'")
+                    conn.execute("SET log_min_duration_statement = -1")
                     since = now_ms()
                     for i in range(args.warmup * n):
                         client.enqueue(options, i)
@@ -872,6 +877,17 @@ def summarize(samples: dict[str, list[dict]], latency: dict[str, list[dict]], ar
     return {"medians": med, "ratios": ratios, "latency": lat}
 
 
+def rounded(value: Any) -> Any:
+    """Floats to 3 decimals (ms to the µs, rates and percentages more than precise enough)."""
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
 def print_report(report: dict) -> None:
     print(f"\n{report['date']}  duro {', '.join(t['label'] for t in report['targets'])}  {report['versions']}  "
           f"server {report['server']}")
@@ -907,9 +923,11 @@ def print_report(report: dict) -> None:
     for case, rows in report["samples"].items():
         found = [r["statements"] for r in rows if "statements" in r]
         if found:
-            print(f"\nstatements per run, {case} (server log, last sample): {found[-1]['per_run']:.1f}")
-            for kind, count in found[-1]["by_kind_per_run"]:
-                print(f"  {count:6.2f}  {kind}")
+            last = found[-1]
+            print(f"\nstatements per run, {case} (server log, last sample): {last['per_run']:.1f}, "
+                  f"{last['server_ms_per_run']:.3f} ms of server time per run; by server time:")
+            for kind, count, ms in last["by_kind_per_run"]:
+                print(f"  {count:6.2f}  {ms:7.3f} ms  {kind}")
     for case, rows in report["samples"].items():
         found = [r["sessions"] for r in rows if "sessions" in r]
         if found:
@@ -954,8 +972,9 @@ def main() -> int:
                         help="with --profile-worker: sample only the thread holding the GIL (Python CPU), "
                              "instead of every thread, idle or not")
     parser.add_argument("--count-statements", action="store_true",
-                        help="diagnostic: the server logs every statement; print statements per run of each "
-                             "backlog drain by kind (slows the server: not a throughput figure)")
+                        help="diagnostic: the server logs every statement with its duration; print statements "
+                             "and server time per run of each drain by kind (slows the server: not a throughput "
+                             "figure; the live windows include the client's starts)")
     parser.add_argument("--sample-sessions", action="store_true",
                         help="diagnostic: during each backlog drain, count the database's sessions by state and "
                              "wait event (pg_stat_activity) at every completion poll")
@@ -963,6 +982,8 @@ def main() -> int:
                         help="measure these commits' sdk/ and devserver/ (git archive), not the checkout; with "
                              "two or more, their cases are interleaved in every round (same noise for each)")
     parser.add_argument("--json", metavar="PATH", help="write every sample and the medians as JSON to PATH")
+    parser.add_argument("--json-key", metavar="KEY",
+                        help="with --json: keep the file's other keys and write this run under KEY")
     parser.add_argument("--dbos-worker", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--duro-case", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1040,7 +1061,12 @@ def main() -> int:
     }
     print_report(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+        out: Any = rounded(report)
+        if args.json_key:  # several runs in one file, one key each
+            path = Path(args.json)
+            out = json.loads(path.read_text()) if path.exists() else {}
+            out[args.json_key] = rounded(report)
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"\nwrote {args.json}")
     return 0
 
