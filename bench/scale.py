@@ -3,8 +3,8 @@ across workers.
 
 Run it from the repo root:
 
-    .venv/bin/python bench/scale.py                          # defaults, about 7 minutes
-    .venv/bin/python bench/scale.py --at 2705f28,5de7604 --json bench/results/scale.json  # two commits
+    .venv/bin/python bench/scale.py                          # defaults, about 5 minutes
+    .venv/bin/python bench/scale.py --at 2705f28,5de7604,6d3be49 --json bench/results/scale.json
     .venv/bin/python bench/scale.py --runs 1000 --repeats 1 --workers 1,2 --no-dbos
     .venv/bin/python bench/scale.py --only latency           # release-to-resume alone
     .venv/bin/python bench/scale.py --workers 4 --no-dbos --profile-worker 4 --profile-gil
@@ -15,11 +15,12 @@ in a fresh interpreter on that code, the commits' cases interleaved in every rou
 the machine's noise and work in progress in the checkout does not leak into the figures.
 
 One PostgreSQL server for the run (tests/support/pgserver.py: fsync=off, synchronous_commit=off,
-full_page_writes=off), a fresh database per case. Worker processes are real: ``python -m duro_devserver worker PROJECT
---database-url URL --poll-interval P --worker-id ID`` on a scratch project with a one-step workflow,
-and for DBOS this script itself (``--dbos-worker``) running ``DBOS.launch()`` with a queue from
-``DBOS.register_queue`` (polling interval P, ``worker_concurrency`` 100, a distinct ``executor_id``
-per process, the workflow and step as plain ``def``: DBOS's faster form here).
+full_page_writes=off), a fresh database per case. Worker processes are real: ``python -m
+duro_devserver worker PROJECT --database-url URL --poll-interval P --worker-id ID`` on a scratch
+project with a one-step workflow, and for DBOS this script itself (``--dbos-worker``) running
+``DBOS.launch()`` with a queue from ``DBOS.register_queue`` (polling interval P,
+``worker_concurrency`` 100, a distinct ``executor_id`` per process, the workflow and step as plain
+``def``: DBOS's faster form here).
 
 Throughput (runs/s of one-step workflows), per system and worker count N, cases interleaved:
 
@@ -437,7 +438,8 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
                     await client.start(WORKFLOW, i)
                 starts_done = time.time()
                 watch = (conn, {}) if args.sample_sessions else None
-                last = _wait_batch(lambda s=since: _duro_batch(conn, s), args.runs, group, "the live batch", watch)
+                last = _wait_batch(lambda s=since: _duro_batch(conn, s), args.runs, group, "the live batch",
+                                   watch)
                 out["live"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
                                "client_starts_per_s": args.runs / (starts_done - t0), "cpu": cpu.stop(),
                                "per_worker": _duro_owners(conn, since)}
@@ -634,7 +636,8 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
                     for i in range(args.runs):
                         client.enqueue(options, i)
                     starts_done = time.time()
-                    last = _wait_batch(lambda s=since: _dbos_batch(conn, s), args.runs, group, "the DBOS live batch")
+                    last = _wait_batch(lambda s=since: _dbos_batch(conn, s), args.runs, group,
+                                       "the DBOS live batch")
                     out["live"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
                                    "client_starts_per_s": args.runs / (starts_done - t0), "cpu": cpu.stop(),
                                    "per_worker": _dbos_executors(conn, since)}
@@ -676,7 +679,8 @@ async def latency_case(pg: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         with scratch("scale-latency") as tmp:
-            projects = [write_project(tmp / wf, {f"{wf}.py": HANDOFF_PY.format(name=wf)}) for wf in ("ping", "pong")]
+            projects = [write_project(tmp / wf, {f"{wf}.py": HANDOFF_PY.format(name=wf)})
+                        for wf in ("ping", "pong")]
             commands = [duro_worker_command(p, url, args.poll_interval, f"handoff-{p.name}") for p in projects]
             await client.list_runs(limit=1)  # the schema, before the two workers
             with worker_group(commands, tmp) as group:
@@ -893,7 +897,8 @@ def print_report(report: dict) -> None:
           f"server {report['server']}")
     p = report["params"]
     print(f"runs={p['runs']} repeats={p['repeats']} workers={p['workers']} poll={p['poll_interval']} "
-          f"DBOS: {p['dbos_form']}, worker_concurrency={p['dbos_worker_concurrency']}  (wall {report['wall_seconds']:.0f} s)\n")
+          f"DBOS: {p['dbos_form']}, worker_concurrency={p['dbos_worker_concurrency']}  "
+          f"(wall {report['wall_seconds']:.0f} s)\n")
     med = report["summary"]["medians"]
     rows = [("case", "N", "runs/s", "samples", "workers %core", "max worker", "server %core", "script", "others",
              "machine %", "steal %", "cpu ms/run w+s", "cores/cpu", "runs per worker")]
@@ -902,7 +907,8 @@ def print_report(report: dict) -> None:
         system, mode, n = case.split("/")
         rows.append((f"{system} {mode}", n, f"{e['rate']:,.0f}", " ".join(f"{v:,.0f}" for v in e["samples"]),
                      f"{e['workers_sum_pct']:.0f}", f"{e['worker_max_pct']:.0f}", f"{e['server_pct']:.0f}",
-                     f"{e['script_pct']:.0f}", f"{e['others_pct']:.0f}", f"{e['machine_busy_pct']:.0f}", f"{e['machine_steal_pct']:.0f}",
+                     f"{e['script_pct']:.0f}", f"{e['others_pct']:.0f}", f"{e['machine_busy_pct']:.0f}",
+                     f"{e['machine_steal_pct']:.0f}",
                      f"{e['workers_ms_per_run']:.2f}+{e['server_ms_per_run']:.2f}", f"{e['cores_ceiling']:,.0f}",
                      " ".join("/".join(map(str, split)) for split in e["split"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
