@@ -9,6 +9,7 @@ people (Studio, CLI); duro never writes them to logs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from ._engine import Engine
 
 T = TypeVar("T")
+# A task being cancelled by its worker (shutdown, a run lost to another worker, a stale copy) must
+# not record a release: the replay elsewhere would find a call the code did not make there.
+_TEARDOWN = (asyncio.CancelledError,)
 HOOK_PREFIX = "Esperando hueco · "
 MAX_LABEL = 200
 
@@ -198,9 +202,14 @@ async def with_limit(limit: str, fn: Callable[[], Awaitable[T]], label: str | No
     ctx = _current.run_or_raise("with_limit")
     slot = await _acquire(ctx, limit, label, timeout)
     try:
-        return await fn()
-    finally:
+        result = await fn()
+    except _TEARDOWN:
+        raise  # the task is being torn down (shutdown, a lost or stale run): it records nothing more
+    except BaseException:
         await release_slot(slot.id)
+        raise
+    await release_slot(slot.id)
+    return result
 
 
 @asynccontextmanager
@@ -210,8 +219,12 @@ async def limit_slot(limit: str, label: str | None = None, timeout: Duration | N
     slot = await _acquire(ctx, limit, label, timeout)
     try:
         yield slot
-    finally:
+    except _TEARDOWN:
+        raise  # see with_limit: a torn-down task writes no release the replay would not make
+    except BaseException:
         await release_slot(slot.id)
+        raise
+    await release_slot(slot.id)
 
 
 # -- operators -----------------------------------------------------------------------------------
