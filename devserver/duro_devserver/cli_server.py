@@ -34,6 +34,11 @@ def _project_dir(directory: Path) -> Path:
     return root
 
 
+def _default_url(root: Path) -> str:
+    """The project's own SQLite store, as ``duro dev`` uses it."""
+    return f"sqlite:///{root / '.duro' / 'dev.db'}"
+
+
 def _fail(err: DuroError) -> None:
     click.echo(f"error: {err}", err=True)
     sys.exit(2)
@@ -73,7 +78,7 @@ def add_commands(main: click.Group) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
         root = _project_dir(directory)
         try:
-            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}")
+            engine = Engine.from_project(root, database_url=database_url or _default_url(root))
             source = FixedEngine(engine, run_worker=worker, project=str(root))
             run_server(create_app(source, token=token), host, port, project_dir=root, token=token)
         except DuroError as err:
@@ -91,7 +96,7 @@ def add_commands(main: click.Group) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
         try:
-            engine = Engine.from_project(root, database_url=database_url or f"sqlite:///{root / '.duro' / 'dev.db'}",
+            engine = Engine.from_project(root, database_url=database_url or _default_url(root),
                                          lease=lease, poll_interval=poll_interval, worker_id=worker_id)
             asyncio.run(_work(engine))
         except DuroError as err:
@@ -126,7 +131,7 @@ def add_health(main: click.Group) -> None:
         from duro.tooling import duration_ms
 
         root = directory.resolve()
-        url = database_url or f"sqlite:///{root / '.duro' / 'dev.db'}"
+        url = database_url or _default_url(root)
         try:
             lease_ms = duration_ms(lease, "--lease")
             store = SqlStore(url)

@@ -182,6 +182,7 @@ class SqlStore(SlotsStoreMixin):
         self._sql = {name: for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
         if self.dialect == "postgresql":
             self._sql["limit_lock"] += " FOR UPDATE"
+            self._sql["finish_run"] += " RETURNING parent_id"  # a child's end is announced (see _finish)
 
     @staticmethod
     def is_transient(err: BaseException) -> bool:
@@ -563,8 +564,7 @@ class SqlStore(SlotsStoreMixin):
         if self.dialect == "postgresql":
             # Only a parent waits on a run's end in another process (a client's result() polls):
             # NOTIFY serializes committing transactions, so a top-level run's end sends none.
-            parent = conn.execute(sa.select(runs.c.parent_id).where(runs.c.id == run_id)).scalar()
-            if parent is not None:
+            if result.fetchone()[0] is not None:
                 self._notify(conn, ["done", run_id, status])
         return True
 
