@@ -125,12 +125,21 @@ class Engine:
             return fn(*args)
         if self._db_executor is None:
             self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
+        return await self.db_on(self._db_executor, fn, *args)
+
+    @property
+    def threaded_db(self) -> bool:
+        """Whether store calls run in threads (a server database) rather than inline (SQLite)."""
+        return not self._inline_db
+
+    async def db_on(self, executor: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        """Call a store method in ``executor``'s threads, again while the error is transient (30 s)."""
         loop = asyncio.get_running_loop()
         transient = getattr(self.store, "is_transient", None)
         give_up, pause = loop.time() + 30.0, 0.05
         while True:
             try:
-                return await loop.run_in_executor(self._db_executor, partial(fn, *args))
+                return await loop.run_in_executor(executor, partial(fn, *args))
             except Exception as err:
                 # the database restarting or failing over: the same call again, for up to 30 s
                 if transient is None or not transient(err) or loop.time() > give_up:

@@ -112,6 +112,7 @@ class Worker:
         self._schedules_changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._schedule_task: asyncio.Task[None] | None = None
+        self._beat_task: asyncio.Task[None] | None = None
         self._started = False
         self._last_heartbeat = 0
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
@@ -253,6 +254,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
         self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
+        if self.engine.threaded_db:  # inline (SQLite) calls cannot be blocked behind one another
+            self._beat_task = loop.create_task(self._heartbeat_loop(), name=f"duro-heartbeat-{self.id}")
         if self.engine.workspace.limits:
             self._limits_task = loop.create_task(self._limits_loop(), name=f"duro-limits-{self.id}")
         if hasattr(self.store, "listen") and getattr(self.store, "dialect", "") == "postgresql":
@@ -296,7 +299,8 @@ class Worker:
         for _, ctx in self.live.values():
             ctx.cancel_reason = reason
         tasks = [task for task, _ in self.live.values()]
-        tasks += [task for task in (self._loop_task, self._schedule_task, self._limits_task) if task is not None]
+        background = (self._loop_task, self._schedule_task, self._limits_task, self._beat_task)
+        tasks += [task for task in background if task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -350,13 +354,8 @@ class Worker:
         """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes."""
         now = self.clock.now_ms()
         lease = self.engine.lease_ms
-        if now - self._last_heartbeat >= lease // 3:
-            if not await self.db(self.store.heartbeat, self.id, now):
-                # Our row was reaped: another worker may own our runs now. Drop them and rejoin.
-                self.notify_lost(list(self.live))
-                await self.db(self.store.register_worker, self.id, self.engine.namespace, self.host,
-                              os.getpid(), now)
-            self._last_heartbeat = now
+        if self._beat_task is None and now - self._last_heartbeat >= lease // 3:
+            await self._beat(self.db, now)
         await self._reap_local_dead()
         claimed = await self.db(self.store.claim_runs, Claim(
             worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
@@ -371,6 +370,30 @@ class Worker:
         for run in claimed:
             self.launch(run)
         await self._poll_remote_changes()
+
+    async def _beat(self, call: Callable[..., Awaitable[Any]], now: int) -> None:
+        if not await call(self.store.heartbeat, self.id, now):
+            # Our row was reaped: another worker may own our runs now. Drop them and rejoin.
+            self.notify_lost(list(self.live))
+            await call(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
+        self._last_heartbeat = now
+
+    async def _heartbeat_loop(self) -> None:
+        """Keep the lease, every third of it, in a thread of its own: store calls blocked behind
+        another process's transaction (one frozen while it holds a limit's lock, say) can occupy
+        every store thread, and a worker that waits is alive, so its runs must stay its own."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-heartbeat")
+        call = partial(self.engine.db_on, executor)
+        try:
+            while True:
+                now = self.clock.now_ms()
+                try:
+                    await self._beat(call, now)
+                except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next beat
+                    _store_trouble("the heartbeat", err)
+                await self.clock.sleep_until(now + self.engine.lease_ms // 3)
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _on_notice(self, message: list[Any]) -> None:
         """A change another process committed (see ``SqlStore._notify``), on the event loop."""

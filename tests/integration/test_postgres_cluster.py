@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import psycopg
 import pytest
+import sqlalchemy as sa
 
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow
 from duro.store import SqlStore
@@ -106,6 +108,61 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
                   alive_since=far_ahead - 30_000, now=far_ahead)
     assert store.claim_runs(claim) == []
     store.close()
+
+
+@pytest.mark.timeout(60)
+async def test_workers_blocked_behind_a_frozen_transaction_keep_their_leases(postgres_url):
+    """A process frozen inside a transaction (SIGSTOP, a paused VM) while it holds a limit's lock
+    blocks every slot operation until it resumes. The workers blocked behind it are alive: they keep
+    their leases, or the first process to resume would take their runs and re-execute their steps."""
+    raw = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    observer, client = SqlStore(postgres_url), engine(postgres_url)  # the client runs no worker
+    async with engine(postgres_url, worker_id="blocked", lease="1s") as eng:
+        await (await eng.start("waiter", "creates the limit's row")).result(timeout="10s")
+        with psycopg.connect(raw) as frozen:
+            frozen.execute("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
+            handles = [await client.start("waiter", f"w{i}") for i in range(12)]  # more than the store's threads
+
+            def lock_waits() -> int:
+                with psycopg.connect(raw, autocommit=True) as conn:
+                    return int(conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                            "WHERE wait_event_type = 'Lock'").fetchone()[0])
+
+            await eventually(lambda: asyncio.to_thread(lock_waits), 10, "the store's threads blocked")
+            loop = asyncio.get_running_loop()
+            watched_until, oldest = loop.time() + 3.0, 0  # three leases
+            while loop.time() < watched_until:
+                (row,) = await asyncio.to_thread(observer.list_workers)
+                oldest = max(oldest, row["db_now"] - row["heartbeat_at"])
+                await asyncio.sleep(0.05)
+            frozen.rollback()
+        assert oldest < 1000, f"the heartbeat stopped for {oldest} ms behind the frozen transaction"
+        assert [await h.result(timeout="20s") for h in handles] == [f"w{i}" for i in range(12)]
+    observer.close()
+    client.close()
+
+
+def test_a_session_frozen_inside_a_transaction_is_ended_by_the_server(postgres_url):
+    """The store's sessions carry ``idle_in_transaction_session_timeout``: a process frozen while it
+    holds a limit's lock gives the lock back after the timeout, and its next call starts afresh."""
+    store = SqlStore(postgres_url, idle_in_transaction_timeout="300ms")
+    store.create_schema()
+    other = SqlStore(postgres_url)
+    with store._engine.connect() as frozen:  # a transaction of the store, left waiting for its client
+        frozen.exec_driver_sql("INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
+                               "VALUES ('line', 0, 0, 0, 0, 0)")
+        frozen.commit()
+        frozen.exec_driver_sql("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
+        with other._engine.connect() as waiting:  # blocked behind it until the server ends the frozen one
+            waiting.exec_driver_sql("SET lock_timeout = '5s'")
+            waiting.exec_driver_sql("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
+            waiting.rollback()
+        with pytest.raises(sa.exc.DBAPIError) as ended:
+            frozen.exec_driver_sql("SELECT 1")
+        assert store.is_transient(ended.value)  # the engine makes the same call again
+    assert store.list_workers() == []  # the store's next call takes a fresh connection
+    store.close()
+    other.close()
 
 
 def _db_now(url: str) -> int:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 
 from .._clock import pause
 from .._definitions import ACTIVE_STATUS_VALUES
+from .._durations import Duration, to_ms
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
 from ._dialect import for_dialect, raw_execute
@@ -158,13 +159,22 @@ class SqlStore(SlotsStoreMixin):
     """The store on SQLite or PostgreSQL through SQLAlchemy Core over the SQLModel tables."""
 
     def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10,
-                 decisions_clock: str = "database") -> None:
+                 decisions_clock: str = "database", idle_in_transaction_timeout: Duration | None = "5s") -> None:
         """``decisions_clock``: on PostgreSQL, ``"database"`` (the default) judges leases and slot
         expiries by the database server's clock, whatever the workers' clocks say; ``"caller"``
         trusts the ``now`` each call passes (tests that drive time themselves). SQLite always
-        trusts the caller: one machine, one clock."""
+        trusts the caller: one machine, one clock.
+
+        ``idle_in_transaction_timeout`` (PostgreSQL): the server ends a session of this store that
+        sits inside a transaction waiting for its client this long. duro's transactions never wait
+        for anything but their own statements, so only a frozen process (stopped, a paused VM) hits
+        it, and its locks (a limit's row, say) go back to everyone else instead of blocking every
+        slot decision until it thaws; the frozen process's call fails as a lost connection and is
+        made again. ``None`` leaves the server's setting."""
         if decisions_clock not in ("database", "caller"):
             raise DuroError(f"decisions_clock {decisions_clock!r} is not 'database' or 'caller'")
+        idle_ms = None if idle_in_transaction_timeout is None else to_ms(
+            idle_in_transaction_timeout, "idle_in_transaction_timeout")
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
         self._database_clock = decisions_clock == "database" and self.dialect == "postgresql"
@@ -172,8 +182,7 @@ class SqlStore(SlotsStoreMixin):
             if self.dialect == "sqlite":
                 self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"))
             else:
-                self._engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size,
-                                                pool_pre_ping=True)
+                self._engine = self._server_engine(pool_size, idle_ms)
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
         self._schema_ready = False
@@ -187,13 +196,31 @@ class SqlStore(SlotsStoreMixin):
     @staticmethod
     def is_transient(err: BaseException) -> bool:
         """An error worth the same call again: the server unreachable or restarting, or a transaction
-        the server rolled back (deadlock, serialization failure)."""
-        return isinstance(err, sa.exc.OperationalError) or (
-            isinstance(err, sa.exc.DBAPIError) and err.connection_invalidated)
+        the server rolled back (deadlock, serialization failure), or a session the server ended
+        while its process was frozen inside a transaction (``idle_in_transaction_timeout``)."""
+        if isinstance(err, sa.exc.DBAPIError):
+            if isinstance(err, sa.exc.OperationalError) or err.connection_invalidated:
+                return True
+            err = err.orig
+        # the hot statements run on the driver's connection (``raw_execute``): psycopg's own errors
+        return isinstance(err, (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout))
 
     @property
     def safe_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
+
+    def _server_engine(self, pool_size: int, idle_ms: int | None) -> sa.Engine:
+        engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        if idle_ms is not None and self.dialect == "postgresql":
+
+            @sa.event.listens_for(engine, "connect")
+            def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_ms)}")
+                cur.close()
+                dbapi_conn.commit()
+
+        return engine
 
     def _sqlite_engine(self, synchronous: str) -> sa.Engine:
         path = self.url.database
