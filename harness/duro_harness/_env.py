@@ -131,6 +131,7 @@ class DuroEnv:
         engine.events.subscribe(self.events.append)
         engine.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
         engine.checkpoint_hooks.append(self._checkpoint)
+        engine.hand_over_locally = "slot.confirming" not in self._crash_points
         self._engine = engine
         await engine.__aenter__()
 
@@ -206,9 +207,15 @@ class DuroEnv:
         it at once): e.g. ``"step.executed"`` — a step's function returned but its result is not
         recorded yet —, ``"run.finishing"`` — the output is computed but not stored — or
         ``"slot.confirming"`` — a slot was handed to a waiting run, which has not confirmed it yet.
-        ``down_for``: how long the box stays down before it restarts."""
+        ``down_for``: how long the box stays down before it restarts.
+
+        While ``"slot.confirming"`` is armed, a release hands slots out as reservations even to runs
+        waiting in this engine (which otherwise take them in the release's own transaction, leaving
+        nothing to confirm), so that the crash has a reservation to strand."""
         self._crash_points[point] = occurrence
         self._down_for = down_for
+        if point == "slot.confirming" and self._engine is not None:
+            self._engine.hand_over_locally = False
 
     def _checkpoint(self, point: str, run_id: str) -> None:
         left = self._crash_points.get(point)

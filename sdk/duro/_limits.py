@@ -130,7 +130,8 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
     if row is not None and row.state == "busy" and rec.status == "completed":
         return _slot_of(row)  # granted at once: the request closed its hook step in the same transaction
     done = StepRecord(seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail)
-    waiter = worker.slot_waiter(slot_id)
+    waiter = worker.slot_waiter(slot_id, (ctx.run_id, owner, done))
+    taken = False  # a release in this process handed the slot over and wrote ``done`` itself
     try:
         while True:
             if row is None:
@@ -142,10 +143,11 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 engine.limits.notify(granted)
                 continue
             if row.state == "busy":
-                if done.status != "completed":  # granted at once, or confirmed before a crash
-                    done.status, done.ended_at = "completed", ctx._now()
+                if done.status != "completed":  # taken for us here, or (custom stores) not written yet
+                    done.status, done.ended_at = "completed", row.held_since if taken else ctx._now()
                     done.result = json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
-                    await ctx._write(done)
+                    if not taken:
+                        await ctx._write(done)
                 ctx._recorded(done)
                 engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
                 return _slot_of(row)
@@ -161,7 +163,9 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 raise error
             await worker.wait_for(waiter.wait(), rec.wake_at)
             waiter.clear()
-            row = await engine.db(engine.store.get_slot, slot_id)
+            news = worker.slot_news(slot_id)
+            taken = news is not None and news.state == "busy"  # only a local hand-over makes ours busy
+            row = news if news is not None else await engine.db(engine.store.get_slot, slot_id)
     finally:
         worker.drop_slot_waiter(slot_id, waiter)
 
@@ -188,7 +192,8 @@ async def release_slot(slot_id: str) -> SlotRelease:
     step = StepRecord(seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id}))
     engine = ctx.engine
     _, released, granted = await ctx._store_call(engine.store.slot_release, engine.limit_configs(), slot_id, now,
-                                                 "release", (ctx.run_id, ctx.worker.id, step))
+                                                 "release", (ctx.run_id, ctx.worker.id, step),
+                                                 *engine.limits.takers())
     ctx._recorded(step)
     engine.limits.notify(granted)
     if released:
@@ -240,8 +245,16 @@ class Limits:
         worker = self._engine.worker
         if worker is not None:
             for row in rows:
-                worker.notify_slot(row.id)
+                worker.notify_slot(row.id, row)
                 worker.limits_changed(row.due_at)
+
+    def takers(self) -> tuple[Any, ...]:
+        """The extra argument of ``store.slot_release`` that lets it hand a freed slot straight to a
+        run parked in this process (none for a custom store whose ``slot_release`` lacks it)."""
+        worker = self._engine.worker
+        if worker is None or not (self._engine.hand_over_locally and self._engine.store_takes_hand_overs):
+            return ()
+        return (worker.slot_takers,)
 
     async def list(self) -> list[LimitInfo]:
         engine = self._engine
@@ -282,7 +295,7 @@ class Limits:
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         engine = self._engine
         row, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
-                                                 engine.clock.now_ms(), "operator")
+                                                 engine.clock.now_ms(), "operator", None, *self.takers())
         self.notify(granted)
         return row, released
 

@@ -4,7 +4,9 @@ A limit has ``capacity`` slots. A slot request (one ``acquire_slot``) is in one 
 
 - ``waiting``: in the limit's FIFO queue (``pos`` orders it), until ``timeout_at``;
 - ``reserved``: handed to a waiting run, which must confirm before ``reserved_until`` (2 minutes);
-- ``busy``: held, until released or until ``expires_at`` (``max_hold``, read once, at grant);
+- ``busy``: held, until released or until ``expires_at`` (``max_hold``, read once, at grant). A
+  waiter parked in the very process that hands the slot out is made busy at once, its acquisition
+  recorded in the same transaction (a reservation is for a waiter that may be gone);
 - terminal: ``released`` (``reason``: release, operator, max_hold, run_ended), ``timed_out``, ``cancelled``.
 
 Invariant kept by every decision: ``busy + reserved <= capacity`` at the moment of a grant. Capacity
@@ -109,15 +111,21 @@ def request(view: LimitView, slot_id: str, run_id: str | None, label: str | None
     return decision
 
 
-def hand_out(decision: Decision, heads: list[SlotRow], now: int) -> Decision:
-    """Reserve the queue's head waiters (``heads``, in order) for as many slots as are free."""
-    for row in heads:
-        if decision.view.free <= 0:
-            break
-        if row.state != "waiting":
-            continue
-        decision.put(row, row._replace(state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
-                                  max_hold_ms=decision.view.max_hold_ms))
+def next_grants(decision: Decision, heads: list[SlotRow]) -> list[SlotRow]:
+    """The head waiters (``heads``, in order) that the free capacity goes to."""
+    return [row for row in heads if row.state == "waiting"][:decision.view.free]
+
+
+def hand_out(decision: Decision, heads: list[SlotRow], now: int, taken: frozenset[str] = frozenset()) -> Decision:
+    """Reserve the queue's head waiters (``heads``, in order) for as many slots as are free. A waiter
+    in ``taken`` is known to be waiting right now in the deciding process, which records its
+    acquisition in the same transaction: it is busy at once, with no reservation to confirm."""
+    for row in next_grants(decision, heads):
+        if row.id in taken:
+            decision.put(row, _hold(row._replace(max_hold_ms=decision.view.max_hold_ms), decision.view, now))
+        else:
+            decision.put(row, row._replace(state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
+                                           max_hold_ms=decision.view.max_hold_ms))
     return decision
 
 

@@ -38,6 +38,8 @@ from .store import Claim, RunRecord, settle_sleeps
 
 if TYPE_CHECKING:
     from ._engine import Engine
+    from ._slots import SlotRow
+    from .store._slots_sql import Hook
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -105,6 +107,8 @@ class Worker:
         self._signal_waiters: Waiters[tuple[str, str]] = Waiters()  # runs parked on a signal
         self._done_waiters: Waiters[str] = Waiters()                 # waiting for a run to end
         self._slot_waiters: Waiters[str] = Waiters()                 # runs in a limit's queue
+        self.slot_takers: dict[str, Hook] = {}                       # their hook steps, by slot id
+        self._slot_news: dict[str, SlotRow] = {}                     # rows delivered with a wakeup
         self._limits_changed = asyncio.Event()
         self._limits_deadline: int | None = None
         self._limits_task: asyncio.Task[None] | None = None
@@ -162,16 +166,31 @@ class Worker:
     def notify_done(self, run_id: str) -> None:
         self._done_waiters.notify(run_id)
 
-    def slot_waiter(self, slot_id: str) -> asyncio.Event:
+    def slot_waiter(self, slot_id: str, taker: Hook | None = None) -> asyncio.Event:
+        """Park a run on its slot request. ``taker`` (run id, owner, hook step) lets a release in
+        this process hand the slot over at once, writing the hook step itself (see
+        ``SqlStore._hand_out``): no reservation, no confirming transaction."""
         event = self._slot_waiters.add(slot_id)
+        if taker is not None:
+            self.slot_takers[slot_id] = taker
         self.limits_changed()  # the safety pass runs while anyone waits
         return event
 
     def drop_slot_waiter(self, slot_id: str, event: asyncio.Event) -> None:
         self._slot_waiters.drop(slot_id, event)
+        self.slot_takers.pop(slot_id, None)
+        self._slot_news.pop(slot_id, None)
 
-    def notify_slot(self, slot_id: str) -> None:
+    def notify_slot(self, slot_id: str, row: SlotRow | None = None) -> None:
+        """Wake the runs waiting on ``slot_id``; ``row``, when given, is its state as just committed
+        (they need not read it again)."""
+        if row is not None and slot_id in self.slot_takers:
+            self._slot_news[slot_id] = row
         self._slot_waiters.notify(slot_id)
+
+    def slot_news(self, slot_id: str) -> SlotRow | None:
+        """The row a local decision delivered with the last wakeup of ``slot_id``'s waiter, once."""
+        return self._slot_news.pop(slot_id, None)
 
     def limits_changed(self, due: int | None = None) -> None:
         """A slot became active or changed: wake the limits loop if it sleeps with nothing to do, or

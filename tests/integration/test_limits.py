@@ -77,6 +77,24 @@ async def test_waiters_queue_fifo_stay_running_and_show_the_hook_step(duro_env):
     assert await duro_env.busy("voice-calls") == [third.id]
 
 
+async def test_a_waiter_in_the_releasing_engine_takes_the_slot_in_the_release_transaction(duro_env):
+    """No reservation and no confirming transaction when the next run waits in the same engine: the
+    release writes its hook step; the slot's held time and max hold run from the release."""
+    first, second = await started(duro_env, 2)
+    store = duro_env.engine.store
+    confirms = []
+    confirm = store.slot_confirm
+    store.slot_confirm = lambda *args, **kw: confirms.append(args[1]) or confirm(*args, **kw)
+    await duro_env.advance("10m")
+    await first.signal("done")
+    await duro_env.run_until_idle()
+    assert confirms == []
+    (slot,) = [s for s in await duro_env.engine.limits.slots("voice-calls") if s.run_id == second.id]
+    assert (slot.state, slot.held_since, slot.expires_at) == ("busy", duro_env.now, duro_env.now + timedelta(minutes=45))
+    hook = (await second.steps())[0]
+    assert (hook.name, hook.status, hook.ended_at) == ("Esperando hueco · voice-calls", "completed", duro_env.now)
+
+
 async def test_a_cancelled_waiter_leaves_the_queue(duro_env):
     first, second, third = await started(duro_env, 3)
     await second.cancel()

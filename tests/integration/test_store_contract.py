@@ -215,3 +215,30 @@ def test_a_newer_schema_is_refused(database_url):
     with pytest.raises(DuroError, match="upgrade duro"):
         newer.create_schema()
     newer.close()
+
+
+@pytest.mark.parametrize("owner, taken", [("w1", True), ("someone-else", False)])
+def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(store, owner, taken):
+    """``takers`` (the caller's parked waiters): the head of the queue takes the slot in the release's
+    transaction, its hook step written completed, when the write passes its run's fence; otherwise
+    the slot is reserved for it as usual."""
+    from duro._config import LimitConfig
+
+    config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
+    store.insert_run(new_run("holder", owner="w1"), None)
+    store.insert_run(new_run("waiter", owner="w1"), None)
+    assert store.slot_request(config, "h.1", "holder", None, None, 1000).state == "busy"
+    assert store.slot_request(config, "w.1", "waiter", None, 9000, 1000).state == "waiting"
+    hook = StepRecord(1, "hook", "Esperando hueco · line", "waiting", 1000, wake_at=9000)
+    _, released, granted = store.slot_release({"line": config}, "h.1", 2000,
+                                              takers={"w.1": ("waiter", owner, hook)})
+    assert released and [row.id for row in granted] == ["w.1"]
+    assert granted[0].state == ("busy" if taken else "reserved")
+    assert hook.status == "waiting"  # the caller's record is not touched: the store wrote a copy
+    steps = {s.seq: s for s in store.get_steps("waiter")}
+    if taken:
+        assert (steps[1].status, steps[1].ended_at, granted[0].expires_at) == ("completed", 2000, 62_000)
+        assert '"id": "w.1"' in steps[1].result
+    else:
+        assert 1 not in steps and granted[0].reserved_until == 2000 + 120_000
+    assert store.limit_states()["line"].busy == (1 if taken else 0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -25,6 +25,8 @@ from .._slots import Decision, LimitView, SlotRow
 from ._dialect import for_dialect, raw_execute
 from ._protocol import Fenced, StepRecord
 
+Hook = tuple[str, str | None, StepRecord]  # (run id, owner, the run's hook step), written alongside a decision
+
 _SLOT_COLUMNS = ("id", "limit_name", "run_id", "state", "pos", "label", "enqueued_at", "timeout_at",
                  "reserved_until", "granted_at", "held_since", "max_hold_ms", "expires_at", "ended_at", "reason",
                  "due_at")
@@ -34,8 +36,10 @@ SLOT_SQL = {
     "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
                     "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
     # "limit_lock" locks the row for the transaction: FOR UPDATE is added on PostgreSQL (see SlotsStoreMixin)
-    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos "
-                  "FROM duro_limits WHERE name = :name",
+    # its last column is the instant decisions are judged by: the caller's ``:now``, or on PostgreSQL
+    # the server's clock (SqlStore puts it in), so a slot decision needs no round trip of its own for it
+    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
+                  "CAST(:now AS BIGINT) FROM duro_limits WHERE name = :name",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
                     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     "slot_select": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
@@ -101,15 +105,20 @@ class SlotsStoreMixin:
     # -- plumbing --------------------------------------------------------------------------------
 
     def _view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
-        """The limit's row, created on first use and locked for the rest of the transaction."""
-        row = self._x(conn, "limit_lock", {"name": config.name}).fetchone()
+        return self._lock_limit(conn, config, now)[0]
+
+    def _lock_limit(self, conn: Connection, config: LimitConfig, now: int) -> tuple[LimitView, int]:
+        """The limit's row, created on first use and locked for the rest of the transaction, and the
+        instant to judge by (the database's clock on PostgreSQL, read in the same statement)."""
+        params = {"name": config.name, "now": now}
+        row = self._x(conn, "limit_lock", params).fetchone()
         if row is None:
-            self._x(conn, "limit_insert", {"name": config.name, "now": now})
-            row = self._x(conn, "limit_lock", {"name": config.name}).fetchone()
-        capacity_override, max_hold_override, busy, reserved, waiting, next_pos = row
+            self._x(conn, "limit_insert", params)
+            row = self._x(conn, "limit_lock", params).fetchone()
+        capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
         return LimitView(name=config.name, capacity=capacity_override or config.capacity,
                          max_hold_ms=max_hold_override or config.max_hold_ms, busy=busy, reserved=reserved,
-                         waiting=waiting, next_pos=next_pos)
+                         waiting=waiting, next_pos=next_pos), int(judged)
 
     def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
@@ -121,9 +130,14 @@ class SlotsStoreMixin:
         # became busy at once is its own caller's news; other changes reach the waiters' own timers).
         self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved"))
 
-    def _hand_out(self, conn: Connection, decision: Decision, now: int) -> Decision:
+    def _hand_out(self, conn: Connection, decision: Decision, now: int,
+                  takers: Mapping[str, Hook] | None = None) -> Decision:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
-        read from the decision, not from the table (which does not have them yet)."""
+        read from the decision, not from the table (which does not have them yet).
+
+        ``takers``: the waiters parked in the calling process, by slot id, with their hook steps. A
+        head among them takes its slot at once: its hook step is written completed here (fenced on
+        its run, like any write of that run), so it wakes holding the slot with nothing to confirm."""
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
@@ -131,7 +145,16 @@ class SlotsStoreMixin:
             rows = {row.id: changed.get(row.id, row) for row in map(_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
-            _slots.hand_out(decision, heads, now)
+            taken = set()
+            for row in _slots.next_grants(decision, heads) if takers else ():
+                hook = takers.get(row.id)  # type: ignore[union-attr]
+                if hook is None:
+                    continue
+                run_id, owner, waiting = hook
+                done = replace(waiting, status="completed", ended_at=now, result=_slot_json(row))
+                if self._write_step(conn, run_id, owner, done, None, None, now):
+                    taken.add(row.id)
+            _slots.hand_out(decision, heads, now, frozenset(taken))
         return decision
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
@@ -151,8 +174,8 @@ class SlotsStoreMixin:
         """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
         else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
         with self._write() as conn:
-            now, timeout_at = self._rebase(conn, now, timeout_at)
-            view = self._view(conn, config, now)  # lock first: the slot is read under the limit's lock
+            view, judged = self._lock_limit(conn, config, now)  # lock first: the slot is read under it
+            now, timeout_at = judged, None if timeout_at is None else timeout_at + judged - now
             existing = self._slot(conn, slot_id)
             if existing is not None:
                 return existing
@@ -172,8 +195,7 @@ class SlotsStoreMixin:
         """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
         A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
         with self._write() as conn:
-            now = self._db_now(conn, now)
-            view = self._view(conn, config, now)
+            view, now = self._lock_limit(conn, config, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "reserved":
                 return row, []
@@ -190,8 +212,7 @@ class SlotsStoreMixin:
                      hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow | None:
         """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
         with self._write() as conn:
-            now = self._db_now(conn, now)
-            view = self._view(conn, config, now)
+            view, now = self._lock_limit(conn, config, now)
             row = self._slot(conn, slot_id)
             if row is None or row.state != "waiting":
                 return row
@@ -201,23 +222,23 @@ class SlotsStoreMixin:
             return decision.writes[-1]
 
     def slot_release(self, configs: Mapping[str, LimitConfig], slot_id: str, now: int, reason: str = "release",
-                     hook: tuple[str, str | None, StepRecord] | None = None,
+                     hook: Hook | None = None, takers: Mapping[str, Hook] | None = None,
                      ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
-        """Release a held or reserved slot and hand freed capacity to the queue.
+        """Release a held or reserved slot and hand freed capacity to the queue (a head waiting in
+        ``takers``, the caller's own parked waiters, takes it at once: see ``_hand_out``).
         Returns (the slot or None if unknown, whether this call released it, rows granted)."""
         with self._write() as conn:
-            now = self._db_now(conn, now)
             row = self._slot(conn, slot_id)
             if row is None or row.limit not in configs:
                 if hook is not None:
                     hook[2].result = json.dumps({"released": False})
-                self._hook(conn, hook, now)
+                self._hook(conn, hook, self._db_now(conn, now))
                 return row, False, []
-            view = self._view(conn, configs[row.limit], now)
+            view, now = self._lock_limit(conn, configs[row.limit], now)
             row = self._slot(conn, slot_id) or row  # again, under the limit's lock
             decision = _slots.release(view, row, now, reason)
             released = bool(decision.writes)
-            self._hand_out(conn, decision, now)
+            self._hand_out(conn, decision, now, takers)
             self._apply(conn, decision, now)
             if hook is not None:
                 hook[2].result = json.dumps({"released": released})
@@ -277,11 +298,6 @@ class SlotsStoreMixin:
             if due is None or now is None:
                 return due  # type: ignore[no-any-return]
             return int(due) + now - self._db_now(conn, now)
-
-    def _rebase(self, conn: Connection, now: int, at: int | None) -> tuple[int, int | None]:
-        """``now`` and an instant the caller computed from it, moved onto the decisions' clock."""
-        judged = self._db_now(conn, now)
-        return judged, None if at is None else at + judged - now
 
     def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known slot, in one query (a worker polling its waiters)."""

@@ -191,6 +191,9 @@ class SqlStore(SlotsStoreMixin):
         self._sql = {name: for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
         if self.dialect == "postgresql":
             self._sql["limit_lock"] += " FOR UPDATE"
+            if self._database_clock:
+                self._sql["limit_lock"] = self._sql["limit_lock"].replace(
+                    "CAST(%(now)s AS BIGINT)", _DB_NOW_SQL.removeprefix("SELECT "))
             self._sql["finish_run"] += " RETURNING parent_id"  # a child's end is announced (see _finish)
 
     @staticmethod
@@ -210,7 +213,7 @@ class SqlStore(SlotsStoreMixin):
         return self.url.render_as_string(hide_password=True)
 
     def _server_engine(self, pool_size: int, idle_ms: int | None) -> sa.Engine:
-        engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size)
         if idle_ms is not None and self.dialect == "postgresql":
 
             @sa.event.listens_for(engine, "connect")
