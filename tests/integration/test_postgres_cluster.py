@@ -51,7 +51,8 @@ class SkewedClock:
 
 
 def engine(url: str, **kwargs: object) -> Engine:
-    created = Engine(url, workspace=WORKSPACE, poll_interval="30s", **kwargs)  # polls too slow to matter
+    kwargs.setdefault("poll_interval", "30s")  # polls too slow to matter, unless a test says otherwise
+    created = Engine(url, workspace=WORKSPACE, **kwargs)
     created.register(holder)
     created.register(waiter)
     return created
@@ -163,6 +164,26 @@ def test_a_session_frozen_inside_a_transaction_is_ended_by_the_server(postgres_u
     assert store.list_workers() == []  # the store's next call takes a fresh connection
     store.close()
     other.close()
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_carries_on_across_a_server_restart():
+    """The server restarts under a live worker: every pooled connection is dead. Store calls that
+    fail on one are made again on a fresh connection (there is no ping per checkout), the listener
+    reconnects, and runs started before and after the restart complete."""
+    from tests.support.pgserver import start_server
+
+    server = await asyncio.to_thread(start_server)
+    try:
+        url = server.url(server.create_database())
+        async with engine(url, worker_id="survivor", poll_interval="200ms") as eng:
+            before = [await eng.start("waiter", f"b{i}") for i in range(5)]
+            assert [await h.result(timeout="20s") for h in before] == [f"b{i}" for i in range(5)]
+            await asyncio.to_thread(server.restart, "immediate")
+            after = [await eng.start("waiter", f"a{i}") for i in range(5)]
+            assert [await h.result(timeout="20s") for h in after] == [f"a{i}" for i in range(5)]
+    finally:
+        await asyncio.to_thread(server.destroy)
 
 
 def _db_now(url: str) -> int:

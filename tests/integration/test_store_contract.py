@@ -242,3 +242,22 @@ def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(store,
     else:
         assert 1 not in steps and granted[0].reserved_until == 2000 + 120_000
     assert store.limit_states()["line"].busy == (1 if taken else 0)
+
+
+def test_a_slot_decision_whose_run_is_no_longer_the_callers_changes_nothing(store):
+    """The hook step's fence is checked after the decision's writes are sent (pipelined on
+    PostgreSQL): a run that is not the caller's rolls the whole decision back."""
+    from duro._config import LimitConfig
+    from duro.store import Fenced
+
+    config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
+    store.insert_run(new_run("holder", owner="w1"), None)
+    store.slot_request(config, "h.1", "holder", None, None, 1000)
+    step = StepRecord(2, "release", "release_slot", "completed", 2000, 2000)
+    with pytest.raises(Fenced):
+        store.slot_release({"line": config}, "h.1", 2000, hook=("holder", "w2", step))
+    assert store.get_slot("h.1").state == "busy"
+    assert store.limit_states()["line"].busy == 1
+    assert [s.seq for s in store.get_steps("holder")] == []
+    _, released, _ = store.slot_release({"line": config}, "h.1", 2000, hook=("holder", "w1", step))
+    assert released and [s.seq for s in store.get_steps("holder")] == [2]

@@ -98,6 +98,8 @@ class SlotsStoreMixin:
     _write: Callable[..., Any]
     _single_read: Callable[..., Any]
     _write_step: Callable[..., bool]
+    _send_step: Callable[..., Any]
+    _pipeline: Callable[[Connection], Any]
     _x: Callable[..., Any]
     _db_now: Callable[[Connection, int], int]
     _notify: Callable[..., None]
@@ -129,6 +131,17 @@ class SlotsStoreMixin:
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is its own caller's news; other changes reach the waiters' own timers).
         self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved"))
+
+    def _settle(self, conn: Connection, decision: Decision, now: int, hook: Hook | None) -> None:
+        """Write ``decision`` and the run's hook step. On PostgreSQL the writes go in one pipelined
+        round trip; the hook's fence is checked once they are sent (a run that is no longer this
+        worker's rolls all of it back: nothing of this happened)."""
+        with self._pipeline(conn):
+            self._apply(conn, decision, now)
+            fence = None if hook is None else self._send_step(conn, hook[0], hook[1], hook[2], now)
+        if fence is not None and fence.rowcount != 1:
+            conn.rollback()
+            raise Fenced(hook[0])  # type: ignore[index]
 
     def _hand_out(self, conn: Connection, decision: Decision, now: int,
                   takers: Mapping[str, Hook] | None = None) -> Decision:
@@ -180,13 +193,10 @@ class SlotsStoreMixin:
             if existing is not None:
                 return existing
             decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
-            self._apply(conn, decision, now)
             row = decision.writes[-1]
-            if hook is not None:
-                step = hook[2]
-                if row.state == "busy":
-                    step.status, step.ended_at, step.result = "completed", now, _slot_json(row)
-                self._hook(conn, hook, now)
+            if hook is not None and row.state == "busy":
+                hook[2].status, hook[2].ended_at, hook[2].result = "completed", now, _slot_json(row)
+            self._settle(conn, decision, now, hook)
             return row
 
     def slot_confirm(self, config: LimitConfig, slot_id: str, now: int,
@@ -201,11 +211,12 @@ class SlotsStoreMixin:
                 return row, []
             decision = _slots.confirm(view, row, now)
             self._hand_out(conn, decision, now)
-            self._apply(conn, decision, now)
             confirmed = next(w for w in decision.writes if w.id == slot_id)
             if hook is not None and confirmed.state == "busy":
                 hook[2].status, hook[2].ended_at, hook[2].result = "completed", now, _slot_json(confirmed)
-                self._hook(conn, hook, now)
+            else:
+                hook = None
+            self._settle(conn, decision, now, hook)
             return confirmed, decision.granted
 
     def slot_give_up(self, config: LimitConfig, slot_id: str, now: int,
@@ -217,8 +228,7 @@ class SlotsStoreMixin:
             if row is None or row.state != "waiting":
                 return row
             decision = _slots.give_up(view, row, now)
-            self._apply(conn, decision, now)
-            self._hook(conn, hook, now)
+            self._settle(conn, decision, now, hook)
             return decision.writes[-1]
 
     def slot_release(self, configs: Mapping[str, LimitConfig], slot_id: str, now: int, reason: str = "release",
@@ -239,10 +249,9 @@ class SlotsStoreMixin:
             decision = _slots.release(view, row, now, reason)
             released = bool(decision.writes)
             self._hand_out(conn, decision, now, takers)
-            self._apply(conn, decision, now)
             if hook is not None:
                 hook[2].result = json.dumps({"released": released})
-            self._hook(conn, hook, now)
+            self._settle(conn, decision, now, hook)
             return (decision.writes[0] if released else row), released, decision.granted
 
     def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:

@@ -513,6 +513,23 @@ class SqlStore(SlotsStoreMixin):
             self._x(conn, "upsert_step", _step_values(run_id, step))
         return True
 
+    def _send_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord, now: int) -> Any:
+        """The fence and the step's upsert without waiting for the fence's answer: the caller checks
+        the returned cursor's ``rowcount`` (after its pipeline syncs) and rolls back if it is not 1."""
+        fence = self._x(conn, "fence", {"id": run_id, "owner": owner, "now": now})
+        self._x(conn, "upsert_step", _step_values(run_id, step))
+        return fence
+
+    @contextmanager
+    def _pipeline(self, conn: Connection) -> Iterator[None]:
+        """Statements whose answers can wait, sent together: a psycopg pipeline on PostgreSQL (one
+        round trip at its end), nothing special on SQLite (in process, no round trips)."""
+        if self.dialect != "postgresql":
+            yield
+            return
+        with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
+            yield
+
     def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
         with self._write() as conn:
