@@ -360,7 +360,7 @@ class Driver:
     def run(self) -> Report:
         began = time.perf_counter()
         if self.server is None:
-            self.server = start_server()
+            self.server = start_server(durable=True)  # immediate restarts must not lose acknowledged commits
         database = self.server.create_database()
         try:
             return self._run(self.server.url(database), began)

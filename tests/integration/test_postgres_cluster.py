@@ -173,7 +173,7 @@ async def test_a_worker_carries_on_across_a_server_restart():
     reconnects, and runs started before and after the restart complete."""
     from tests.support.pgserver import start_server
 
-    server = await asyncio.to_thread(start_server)
+    server = await asyncio.to_thread(start_server, True)  # an immediate restart keeps every acknowledged commit
     try:
         url = server.url(server.create_database())
         async with engine(url, worker_id="survivor", poll_interval="200ms") as eng:

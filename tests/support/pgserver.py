@@ -42,6 +42,10 @@ class PgServer:
     base: Path
     port: int
     as_user: list[str]
+    # synchronous_commit: off (the default, for speed) lets a crash (an ``immediate`` stop) lose the
+    # last commits already acknowledged to clients; on keeps every acknowledged commit. fsync stays
+    # off either way: the tests crash the server, never the machine, so written WAL survives.
+    durable: bool = False
 
     @property
     def admin_dsn(self) -> str:
@@ -68,7 +72,8 @@ class PgServer:
 
     def start(self) -> None:
         options = (f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+                   f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
+                   f"-c max_connections=300")
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
                   "-o", options, "-w", "-t", "60", "start")
 
@@ -92,7 +97,9 @@ class PgServer:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_server() -> PgServer:
+def start_server(durable: bool = False) -> PgServer:
+    """A fresh server in a temporary directory; ``durable`` for tests that crash it and count on
+    every acknowledged commit (see ``PgServer.durable``)."""
     bindir = find_bindir()
     if bindir is None:
         raise RuntimeError("PostgreSQL's binaries are not installed: run `apt-get install -y postgresql` "
@@ -102,7 +109,7 @@ def start_server() -> PgServer:
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    server = PgServer(bindir=bindir, base=base, port=_free_port(), as_user=as_user)
+    server = PgServer(bindir=bindir, base=base, port=_free_port(), as_user=as_user, durable=durable)
     server._run(str(bindir / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "postgres",
                 "-E", "UTF8", "--no-sync")
     server.start()

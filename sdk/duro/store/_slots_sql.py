@@ -136,11 +136,7 @@ class SlotsStoreMixin:
         """Write ``decision`` and the run's hook step. On PostgreSQL the writes go in one pipelined
         round trip; the hook's fence is checked once they are sent (a run that is no longer this
         worker's rolls all of it back: nothing of this happened)."""
-        if self.dialect == "postgresql":
-            with self._pipeline(conn):
-                self._apply(conn, decision, now)
-                fence = None if hook is None else self._send_step(conn, hook[0], hook[1], hook[2], now)
-        else:  # in process: nothing to gain from sending ahead
+        with self._pipeline(conn):
             self._apply(conn, decision, now)
             fence = None if hook is None else self._send_step(conn, hook[0], hook[1], hook[2], now)
         if fence is not None and fence.rowcount != 1:

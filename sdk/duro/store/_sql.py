@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import lru_cache
 from typing import Any
 
@@ -520,15 +520,12 @@ class SqlStore(SlotsStoreMixin):
         self._x(conn, "upsert_step", _step_values(run_id, step))
         return fence
 
-    @contextmanager
-    def _pipeline(self, conn: Connection) -> Iterator[None]:
+    def _pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
         """Statements whose answers can wait, sent together: a psycopg pipeline on PostgreSQL (one
         round trip at its end), nothing special on SQLite (in process, no round trips)."""
         if self.dialect != "postgresql":
-            yield
-            return
-        with conn.connection.driver_connection.pipeline():  # type: ignore[union-attr]
-            yield
+            return nullcontext()
+        return conn.connection.driver_connection.pipeline()  # type: ignore[union-attr,no-any-return]
 
     def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
