@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy.engine import Connection
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -16,5 +18,14 @@ def for_dialect(sql: str, dialect: str) -> str:
 
 
 def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
-    """Run ``sql`` on the driver connection under ``conn``, inside its transaction."""
-    return conn.connection.driver_connection.execute(sql, params)  # type: ignore[union-attr]
+    """Run ``sql`` on the driver connection under ``conn``, inside its transaction.
+
+    psycopg opens a transaction with a ``BEGIN`` of its own, answered before the first statement is
+    sent: a round trip for nothing. When this statement is the transaction's first, the two go in
+    one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
+    driver = conn.connection.driver_connection
+    if (isinstance(driver, psycopg.Connection) and not driver.autocommit
+            and driver.info.transaction_status == TransactionStatus.IDLE):
+        with driver.pipeline():
+            return driver.execute(sql, params)
+    return driver.execute(sql, params)  # type: ignore[union-attr]
