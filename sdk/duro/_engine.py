@@ -96,11 +96,11 @@ class Engine:
         self.checkpoint_hooks: list[Callable[[str, str], None]] = []
         self._registry: dict[str, WorkflowSpec] = {}
         self._inline_db = getattr(self.store, "dialect", "") == "sqlite"
-        release = getattr(self.store, "slot_release", None)
-        # a release hands a freed slot straight to a run parked here (custom stores may not)
-        self.store_takes_hand_overs = release is not None and "takers" in inspect.signature(release).parameters
         # A release hands a freed slot to a run waiting in this engine in its own transaction (busy at
-        # once, nothing to confirm). False: every hand-out is a reservation (the harness, to strand one).
+        # once, nothing to confirm), when the store can (a custom store's ``slot_release`` may lack
+        # ``takers``). False: every hand-out is a reservation (the harness, to strand one).
+        release = getattr(self.store, "slot_release", None)
+        self.store_takes_hand_overs = release is not None and "takers" in inspect.signature(release).parameters
         self.hand_over_locally = True
         self._db_executor: ThreadPoolExecutor | None = None
         self._group_commit = GroupCommit(self.store, self.db)
