@@ -412,7 +412,8 @@ class Worker:
                     _store_trouble("the heartbeat", err)
                 await self.clock.sleep_until(now + self.engine.lease_ms // 3)
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
+            # a beat in flight finishes and gives its connection back before the engine closes the pool
+            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
 
     def _on_notice(self, message: list[Any]) -> None:
         """A change another process committed (see ``SqlStore._notify``), on the event loop."""

@@ -186,6 +186,33 @@ async def test_a_worker_carries_on_across_a_server_restart():
         await asyncio.to_thread(server.destroy)
 
 
+async def test_a_worker_stops_only_after_its_heartbeat_in_flight_has_finished(postgres_url):
+    """The heartbeat's thread gives its connection back before the engine closes the store's pool
+    (a connection checked in after that is never closed: a ResourceWarning at some later GC)."""
+    eng = engine(postgres_url, worker_id="beating", lease="300ms")
+    order: list[str] = []
+    in_flight, go_on = threading.Event(), threading.Event()
+    beat, close = eng.store.heartbeat, eng.store.close
+
+    def slow_beat(*args: object) -> bool:
+        in_flight.set()
+        go_on.wait(5)
+        result = beat(*args)
+        order.append("beat done")
+        return result
+
+    def closing() -> None:
+        order.append("store closed")
+        close()
+
+    eng.store.close = closing  # type: ignore[method-assign]
+    async with eng:
+        eng.store.heartbeat = slow_beat  # type: ignore[method-assign]
+        await asyncio.to_thread(in_flight.wait, 5)
+        threading.Timer(0.2, go_on.set).start()
+    assert order == ["beat done", "store closed"]
+
+
 def _db_now(url: str) -> int:
     import psycopg
 
