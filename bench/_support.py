@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 
+def export_tree(commit: str, paths: list[str], dest: Path) -> None:
+    """``paths`` of ``commit`` written under ``dest`` (git archive), to measure that commit's code."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "archive", commit, *paths], cwd=root, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
 @contextlib.contextmanager
 def scratch(prefix: str) -> Iterator[Path]:
     """A temporary directory for one database, removed afterwards."""

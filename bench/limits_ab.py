@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _support
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES = (("pairs", "sqlite"), ("queue", "sqlite"), ("pairs", "postgresql"), ("queue", "postgresql"),
          ("pingpong", "postgresql"))
@@ -72,9 +74,7 @@ def main() -> None:
                           check=True).stdout.strip()
     samples: dict[str, dict[str, list[float]]] = {f"{c}/{s}": {"base": [], "head": []} for c, s in cases}
     with tempfile.TemporaryDirectory(prefix="duro-limits-ab-") as tmp:
-        archive = subprocess.run(["git", "archive", commit, "sdk", "harness", "bench"], cwd=ROOT,
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        _support.export_tree(commit, ["sdk", "harness", "bench"], Path(tmp))
         trees = {"base": tmp, "head": str(ROOT)}
         for rnd in range(args.rounds):
             for case, store in cases:

@@ -758,9 +758,7 @@ def targets(at: str | None, tmp: Path) -> list[dict[str, Any]]:
             raise SystemExit(f"--at: {ref!r} is not a commit")
         dest = tmp / full[:12]
         dest.mkdir()
-        archive = subprocess.run(["git", "archive", full, "sdk", "devserver"], cwd=REPO, capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        _support.export_tree(full, ["sdk", "devserver"], dest)
         path = os.pathsep.join([str(dest / "sdk"), str(dest / "devserver"), os.environ.get("PYTHONPATH", "")])
         found.append({"label": full[:7], "commit": full, "dirty": False, "pythonpath": path.rstrip(os.pathsep)})
     return found

@@ -32,7 +32,7 @@ import psycopg
 from duro import ConcurrencyLimitError, Engine
 from tests.chaos.audit import SLOT_LOG, Report, audit
 from tests.chaos.sampler import Sampler
-from tests.support.pgserver import PgServer, start_server
+from tests.support.pgserver import PgServer, dsn, start_server
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -371,7 +371,7 @@ class Driver:
                 self.server.drop_database(database)
 
     def _run(self, url: str, began: float) -> Report:
-        self.url, self.dsn = url, url.replace("postgresql+psycopg://", "postgresql://")
+        self.url, self.dsn = url, dsn(url)
         schema = Engine.from_project(PROJECT, database_url=url)
         schema.store.create_schema()  # the sampler reads the tables from the first instant
         capacities = {name: config.capacity for name, config in schema.workspace.limits.items()}

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow
 from duro.store import SqlStore
+from tests.support.pgserver import dsn
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.postgres
@@ -116,7 +117,7 @@ async def test_workers_blocked_behind_a_frozen_transaction_keep_their_leases(pos
     """A process frozen inside a transaction (SIGSTOP, a paused VM) while it holds a limit's lock
     blocks every slot operation until it resumes. The workers blocked behind it are alive: they keep
     their leases, or the first process to resume would take their runs and re-execute their steps."""
-    raw = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    raw = dsn(postgres_url)
     observer, client = SqlStore(postgres_url), engine(postgres_url)  # the client runs no worker
     async with engine(postgres_url, worker_id="blocked", lease="1s") as eng:
         await (await eng.start("waiter", "creates the limit's row")).result(timeout="10s")
@@ -214,9 +215,7 @@ async def test_a_worker_stops_only_after_its_heartbeat_in_flight_has_finished(po
 
 
 def _db_now(url: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+    with psycopg.connect(dsn(url)) as conn:
         return int(conn.execute("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").fetchone()[0])
 
 

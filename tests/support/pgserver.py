@@ -21,6 +21,11 @@ from pathlib import Path
 import psycopg
 
 
+def dsn(url: str) -> str:
+    """A store URL (``postgresql+psycopg://...``) as psycopg's own connection string."""
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
 def find_bindir() -> Path | None:
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name))
     for candidate in reversed(candidates):

@@ -132,12 +132,13 @@ class SlotsStoreMixin:
         # became busy at once is its own caller's news; other changes reach the waiters' own timers).
         self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved"))
 
-    def _settle(self, conn: Connection, decision: Decision, now: int, hook: Hook | None) -> None:
-        """Write ``decision`` and the run's hook step. On PostgreSQL the writes go in one pipelined
-        round trip; the hook's fence is checked once they are sent (a run that is no longer this
-        worker's rolls all of it back: nothing of this happened)."""
+    def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: Hook | None) -> None:
+        """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one
+        pipelined round trip; the hook's fence is checked once they are sent (a run that is no longer
+        this worker's rolls all of it back: nothing of this happened)."""
         with self._pipeline(conn):
-            self._apply(conn, decision, now)
+            if decision is not None:
+                self._apply(conn, decision, now)
             fence = None if hook is None else self._send_step(conn, hook[0], hook[1], hook[2], now)
         if fence is not None and fence.rowcount != 1:
             conn.rollback()
@@ -174,16 +175,11 @@ class SlotsStoreMixin:
         found = self._x(conn, "slot_select", {"id": slot_id}).fetchone()
         return None if found is None else _row(found)
 
-    def _hook(self, conn: Connection, hook: tuple[str, str | None, StepRecord] | None, now: int) -> None:
-        if hook is not None and not self._write_step(conn, hook[0], hook[1], hook[2], None, None, now):
-            conn.rollback()  # the run is no longer this worker's: nothing of this happened
-            raise Fenced(hook[0])
-
     # -- operations ------------------------------------------------------------------------------
 
     def slot_request(self, config: LimitConfig, slot_id: str, run_id: str | None, label: str | None,
                      timeout_at: int | None, now: int,
-                     hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow:
+                     hook: Hook | None = None) -> SlotRow:
         """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
         else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
         with self._write() as conn:
@@ -200,7 +196,7 @@ class SlotsStoreMixin:
             return row
 
     def slot_confirm(self, config: LimitConfig, slot_id: str, now: int,
-                     hook: tuple[str, str | None, StepRecord] | None = None,
+                     hook: Hook | None = None,
                      ) -> tuple[SlotRow | None, list[SlotRow]]:
         """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
         A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
@@ -220,7 +216,7 @@ class SlotsStoreMixin:
             return confirmed, decision.granted
 
     def slot_give_up(self, config: LimitConfig, slot_id: str, now: int,
-                     hook: tuple[str, str | None, StepRecord] | None = None) -> SlotRow | None:
+                     hook: Hook | None = None) -> SlotRow | None:
         """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
         with self._write() as conn:
             view, now = self._lock_limit(conn, config, now)
@@ -242,7 +238,7 @@ class SlotsStoreMixin:
             if row is None or row.limit not in configs:
                 if hook is not None:
                     hook[2].result = json.dumps({"released": False})
-                self._hook(conn, hook, self._db_now(conn, now))
+                    self._settle(conn, None, self._db_now(conn, now), hook)
                 return row, False, []
             view, now = self._lock_limit(conn, configs[row.limit], now)
             row = self._slot(conn, slot_id) or row  # again, under the limit's lock
@@ -258,17 +254,16 @@ class SlotsStoreMixin:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""
         granted: list[SlotRow] = []
         with self._write() as conn:
-            now = self._db_now(conn, now)
             for run_id in run_ids:
                 for found in list(self._x(conn, "run_slots", {"run_id": run_id})):
                     row = _row(found)
                     if row.limit not in configs:
                         continue
-                    view = self._view(conn, configs[row.limit], now)
+                    view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
                     row = self._slot(conn, row.id) or row  # again, under the limit's lock
-                    decision = _slots.leave(view, row, now)
-                    self._hand_out(conn, decision, now)
-                    self._apply(conn, decision, now)
+                    decision = _slots.leave(view, row, judged)
+                    self._hand_out(conn, decision, judged)
+                    self._apply(conn, decision, judged)
                     granted.extend(decision.granted)
         return granted
 
