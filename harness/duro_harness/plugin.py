@@ -66,7 +66,7 @@ def _find_project(request: pytest.FixtureRequest) -> Path | None:
 
 
 @pytest.fixture
-def duro_env(request: pytest.FixtureRequest, tmp_path: Path) -> DuroEnv:
+def duro_env(request: pytest.FixtureRequest) -> DuroEnv:
     """The project under simulated time (see ``duro_harness.DuroEnv``); needs an ``async def`` test."""
     if not inspect.iscoroutinefunction(getattr(request, "function", None)):
         raise pytest.UsageError("duro_env needs an `async def` test (the environment runs on its event loop)")
@@ -77,4 +77,4 @@ def duro_env(request: pytest.FixtureRequest, tmp_path: Path) -> DuroEnv:
         project = Path(request.config.rootpath) / project
     else:
         project = _find_project(request)
-    return DuroEnv(project=project, directory=tmp_path, **options)
+    return DuroEnv(project=project, **options)  # its store in memory (``directory=`` on the marker: a file)

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
+
+# told of a nowait write that did not take: its result (``False``: fenced) or the exception it raised
+Refused = Callable[[Any], None]
 
 
 class GroupCommit:
@@ -19,7 +23,8 @@ class GroupCommit:
         self._store = store
         self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
         self._max_batch = max_batch
-        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any] | None]] = []  # None: nowait
+        # each write's sink: the future its writer awaits, or what to tell when a nowait write fails
+        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any] | Refused | None]] = []
         self._flushing: asyncio.Task[None] | None = None
         self._enabled = hasattr(store, "apply_batch")
         self._detached: set[asyncio.Task[Any]] = set()
@@ -36,15 +41,19 @@ class GroupCommit:
             self._flushing = loop.create_task(self._flush())
         return future
 
-    def write_nowait(self, method: str, *args: Any) -> None:
-        """Queue a write the caller does not wait for (its result is dropped). Only for writes whose
-        loss in a crash changes nothing a replay would do differently (a sleep's end, say)."""
+    def write_nowait(self, method: str, *args: Any, on_refused: Refused | None = None) -> None:
+        """Queue a write the caller does not wait for. Only for writes whose loss in a crash changes
+        nothing a replay would do differently (a sleep's start or end, say). ``on_refused`` hears
+        of a write that did not take: called with its result when that is not ``True`` (a fenced
+        write), or with the exception it raised; nothing is called for a write that took."""
         if not self._enabled:
             task = asyncio.get_running_loop().create_task(self._call(getattr(self._store, method), *args))
             self._detached.add(task)
             task.add_done_callback(self._detached.discard)
+            if on_refused is not None:
+                task.add_done_callback(partial(_tell_refused, on_refused))
             return
-        self._pending.append((method, args, None))
+        self._pending.append((method, args, on_refused))
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
 
@@ -53,9 +62,9 @@ class GroupCommit:
         if self._flushing is not None:
             self._flushing.cancel()
             self._flushing = None
-        for _, _, future in self._pending:
-            if future is not None:
-                future.cancel()
+        for _, _, sink in self._pending:
+            if isinstance(sink, asyncio.Future):
+                sink.cancel()
         self._pending = []
 
     async def _flush(self) -> None:
@@ -69,18 +78,37 @@ class GroupCommit:
                     for method, args, future in batch:
                         await self._one(method, args, future)
                     continue
-                for (_, _, future), result in zip(batch, results, strict=True):
-                    if future is not None and not future.done():
-                        future.set_result(result)
+                for (_, _, sink), result in zip(batch, results, strict=True):
+                    if sink is None:
+                        continue
+                    if isinstance(sink, asyncio.Future):
+                        if not sink.done():
+                            sink.set_result(result)
+                    elif result is not True:
+                        sink(result)
         finally:
             self._flushing = None
 
-    async def _one(self, method: str, args: tuple[Any, ...], future: asyncio.Future[Any] | None) -> None:
+    async def _one(self, method: str, args: tuple[Any, ...], sink: asyncio.Future[Any] | Refused | None) -> None:
         try:
             result = await self._call(getattr(self._store, method), *args)
         except Exception as err:  # noqa: BLE001
-            if future is not None and not future.done():
-                future.set_exception(err)
-        else:
-            if future is not None and not future.done():
-                future.set_result(result)
+            result = err
+            if isinstance(sink, asyncio.Future):
+                if not sink.done():
+                    sink.set_exception(err)
+                return
+        if isinstance(sink, asyncio.Future):
+            if not sink.done():
+                sink.set_result(result)
+        elif sink is not None and result is not True:
+            sink(result)
+
+
+def _tell_refused(on_refused: Refused, task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        return
+    err = task.exception()
+    result = err if err is not None else task.result()
+    if result is not True:
+        on_refused(result)

@@ -44,7 +44,10 @@ class RunContext:
         self.record = run
         self._history: dict[int, StepRecord] = {}
         self._next_seq = 0
-        self.fatal: NonDeterminismError | None = None
+        # what ends the run whatever its code does next: a replay that diverged, or a write of the
+        # run that did not take while it slept (another worker owns it: LostRun; the store failed)
+        self.fatal: BaseException | None = None
+        self._asleep = False
         self.cancel_reason: str | None = None
         self._now = worker.clock.now_ms  # the engine's clock, read often: bound once
 
@@ -151,14 +154,36 @@ class RunContext:
         if rec is None:
             started = self._now()
             rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
-            await self._write(rec, "suspended", rec.wake_at)
+            # The run does not wait for its sleep's record to commit: lost in a crash, it is a crash
+            # before the sleep began, and the replay begins it again. A record that does not take
+            # ends the sleep (or fails the run's next durable call) with why (see _refused).
+            self.engine.write_nowait("record_step", self.run_id, self.worker.id, rec, "suspended", rec.wake_at,
+                                     started, on_refused=self._refused)
+            self._recorded(rec)
         assert rec.wake_at is not None
-        await self.worker.sleep_until(rec.wake_at)
+        self._asleep = True
+        try:
+            await self.worker.sleep_until(rec.wake_at)
+        except asyncio.CancelledError:
+            if self.fatal is not None:
+                raise self.fatal from None
+            raise
+        finally:
+            self._asleep = False
         # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running,
         # without waiting for the commit. If that is lost in a crash, the replay finds the sleep due
         # and goes on at once, exactly as it would have.
         self.engine.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None, self._now())
         self._recorded(StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, rec.wake_at, wake_at=rec.wake_at))
+
+    def _refused(self, result: Any) -> None:
+        """A write the run did not wait for did not take: the run stops at its next durable call,
+        or at once if it sleeps."""
+        if self.fatal is None:
+            self.fatal = result if isinstance(result, BaseException) else LostRun(self.run_id)
+        live = self.worker.live.get(self.run_id)
+        if self._asleep and live is not None and live[1] is self:
+            live[0].cancel()
 
     async def now(self) -> datetime:
         """The current time, recorded: a replay sees the same instant."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from . import _current
-from ._batching import GroupCommit
+from ._batching import GroupCommit, Refused
 from ._clock import Clock, SystemClock
 from ._config import LimitConfig, Workspace, define_workspace
 from ._decorators import WorkflowFunction, workflow_spec
@@ -157,9 +157,9 @@ class Engine:
         """A run's progress write (``record_step``, ``finish_run``), group-committed with others."""
         return self._group_commit.write(method, *args)
 
-    def write_nowait(self, method: str, *args: Any) -> None:
+    def write_nowait(self, method: str, *args: Any, on_refused: Refused | None = None) -> None:
         """A progress write the run does not wait for (see ``GroupCommit.write_nowait``)."""
-        self._group_commit.write_nowait(method, *args)
+        self._group_commit.write_nowait(method, *args, on_refused=on_refused)
 
     def checkpoint(self, point: str, run_id: str) -> None:
         for hook in self.checkpoint_hooks:

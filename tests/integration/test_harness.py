@@ -196,3 +196,26 @@ async def test_a_sleep_shows_completed_once_the_run_wakes_and_a_replay_does_not_
     await duro_env.run_until_idle()
     assert await run.result() == "done"  # no second hour: the wake was recorded
     assert await duro_env.steps(run) == [("sleep", "completed"), ("slow", "completed")]
+
+
+async def test_the_store_is_in_memory_unless_a_directory_is_given(tmp_path):
+    @workflow(name="nap_a_day")
+    async def nap_a_day() -> str:
+        await sleep("1d")
+        return "rested"
+
+    async with simulated() as env:
+        env.engine.register(nap_a_day)
+        run = await env.start("nap_a_day")
+        await env.restart()  # the in-memory store outlives the engine
+        await env.advance("1d")
+        assert await run.result() == "rested"
+        assert env.engine.store.url.query["mode"] == "memory"
+    async with simulated(directory=tmp_path) as env:
+        env.engine.register(nap_a_day)
+        run = await env.start("nap_a_day", run_id="kept")
+        await env.advance("1d")
+        assert await run.result() == "rested"
+    assert (tmp_path / "duro.db").exists()  # left for the test to look at
+    async with simulated(directory=tmp_path) as env:
+        assert (await env.engine.get_run("kept")).status == "completed"

@@ -11,12 +11,13 @@ ran out) changes nothing.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import psycopg
@@ -64,9 +65,6 @@ _HOT_SQL = {
     "upsert_step": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "
                    f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
                    + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
-    "upsert_step_rows": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "  # positional, for executemany
-                        f"VALUES ({', '.join('?' * len(_STEP_COLUMNS))}) ON CONFLICT (run_id, seq) DO UPDATE SET "
-                        + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
     "finish_run": f"UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
                   f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
     "select_steps": f"SELECT {', '.join(_STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
@@ -149,10 +147,41 @@ def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
             "result": step.result, "error": step.error, "detail": step.detail}
 
 
-def _step_row(run_id: str, step: StepRecord) -> tuple[Any, ...]:
-    """The step as the positional parameters of ``upsert_step_rows`` (``_STEP_COLUMNS`` order)."""
-    return (run_id, step.seq, step.kind, step.name, step.status, step.started_at, step.ended_at, step.wake_at,
-            step.result, step.error, step.detail)
+_OPTIONAL_STEP_COLUMNS = _STEP_COLUMNS[6:]  # ended_at .. detail: NULL in most records
+
+
+def _step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[Any, ...]]]:
+    """Step records as positional rows grouped by which optional columns they fill (a bit each):
+    binding a parameter costs about as much as SQLite's whole insert, and most are NULL."""
+    rows: dict[int, list[tuple[Any, ...]]] = {}
+    for run_id, step in steps:
+        ended, wake, result, error, detail = step.ended_at, step.wake_at, step.result, step.error, step.detail
+        shape = ((ended is not None) | (wake is not None) << 1 | (result is not None) << 2
+                 | (error is not None) << 3 | (detail is not None) << 4)
+        row = (run_id, step.seq, step.kind, step.name, step.status, step.started_at, ended, wake, result, error,
+               detail)
+        if shape in rows:
+            rows[shape].append(_PICK_COLUMNS[shape](row))
+        else:
+            rows[shape] = [_PICK_COLUMNS[shape](row)]
+    return rows
+
+
+# per shape, the columns of a full row that shape keeps: the six required ones and its optional ones
+_PICK_COLUMNS = [operator.itemgetter(*range(6), *(6 + bit for bit in range(5) if shape >> bit & 1))
+                 for shape in range(32)]
+
+
+@cache
+def _upsert_steps_sql(shape: int) -> str:
+    """The positional upsert of step rows of one ``shape`` (see ``_step_rows``): the optional columns
+    it leaves out are set NULL when the row exists, as a full upsert would."""
+    present = [c for bit, c in enumerate(_OPTIONAL_STEP_COLUMNS) if shape >> bit & 1]
+    columns = [*_STEP_COLUMNS[:6], *present]
+    updates = [f"{c} = excluded.{c}" for c in columns[2:]]
+    updates += [f"{c} = NULL" for c in _OPTIONAL_STEP_COLUMNS if c not in present]
+    return (f"INSERT INTO duro_steps ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT (run_id, seq) DO UPDATE SET {', '.join(updates)}")
 
 
 class SqlStore(SlotsStoreMixin):
@@ -230,7 +259,10 @@ class SqlStore(SlotsStoreMixin):
         if path and path != ":memory:" and not path.startswith("file:"):
             directory = os.path.dirname(os.path.abspath(path))
             os.makedirs(directory, exist_ok=True)
-        engine = sa.create_engine(self.url, connect_args={"check_same_thread": False, "timeout": 30})
+        options: dict[str, Any] = {}
+        if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
+            options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
+        engine = sa.create_engine(self.url, connect_args={"check_same_thread": False, "timeout": 30}, **options)
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -553,11 +585,13 @@ class SqlStore(SlotsStoreMixin):
         read and the writes. A run's last record decides its status and timer; a run whose status
         stays the same is updated without touching the status indexes."""
         final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
-        for _, (run_id, owner, _step, status, wake_at, now) in ops:
-            previous = final.get(run_id)
-            if status is None and previous is not None:
+        steps: dict[tuple[str, int], StepRecord] = {}  # a step written twice in the batch: its last record
+        for _, (run_id, owner, step, status, wake_at, now) in ops:
+            if status is None and (previous := final.get(run_id)) is not None:
                 status, wake_at = previous[1], previous[2]
             final[run_id] = (owner, status, wake_at, now)
+            if step is not None:
+                steps[run_id, step.seq] = step
         ids = list(final)
         with self._write() as conn:
             raw = conn.connection.driver_connection
@@ -570,28 +604,27 @@ class SqlStore(SlotsStoreMixin):
                         f"AND status IN {_ACTIVE_SQL}", part):
                     if final[run_id][0] == owner:
                         stored[run_id] = status
-            moved, stayed = [], []
+            moved, timed, touched = [], [], []
             for run_id, (_, status, wake_at, now) in final.items():
-                if run_id not in stored:
+                was = stored.get(run_id)
+                if was is None:
                     continue
                 if status is None:
-                    stayed.append((now, run_id))
-                elif status == stored[run_id]:
-                    stayed.append((now, wake_at, run_id))
+                    touched.append((now, run_id))
+                elif status == was:
+                    timed.append((now, wake_at, run_id))
                 else:
                     moved.append((now, status, wake_at, run_id))
             if moved:
                 raw.executemany(  # type: ignore[union-attr]
                     "UPDATE duro_runs SET updated_at = ?, status = ?, wake_at = ? WHERE id = ?", moved)
-            touched = [row for row in stayed if len(row) == 2]
+            if timed:
+                raw.executemany("UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?", timed)  # type: ignore[union-attr]
             if touched:
                 raw.executemany("UPDATE duro_runs SET updated_at = ? WHERE id = ?", touched)  # type: ignore[union-attr]
-            if len(touched) < len(stayed):
-                raw.executemany(  # type: ignore[union-attr]
-                    "UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?",
-                    [row for row in stayed if len(row) == 3])
-            raw.executemany(self._sql["upsert_step_rows"], [  # type: ignore[union-attr]
-                _step_row(args[0], args[2]) for _, args in ops if args[0] in stored and args[2] is not None])
+            rows = _step_rows((run_id, step) for (run_id, _), step in steps.items() if run_id in stored)
+            for shape, shaped in rows.items():
+                raw.executemany(_upsert_steps_sql(shape), shaped)  # type: ignore[union-attr]
         return [args[0] in stored for _, args in ops]
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
