@@ -68,8 +68,8 @@ class RunContext:
         return seq, rec
 
     async def _write(self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None) -> None:
-        ok = await self.engine.write("record_step", self.run_id, self.worker.id, step, run_status, wake_at,
-                                     self._now())
+        ok = await self.engine.progress.write("record_step", self.run_id, self.worker.id, step, run_status,
+                                              wake_at, self._now())
         if not ok:
             raise LostRun(self.run_id)
         self._recorded(step)
@@ -82,8 +82,9 @@ class RunContext:
             raise LostRun(self.run_id) from None
 
     def _recorded(self, step: StepRecord) -> None:
-        """Note a step the store wrote inside another decision (a slot request, a release...)."""
-        self._history[step.seq] = step
+        """Announce a step written (by this run's own write, or inside another decision: a slot
+        request, a release...). ``_history`` keeps only what the replay found: a live run never
+        looks back at a call it has passed."""
         self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
                                 step_kind=step.kind, name=step.name)
 
@@ -157,9 +158,10 @@ class RunContext:
             # The run does not wait for its sleep's record to commit: lost in a crash, it is a crash
             # before the sleep began, and the replay begins it again. A record that does not take
             # ends the sleep (or fails the run's next durable call) with why (see _refused).
-            self.engine.write_nowait("record_step", self.run_id, self.worker.id, rec, "suspended", rec.wake_at,
-                                     started, on_refused=self._refused)
-            self._recorded(rec)
+            self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, rec, "suspended",
+                                              rec.wake_at, started, on_refused=self._refused)
+            self.engine.events.emit("step.waiting", self.run_id, started, self.workflow, seq=seq,
+                                    step_kind="sleep", name="sleep")
         assert rec.wake_at is not None
         self._asleep = True
         try:
@@ -173,8 +175,11 @@ class RunContext:
         # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running,
         # without waiting for the commit. If that is lost in a crash, the replay finds the sleep due
         # and goes on at once, exactly as it would have.
-        self.engine.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None, self._now())
-        self._recorded(StepRecord(seq, "sleep", "sleep", "completed", rec.started_at, rec.wake_at, wake_at=rec.wake_at))
+        woke = self._now()
+        self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None,
+                                          woke)
+        self.engine.events.emit("step.completed", self.run_id, woke, self.workflow, seq=seq,
+                                step_kind="sleep", name="sleep")
 
     def _refused(self, result: Any) -> None:
         """A write the run did not wait for did not take: the run stops at its next durable call,

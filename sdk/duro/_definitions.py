@@ -202,12 +202,13 @@ def function_workflow_spec(
         raise ConfigError(f"workflow {fn.__qualname__!r} must be an `async def` function")
     takes_input, in_hint, out_hint = _input_hint(fn, 0, f"workflow {fn.__qualname__!r}")
 
+    # the workflow's own coroutine, not one wrapping it: a frame less on every resumption of a run
     if takes_input:
-        async def invoke(inp: Any, ctx: Any) -> Any:
-            return await fn(inp)
+        def invoke(inp: Any, ctx: Any) -> Any:
+            return fn(inp)
     else:
-        async def invoke(inp: Any, ctx: Any) -> Any:
-            return await fn()
+        def invoke(inp: Any, ctx: Any) -> Any:
+            return fn()
 
     return WorkflowSpec(
         name=name or fn.__name__,
@@ -232,11 +233,9 @@ def class_workflow_spec(cls: type, name: str | None, version: str | None, concur
     wf_name = name or getattr(cls, "name", None) or cls.__name__
     wf_version = version if version is not None else getattr(cls, "version", "1")
 
-    async def invoke(inp: Any, ctx: Any) -> Any:
+    def invoke(inp: Any, ctx: Any) -> Any:  # the run method's own coroutine, as for a function
         instance = cls()
-        if takes_input:
-            return await instance.run(ctx, inp)
-        return await instance.run(ctx)
+        return instance.run(ctx, inp) if takes_input else instance.run(ctx)
 
     return WorkflowSpec(
         name=str(wf_name),

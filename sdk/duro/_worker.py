@@ -243,7 +243,8 @@ class Worker:
                 raise ctx.fatal
             output = spec.dump_output(result)
             self.engine.checkpoint("run.finishing", run.id)
-            if await self.engine.write("finish_run", run.id, self.id, "completed", output, None, now()):
+            if await self.engine.progress.write("finish_run", run.id, self.id, "completed", output, None,
+                                                now()):
                 self.engine.events.emit("run.completed", run.id, now(), run.workflow)
         except (LostRun, EngineCrash):
             pass
@@ -254,7 +255,8 @@ class Worker:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
-            if await self.engine.write("finish_run", run.id, self.id, "failed", None, describe_error(cause), now()):
+            if await self.engine.progress.write("finish_run", run.id, self.id, "failed", None,
+                                                describe_error(cause), now()):
                 self.engine.events.emit("run.failed", run.id, now(), run.workflow, error=type(cause).__name__)
                 await self.engine.leave_queues([run.id])
         finally:
