@@ -50,6 +50,7 @@ class RunContext:
         self._asleep = False
         self.cancel_reason: str | None = None
         self._now = worker.clock.now_ms  # the engine's clock, read often: bound once
+        self._sleep_until = worker.clock.sleep_until
 
     def load_history(self, history: list[StepRecord]) -> None:
         self._history = {rec.seq: rec for rec in history}
@@ -113,7 +114,7 @@ class RunContext:
             except Exception as err:
                 if attempt <= spec.retries and not isinstance(err, DuroError):
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
-                    await self.worker.sleep_until(self._now() + delay)
+                    await self._sleep_until(self._now() + delay)
                     continue
                 await self._write(StepRecord(seq, "step", spec.name, "failed", started, self._now(),
                                              error=describe_error(err), detail=dump_json({"attempts": attempt})))
@@ -165,7 +166,7 @@ class RunContext:
         assert rec.wake_at is not None
         self._asleep = True
         try:
-            await self.worker.sleep_until(rec.wake_at)
+            await self._sleep_until(rec.wake_at)
         except asyncio.CancelledError:
             if self.fatal is not None:
                 raise self.fatal from None

@@ -128,9 +128,6 @@ class Worker:
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
         return await self.engine.db(fn, *args)
 
-    def sleep_until(self, due_ms: int) -> Awaitable[None]:
-        return self.clock.sleep_until(due_ms)
-
     async def wait_for(self, awaitable: Awaitable[Any], deadline_ms: int | None) -> bool:
         """Wait for ``awaitable`` or until ``deadline_ms``; True when the awaitable finished first."""
         task = asyncio.ensure_future(awaitable)
