@@ -27,6 +27,7 @@ class RunEvent(NamedTuple):
 
 
 Listener = Callable[[RunEvent], None]
+_new_event = tuple.__new__
 
 
 class EventBus:
@@ -44,7 +45,7 @@ class EventBus:
     def emit(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
         if not self._listeners:
             return
-        event = RunEvent(kind, run_id, at, workflow, detail)
+        event = _new_event(RunEvent, (kind, run_id, at, workflow, detail))  # RunEvent(...) without its frame
         for listener in self._listeners:
             try:
                 listener(event)
