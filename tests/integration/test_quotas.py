@@ -197,15 +197,20 @@ async def test_a_store_without_count_active_falls_back_to_a_listing(sqlite_url):
         assert err.active == 2
 
 
-def test_the_count_uses_the_quota_index(sqlite_url):
+def test_the_count_and_the_children_use_their_partial_indexes(sqlite_url):
+    """The quota and parent indexes hold only runs with a key / a parent (schema 4); a query on a
+    bound key or parent id still uses them."""
     store = SqlStore(sqlite_url)
     store.create_schema()
     with store._engine.connect() as conn:
         plan = conn.exec_driver_sql(
-            "EXPLAIN QUERY PLAN SELECT count(*) FROM duro_runs WHERE concurrency_key = 'k' "
-            "AND status IN ('pending', 'running')").fetchall()
+            "EXPLAIN QUERY PLAN SELECT count(*) FROM duro_runs WHERE concurrency_key = ? "
+            "AND status IN ('pending', 'running')", ("k",)).fetchall()
+        children = conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN SELECT id FROM duro_runs WHERE parent_id = ?", ("p",)).fetchall()
     store.close()
     assert any("duro_runs_quota" in str(row) for row in plan), plan
+    assert any("duro_runs_parent" in str(row) for row in children), children
 
 
 def test_statuses_are_names_or_run_statuses():

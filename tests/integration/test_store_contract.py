@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from duro import ConcurrencyLimitError, DuroError
 from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
@@ -200,6 +201,40 @@ def test_an_older_schema_is_migrated_step_by_step(database_url, monkeypatch):
     second = SqlStore(database_url)
     second.create_schema()
     assert applied == [second.dialect] and second.schema_version() == SCHEMA_VERSION
+    second.close()
+
+
+def _index_definition(store: SqlStore, name: str) -> str:
+    with store._engine.connect() as conn:
+        if store.dialect == "sqlite":
+            sql = "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = :name"
+        else:
+            sql = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+        return conn.execute(sa.text(sql), {"name": name}).scalar_one()
+
+
+def test_schema_3_is_migrated_to_partial_quota_and_parent_indexes_keeping_every_run(database_url):
+    """A version-3 database (full quota and parent indexes) opened by this duro: the two indexes
+    become partial, the runs stay, and counts and children answer as before."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
+    first.insert_run(NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None)
+    with first._engine.begin() as conn:  # back to schema 3's layout
+        conn.execute(sa.text("DROP INDEX duro_runs_quota"))
+        conn.execute(sa.text("DROP INDEX duro_runs_parent"))
+        conn.execute(sa.text("CREATE INDEX duro_runs_quota ON duro_runs (concurrency_key, status)"))
+        conn.execute(sa.text("CREATE INDEX duro_runs_parent ON duro_runs (parent_id)"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
+    assert "WHERE" not in _index_definition(first, "duro_runs_quota").upper()
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 4
+    assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
+    assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
+    assert second.count_active("tenant:a", ("pending", "running"), None) == 1
+    assert second.get_run("child").parent_id == "parent"
     second.close()
 
 

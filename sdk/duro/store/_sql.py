@@ -37,13 +37,25 @@ from ._tables import SCHEMA_VERSION, meta, metadata, runs, schedules, signals, w
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 
-# Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1 (none yet).
+# Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 1 -> 2 adds duro_schedules, a new table: create_all (run just before) has made it already.
     1: lambda conn, dialect: None,
     # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
     2: lambda conn, dialect: None,
+    # 3 -> 4 makes the quota and parent indexes partial (see _tables.Run)
+    3: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_quota", "duro_runs_parent"),
 }
+
+
+def _recreate_indexes(conn: Connection, *names: str) -> None:
+    """Drop indexes of duro_runs and create them again as the schema now defines them."""
+    for index in runs.indexes:
+        if index.name in names:
+            conn.execute(sa.text(f"DROP INDEX IF EXISTS {index.name}"))
+            index.create(conn)
+
+
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
 _ACTIVE = list(ACTIVE_STATUS_VALUES)
 

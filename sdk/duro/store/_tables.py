@@ -7,11 +7,16 @@ add a migration step in ``_sql.py``.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Text
+from sqlalchemy import BigInteger, Column, Index, Text, text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+
+def _where(condition: str) -> dict[str, object]:
+    """A partial index's condition, on both databases."""
+    return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
 
 
 class DuroTable(SQLModel, registry=registry()):
@@ -38,8 +43,10 @@ class Run(DuroTable, table=True):
     __tablename__ = "duro_runs"
     __table_args__ = (
         Index("duro_runs_claim", "namespace", "status", "owner"),
-        Index("duro_runs_quota", "concurrency_key", "status"),
-        Index("duro_runs_parent", "parent_id"),
+        # partial: a start without a quota or a parent writes neither (schema 4; each was about a
+        # tenth of a start's SQLite time)
+        Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),
+        Index("duro_runs_parent", "parent_id", **_where("parent_id IS NOT NULL")),
         Index("duro_runs_list", "namespace", "created_at"),
     )
     id: str = Field(primary_key=True, max_length=200)
