@@ -296,3 +296,36 @@ def test_a_slot_decision_whose_run_is_no_longer_the_callers_changes_nothing(stor
     assert [s.seq for s in store.get_steps("holder")] == []
     _, released, _ = store.slot_release({"line": config}, "h.1", 2000, hook=("holder", "w1", step))
     assert released and [s.seq for s in store.get_steps("holder")] == [2]
+
+
+def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(sqlite_url):
+    """SQLite's write transaction is begun on the driver (SQLAlchemy's bookkeeping skipped): a Core
+    statement inside joins it, a failure anywhere undoes both kinds, and the next write starts clean."""
+    from duro.store._tables import meta
+
+    store = SqlStore(sqlite_url)
+    store.create_schema()
+
+    def keys() -> set[str]:
+        with store._read() as conn:
+            return set(conn.execute(sa.select(meta.c.key)).scalars())
+
+    with store._write() as conn:  # raw only
+        conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('raw', '1')")
+    with store._write() as conn:  # raw, then Core
+        conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('mixed-raw', '1')")
+        conn.execute(meta.insert().values(key="mixed-core", value="1"))
+    assert {"raw", "mixed-raw", "mixed-core"} <= keys()
+    for core, explicit in [(False, False), (False, True), (True, False), (True, True)]:
+        with pytest.raises(RuntimeError, match="undo"), store._write() as conn:
+            conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('gone-raw', '1')")
+            if core:
+                conn.execute(meta.insert().values(key="gone-core", value="1"))
+            if explicit:
+                conn.rollback()  # as a fenced decision does before raising
+            raise RuntimeError("undo")
+        assert not {"gone-raw", "gone-core"} & keys()
+    with store._write() as conn:  # nothing left open by the failures
+        conn.execute(meta.insert().values(key="after", value="1"))
+    assert "after" in keys()
+    store.close()
