@@ -26,6 +26,11 @@ Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:
 - floor     the same driver bare: stdlib sqlite3 ``BEGIN IMMEDIATE; INSERT; COMMIT`` (WAL,
             synchronous=NORMAL, busy timeout 30 s, as duro's connections), psycopg 3 one INSERT per
             transaction (BEGIN; INSERT; COMMIT), into a 3-column table with a text primary key.
+            It runs FLOOR_FACTOR (5) times the operations of the other cases: 2,000 bare inserts
+            last about 40 ms, too short to measure steadily.
+- statements (SQLite) duro's own statements for an admitted quota-checked start (BEGIN IMMEDIATE;
+            the existing-run SELECT; the count; the full INSERT; COMMIT) through bare sqlite3 on
+            duro's schema, many keys: the ceiling of a start on this schema, whatever the code.
 - rejected  the key already at its limit (10 pending runs, limit 10): every start raises
             ``ConcurrencyLimitError`` and creates nothing; rejections per second, all clients on
             that key.
@@ -70,6 +75,7 @@ CLIENT_COUNTS = (1, 8)
 ADMIT_LIMIT = 10**9
 FULL_LIMIT = 10
 TARGET = 0.5  # duro / floor on SQLite
+FLOOR_FACTOR = 5  # the floor runs this many times the operations: 2,000 bare inserts last 40 ms
 FLOOR_TABLE = "CREATE TABLE floor (id TEXT PRIMARY KEY, payload TEXT NOT NULL, n INTEGER NOT NULL)"
 BARRIER_TIMEOUT = 300.0
 
@@ -132,6 +138,42 @@ def _floor_sqlite_client(path: str, n: int, barrier: Any) -> dict:
     return {"begin": begin, "end": end, "started": n, "rejected": 0}
 
 
+def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys: int) -> dict:
+    """duro's own statements for an admitted quota-checked start, through bare sqlite3 on duro's
+    schema: the ceiling of any start on this schema, whatever the code around it."""
+    from duro.store._sql import _ACTIVE_SQL, _HOT_SQL
+
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        count = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = ? AND status IN {_ACTIVE_SQL}"
+
+        def start(i: int) -> None:
+            run_id = f"{prefix}-{i}"
+            key = f"{prefix}:{i % keys}"
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_HOT_SQL["select_run"], {"id": run_id}).fetchone()
+            conn.execute(count, (key,)).fetchone()
+            conn.execute(_HOT_SQL["insert_run"], {
+                "id": run_id, "namespace": "default", "workflow": WORKFLOW, "version": "1", "status": "pending",
+                "input": str(i), "output": None, "error": None, "tags": f'["concurrency:{key}"]',
+                "concurrency_key": key, "parent_id": None, "parent_seq": None, "owner": None, "wake_at": None,
+                "created_at": i, "updated_at": i, "ended_at": None})
+            conn.execute("COMMIT")
+
+        start(-1)
+        barrier.wait(BARRIER_TIMEOUT)
+        begin = time.perf_counter()
+        for i in range(n):
+            start(i)
+        end = time.perf_counter()
+    finally:
+        conn.close()
+    return {"begin": begin, "end": end, "started": n, "rejected": 0}
+
+
 def _floor_pg_client(dsn: str, n: int, barrier: Any) -> dict:
     import psycopg
 
@@ -168,6 +210,8 @@ def _client_main(index: int, tasks: Any, results: Any, barriers: dict[int, Any])
                 out = _floor_sqlite_client(task["path"], task["n"], barrier)
             elif kind == "floor_pg":
                 out = _floor_pg_client(task["dsn"], task["n"], barrier)
+            elif kind == "statements_sqlite":
+                out = _statements_sqlite_client(task["path"], task["n"], barrier, task["prefix"], task["keys"])
             else:
                 raise ValueError(f"unknown task {kind!r}")
             results.put((index, "ok", out))
@@ -300,9 +344,19 @@ class Stores(_support.Stores):
 
 def run_case(clients: Clients, stores: Stores, store: str, kind: str, n_clients: int, keys: str,
              total: int) -> dict:
+    if kind == "floor":
+        total *= FLOOR_FACTOR
     parts = _split(total, n_clients)
     with stores.database(store) as db:
-        if kind == "floor":
+        if kind == "statements":
+            from duro.store import SqlStore
+
+            schema = SqlStore(db["url"])
+            schema.create_schema()
+            schema.close()
+            tasks = [{"kind": "statements_sqlite", "path": db["path"], "n": n, "prefix": f"tenant-{c}",
+                      "keys": max(1, max(parts) // ROTATE_ACTIVE)} for c, n in enumerate(parts)]
+        elif kind == "floor":
             stores.execute(store, db, FLOOR_TABLE)
             task_kind = "floor_sqlite" if store == "sqlite" else "floor_pg"
             tasks = [{"kind": task_kind, "path": db.get("path"), "dsn": db.get("dsn"), "n": n} for n in parts]
@@ -329,6 +383,9 @@ def run_case(clients: Clients, stores: Stores, store: str, kind: str, n_clients:
         elif kind == "noquota":
             found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key IS NULL")
             assert found == total and sum(o["started"] for o in outs) == total, (found, total)
+        elif kind == "statements":
+            found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key LIKE 'tenant%'")
+            assert found == total + n_clients, (found, total)
         else:
             found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key = 'tenant:full'")
             assert found == FULL_LIMIT and sum(o["rejected"] for o in outs) == total, (found, total)
@@ -344,6 +401,8 @@ def case_list(stores_: list[str]) -> list[tuple[str, str, int, str]]:
                 cases.append((store, "duro", n, keys))
             cases.append((store, "rejected", n, "same"))
             cases.append((store, "noquota", n, "-"))
+            if store == "sqlite":
+                cases.append((store, "statements", n, "many"))
     return cases
 
 
@@ -386,6 +445,17 @@ def report(results: dict, stores_: list[str]) -> tuple[str, str, list[dict]]:
             rej.append(f"| {store} | {n} | tenant:full ({FULL_LIMIT}/{FULL_LIMIT}) | {_fmt(r)} | "
                        f"{samples[(store, 'rejected', n, 'same')]} | {r / med[(store, 'floor', n, '-')]:.2f} |")
     return "\n".join(lines), "\n".join(rej), rows
+
+
+def ceiling_table(results: dict) -> str:
+    med = {k: statistics.median(s["rate"] for s in v) for k, v in results.items()}
+    lines = ["| clients | statements bare, starts/s | / floor | duro (many keys) / statements bare |",
+             "| ---: | ---: | ---: | ---: |"]
+    for n in CLIENT_COUNTS:
+        bare = med[("sqlite", "statements", n, "many")]
+        lines.append(f"| {n} | {_fmt(bare)} | {bare / med[('sqlite', 'floor', n, '-')]:.2f} | "
+                     f"{med[('sqlite', 'duro', n, 'many')] / bare:.2f} |")
+    return "\n".join(lines)
 
 
 def samples_table(results: dict) -> str:
@@ -513,6 +583,11 @@ def main() -> None:
     print(f"\n{args.starts} operations per case split across the clients, medians of {args.repeats}; "
           f"{total:.0f} s wall\n")
     print(main_table)
+    if "sqlite" in stores_:
+        print("\nThe ceiling on duro's schema: duro's own statements for a quota-checked start (BEGIN "
+              "IMMEDIATE; the existing-run SELECT; the count; the INSERT; COMMIT) through bare sqlite3, "
+              "many keys:\n")
+        print(ceiling_table(results))
     print("\nKey at its limit (every start raises ConcurrencyLimitError, creates nothing):\n")
     print(rej_table)
     print("\nAll samples:\n")
