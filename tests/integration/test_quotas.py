@@ -197,9 +197,9 @@ async def test_a_store_without_count_active_falls_back_to_a_listing(sqlite_url):
         assert err.active == 2
 
 
-def test_the_count_and_the_children_use_their_partial_indexes(sqlite_url):
-    """The quota and parent indexes hold only runs with a key / a parent (schema 4); a query on a
-    bound key or parent id still uses them."""
+def test_the_queries_on_partial_indexes_still_use_them(sqlite_url):
+    """Schema 4's partial indexes (runs with a key / a parent, slots with a due time / waiting or
+    reserved): the queries that need them still use them, with bound parameters."""
     store = SqlStore(sqlite_url)
     store.create_schema()
     with store._engine.connect() as conn:
@@ -208,9 +208,15 @@ def test_the_count_and_the_children_use_their_partial_indexes(sqlite_url):
             "AND status IN ('pending', 'running')", ("k",)).fetchall()
         children = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN SELECT id FROM duro_runs WHERE parent_id = ?", ("p",)).fetchall()
+        plans = {name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store._sql[name], params).fetchall()
+                 for name, params in (("run_slots", {"run_id": "r"}), ("due_slots", {"now": 1}),
+                                      ("next_due", {}))}
     store.close()
     assert any("duro_runs_quota" in str(row) for row in plan), plan
     assert any("duro_runs_parent" in str(row) for row in children), children
+    assert any("duro_slots_run" in str(row) for row in plans["run_slots"]), plans
+    assert any("duro_slots_due" in str(row) for row in plans["due_slots"]), plans
+    assert any("duro_slots_due" in str(row) for row in plans["next_due"]), plans
 
 
 def test_statuses_are_names_or_run_statuses():

@@ -213,18 +213,23 @@ def _index_definition(store: SqlStore, name: str) -> str:
         return conn.execute(sa.text(sql), {"name": name}).scalar_one()
 
 
-def test_schema_3_is_migrated_to_partial_quota_and_parent_indexes_keeping_every_run(database_url):
-    """A version-3 database (full quota and parent indexes) opened by this duro: the two indexes
-    become partial, the runs stay, and counts and children answer as before."""
+SCHEMA_3_INDEXES = [("duro_runs_quota", "duro_runs", "concurrency_key, status"),
+                    ("duro_runs_parent", "duro_runs", "parent_id"),
+                    ("duro_slots_due", "duro_slots", "due_at"),
+                    ("duro_slots_run", "duro_slots", "run_id")]
+
+
+def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url):
+    """A version-3 database (full indexes) opened by this duro: four indexes become partial, the
+    runs stay, and counts and children answer as before."""
     first = SqlStore(database_url)
     first.create_schema()
     first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
     first.insert_run(NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None)
     with first._engine.begin() as conn:  # back to schema 3's layout
-        conn.execute(sa.text("DROP INDEX duro_runs_quota"))
-        conn.execute(sa.text("DROP INDEX duro_runs_parent"))
-        conn.execute(sa.text("CREATE INDEX duro_runs_quota ON duro_runs (concurrency_key, status)"))
-        conn.execute(sa.text("CREATE INDEX duro_runs_parent ON duro_runs (parent_id)"))
+        for index, table, columns in SCHEMA_3_INDEXES:
+            conn.execute(sa.text(f"DROP INDEX {index}"))
+            conn.execute(sa.text(f"CREATE INDEX {index} ON {table} ({columns})"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
     assert "WHERE" not in _index_definition(first, "duro_runs_quota").upper()
     first.close()
@@ -233,6 +238,8 @@ def test_schema_3_is_migrated_to_partial_quota_and_parent_indexes_keeping_every_
     assert second.schema_version() == SCHEMA_VERSION == 4
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
+    assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
+    assert "waiting" in _index_definition(second, "duro_slots_run")
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
     assert second.get_run("child").parent_id == "parent"
     second.close()

@@ -43,17 +43,19 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     1: lambda conn, dialect: None,
     # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
     2: lambda conn, dialect: None,
-    # 3 -> 4 makes the quota and parent indexes partial (see _tables.Run)
-    3: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_quota", "duro_runs_parent"),
+    # 3 -> 4 makes four indexes partial (see _tables.Run and _tables.SlotRequest)
+    3: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_quota", "duro_runs_parent", "duro_slots_due",
+                                               "duro_slots_run"),
 }
 
 
 def _recreate_indexes(conn: Connection, *names: str) -> None:
-    """Drop indexes of duro_runs and create them again as the schema now defines them."""
-    for index in runs.indexes:
-        if index.name in names:
-            conn.execute(sa.text(f"DROP INDEX IF EXISTS {index.name}"))
-            index.create(conn)
+    """Drop indexes and create them again as the schema now defines them."""
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            if index.name in names:
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {index.name}"))
+                index.create(conn)
 
 
 _URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"

@@ -156,8 +156,10 @@ class SlotRequest(DuroTable, table=True):
     __tablename__ = "duro_slots"
     __table_args__ = (
         Index("duro_slots_queue", "limit_name", "state", "pos"),
-        Index("duro_slots_due", "due_at"),
-        Index("duro_slots_run", "run_id"),
+        # partial (schema 4): an ended slot leaves the due index, and only a waiting or reserved slot
+        # is looked up by its run (to leave the queue), so a slot granted at once never enters it
+        Index("duro_slots_due", "due_at", **_where("due_at IS NOT NULL")),
+        Index("duro_slots_run", "run_id", **_where("state IN ('waiting', 'reserved')")),
     )
     id: str = Field(primary_key=True, max_length=220)
     limit_name: str = Field(max_length=64)
