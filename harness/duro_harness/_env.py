@@ -91,9 +91,13 @@ class DuroEnv:
         self._freezer = freeze_time(self.clock.now, real_asyncio=True)
         self._frozen = self._freezer.start()
         self.clock.listeners.append(self._move_frozen_time)
-        if self._directory is None:
-            self._keeper = sqlite3.connect(f"file:{self._memory_name}?mode=memory&cache=shared", uri=True)
-        await self._start_engine()
+        try:
+            if self._directory is None:
+                self._keeper = sqlite3.connect(f"file:{self._memory_name}?mode=memory&cache=shared", uri=True)
+            await self._start_engine()
+        except BaseException:
+            self._release()  # time unfrozen and the store gone, as after a normal exit
+            raise
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -101,12 +105,17 @@ class DuroEnv:
             if self._engine is not None:
                 await self._engine.__aexit__(*exc)
         finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._move_frozen_time in self.clock.listeners:
             self.clock.listeners.remove(self._move_frozen_time)
-            if self._freezer is not None:
-                self._freezer.stop()
-            if self._keeper is not None:
-                self._keeper.close()
-                self._keeper = None
+        if self._freezer is not None:
+            self._freezer.stop()
+            self._freezer = None
+        if self._keeper is not None:
+            self._keeper.close()
+            self._keeper = None
 
     def _move_frozen_time(self, instant_ms: int) -> None:
         self._frozen.move_to(ms_to_datetime(instant_ms))

@@ -219,3 +219,15 @@ async def test_the_store_is_in_memory_unless_a_directory_is_given(tmp_path):
     assert (tmp_path / "duro.db").exists()  # left for the test to look at
     async with simulated(directory=tmp_path) as env:
         assert (await env.engine.get_run("kept")).status == "completed"
+
+
+async def test_an_environment_whose_engine_cannot_start_unfreezes_time_and_drops_its_store():
+    import gc
+
+    from duro import ConfigError
+
+    with pytest.raises(ConfigError, match="capacity"):
+        async with simulated(config={"limits": {"calls": {"capacity": 0}}}):
+            pass
+    gc.collect()  # an unclosed store connection would warn here (warnings are errors)
+    assert datetime.now(UTC) != datetime(2030, 1, 1, tzinfo=UTC)  # freezegun stopped
