@@ -141,14 +141,14 @@ def _floor_sqlite_client(path: str, n: int, barrier: Any) -> dict:
 def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys: int) -> dict:
     """duro's own statements for an admitted quota-checked start, through bare sqlite3 on duro's
     schema: the ceiling of any start on this schema, whatever the code around it."""
-    from duro.store._sql import _ACTIVE_SQL, _HOT_SQL
+    from duro.store._sql import _HOT_SQL, ACTIVE_SQL
 
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
-        count = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = ? AND status IN {_ACTIVE_SQL}"
+        count = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = ? AND status IN {ACTIVE_SQL}"
 
         def start(i: int) -> None:
             run_id = f"{prefix}-{i}"

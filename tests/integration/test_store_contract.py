@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
@@ -213,23 +215,26 @@ def _index_definition(store: SqlStore, name: str) -> str:
         return conn.execute(sa.text(sql), {"name": name}).scalar_one()
 
 
-SCHEMA_3_INDEXES = [("duro_runs_quota", "duro_runs", "concurrency_key, status"),
-                    ("duro_runs_parent", "duro_runs", "parent_id"),
-                    ("duro_slots_due", "duro_slots", "due_at"),
-                    ("duro_slots_run", "duro_slots", "run_id")]
+# (schema 4's index, schema 3's index in its place, its table and columns)
+SCHEMA_3_INDEXES = [("duro_runs_quota", "duro_runs_quota", "duro_runs", "concurrency_key, status"),
+                    ("duro_runs_parent", "duro_runs_parent", "duro_runs", "parent_id"),
+                    ("duro_runs_active", "duro_runs_claim", "duro_runs", "namespace, status, owner"),
+                    ("duro_slots_due", "duro_slots_due", "duro_slots", "due_at"),
+                    ("duro_slots_run", "duro_slots_run", "duro_slots", "run_id")]
 
 
 def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url):
     """A version-3 database (full indexes) opened by this duro: four indexes become partial, the
-    runs stay, and counts and children answer as before."""
+    claims' index gives way to one on unfinished runs, the runs stay, and counts and children
+    answer as before."""
     first = SqlStore(database_url)
     first.create_schema()
     first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
     first.insert_run(NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None)
     with first._engine.begin() as conn:  # back to schema 3's layout
-        for index, table, columns in SCHEMA_3_INDEXES:
+        for index, old, table, columns in SCHEMA_3_INDEXES:
             conn.execute(sa.text(f"DROP INDEX {index}"))
-            conn.execute(sa.text(f"CREATE INDEX {index} ON {table} ({columns})"))
+            conn.execute(sa.text(f"CREATE INDEX {old} ON {table} ({columns})"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
     assert "WHERE" not in _index_definition(first, "duro_runs_quota").upper()
     first.close()
@@ -240,6 +245,11 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
     assert "waiting" in _index_definition(second, "duro_slots_run")
+    assert "pending" in _index_definition(second, "duro_runs_active")
+    with second._engine.connect() as conn:
+        assert not conn.execute(sa.text("SELECT count(*) FROM " + (
+            "sqlite_master WHERE name = 'duro_runs_claim'" if second.dialect == "sqlite"
+            else "pg_indexes WHERE indexname = 'duro_runs_claim'"))).scalar()
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
     assert second.get_run("child").parent_id == "parent"
     second.close()
@@ -336,3 +346,29 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
         conn.execute(meta.insert().values(key="after", value="1"))
     assert "after" in keys()
     store.close()
+
+
+def test_a_claim_reads_unfinished_runs_through_their_partial_index(store):
+    """The claim's candidates come from duro_runs_active (unfinished runs in creation order), not
+    from every run of the namespace: its status condition has the index's literal values."""
+    for i in range(3):
+        store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE DURO_RUNS SET") and "owner" in statement:
+            statements.append((statement, parameters))
+
+    sa.event.listen(store._engine, "before_cursor_execute", capture)
+    claimed = store.claim_runs(Claim("w1", "default", ["wf"], alive_since=0, now=10))
+    sa.event.remove(store._engine, "before_cursor_execute", capture)
+    assert sorted(run.id for run in claimed) == ["r0", "r1", "r2"]
+    (statement, parameters), = statements
+    with store._engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        if store.dialect == "sqlite":
+            plan = driver.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
+        else:
+            driver.execute("SET enable_seqscan = off")  # a 3-row table: make the planner show its index
+            plan = driver.execute("EXPLAIN " + statement, parameters).fetchall()
+    assert any("duro_runs_active" in str(row) for row in plan), plan

@@ -33,7 +33,7 @@ from .._quota import admit
 from ._dialect import for_dialect, raw_execute
 from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 from ._slots_sql import SLOT_SQL, SlotsStoreMixin
-from ._tables import SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
+from ._tables import ACTIVE_SQL, SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 
@@ -43,14 +43,17 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     1: lambda conn, dialect: None,
     # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
     2: lambda conn, dialect: None,
-    # 3 -> 4 makes four indexes partial (see _tables.Run and _tables.SlotRequest)
+    # 3 -> 4: partial indexes (see _tables.Run and _tables.SlotRequest); the claims' index on
+    # (namespace, status, owner) gives way to duro_runs_active
     3: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_quota", "duro_runs_parent", "duro_slots_due",
-                                               "duro_slots_run"),
+                                               "duro_slots_run", "duro_runs_active", dropped=["duro_runs_claim"]),
 }
 
 
-def _recreate_indexes(conn: Connection, *names: str) -> None:
-    """Drop indexes and create them again as the schema now defines them."""
+def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:
+    """Drop indexes (``names`` and ``dropped``) and create ``names`` as the schema now defines them."""
+    for name in dropped:
+        conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
     for table in metadata.sorted_tables:
         for index in table.indexes:
             if index.name in names:
@@ -68,19 +71,21 @@ _RUN_COLUMNS = ("id", "namespace", "workflow", "version", "status", "input", "ou
                 "ended_at")
 _STEP_COLUMNS = ("run_id", "seq", "kind", "name", "status", "started_at", "ended_at", "wake_at", "result",
                  "error", "detail")
-_ACTIVE_SQL = "(" + ", ".join(f"'{s}'" for s in ACTIVE_STATUS_VALUES) + ")"
+# unfinished runs of duro_runs, with the literal values its partial index is defined with (a bound
+# IN list would not let the planners use it)
+_RUNS_ACTIVE = sa.text(f"duro_runs.status IN {ACTIVE_SQL}")
 _HOT_SQL = {
     "select_run": f"SELECT {', '.join(_RUN_COLUMNS)} FROM duro_runs WHERE id = :id",
     "insert_run": f"INSERT INTO duro_runs ({', '.join(_RUN_COLUMNS)}) "
                   f"VALUES ({', '.join(':' + c for c in _RUN_COLUMNS)})",
-    "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+    "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "fence_status": f"UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at "
-                    f"WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+                    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "upsert_step": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "
                    f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
                    + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
     "finish_run": f"UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
-                  f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {_ACTIVE_SQL}",
+                  f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "select_steps": f"SELECT {', '.join(_STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
 }
 
@@ -633,7 +638,7 @@ class SqlStore(SlotsStoreMixin):
                 marks = ", ".join("?" * len(part))
                 for run_id, owner, status in raw.execute(  # type: ignore[union-attr]
                         f"SELECT id, owner, status FROM duro_runs WHERE id IN ({marks}) "
-                        f"AND status IN {_ACTIVE_SQL}", part):
+                        f"AND status IN {ACTIVE_SQL}", part):
                     if final[run_id][0] == owner:
                         stored[run_id] = status
             moved, timed, touched = [], [], []
@@ -792,7 +797,7 @@ class SqlStore(SlotsStoreMixin):
         with self._write() as conn:
             now = self._db_now(conn, now)
             conn.execute(workers.delete().where(workers.c.id == worker_id))
-            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
                                        .values(owner=None, updated_at=now)).rowcount
             conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
                                                  started_at=now, heartbeat_at=now))
@@ -810,7 +815,7 @@ class SqlStore(SlotsStoreMixin):
             now = self._db_now(conn, now)
             namespace = conn.execute(sa.select(workers.c.namespace).where(workers.c.id == worker_id)).scalar()
             conn.execute(workers.delete().where(workers.c.id == worker_id))
-            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, runs.c.status.in_(_ACTIVE))
+            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
                                        .values(owner=None, updated_at=now)).rowcount
             if handed_back:
                 self._notify(conn, ["run", namespace])
@@ -821,7 +826,7 @@ class SqlStore(SlotsStoreMixin):
         with self._read() as conn:
             now = self._db_now(conn, 0) if self._database_clock else None
             owned = dict(conn.execute(sa.select(runs.c.owner, sa.func.count()).where(
-                runs.c.owner.is_not(None), runs.c.status.in_(_ACTIVE)).group_by(runs.c.owner)).all())
+                runs.c.owner.is_not(None), _RUNS_ACTIVE).group_by(runs.c.owner)).all())
             rows = conn.execute(sa.select(workers).order_by(workers.c.started_at))
             return [{"id": r.id, "namespace": r.namespace, "host": r.host, "pid": r.pid, "started_at": r.started_at,
                      "heartbeat_at": r.heartbeat_at, "db_now": now, "runs": owned.get(r.id, 0)} for r in rows]
@@ -843,7 +848,7 @@ class SqlStore(SlotsStoreMixin):
         alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= alive_since)
         candidates = sa.select(runs.c.id).where(
             runs.c.namespace == claim.namespace,
-            runs.c.status.in_(_ACTIVE),
+            _RUNS_ACTIVE,
             runs.c.workflow.in_(list(claim.workflows)),
             sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(alive)),
         ).order_by(runs.c.created_at, runs.c.id).limit(claim.limit)
