@@ -121,6 +121,8 @@ class Worker:
         self._last_heartbeat = 0
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
         self._claim_pending = False
+        self._full_pass = False  # the next pass looks at everything, whatever woke it
+        self.full_passes = 0  # passes that looked at everything (not only claims) so far
         self._listener: threading.Thread | None = None
 
     # -- I/O and time ----------------------------------------------------------------------------
@@ -359,22 +361,34 @@ class Worker:
             await self.wait_for(self._schedules_changed.wait(), min(deadlines) if deadlines else None)
 
     async def _loop(self) -> None:
+        """A full pass every poll interval; in between, a wakeup (runs announced by a start, here or
+        in another process) only claims: the rest of a pass (dead local workers, other processes'
+        changes) is the fallback for what notifications missed, and costs a worker a third of its
+        CPU when every start wakes every worker."""
         poll_ms = self.engine.poll_interval_ms
+        full_due = self.clock.now_ms()
         while True:
             self._wakeup.clear()
+            now = self.clock.now_ms()
+            full = poll_ms is None or self._full_pass or now >= full_due
+            if full:
+                self._full_pass = False
+                full_due = now + (poll_ms or 0)
             try:
-                await self.tick()
+                await self.tick(full)
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next pass
                 _store_trouble("the claim pass", err)
-            await self.wait_for(self._wakeup.wait(), None if poll_ms is None else self.clock.now_ms() + poll_ms)
+            await self.wait_for(self._wakeup.wait(), None if poll_ms is None else full_due)
 
-    async def tick(self) -> None:
-        """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes."""
+    async def tick(self, full: bool = True) -> None:
+        """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes
+        (``full=False``: the heartbeat if due and the claim only)."""
         now = self.clock.now_ms()
         lease = self.engine.lease_ms
         if self._beat_task is None and now - self._last_heartbeat >= lease // 3:
             await self._beat(self.db, now)
-        await self._reap_local_dead()
+        if full:
+            await self._reap_local_dead()
         claimed = await self.db(self.store.claim_runs, Claim(
             worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
             alive_since=now - lease, now=now, serial=self.engine.serial_workflow_names()))
@@ -387,7 +401,9 @@ class Worker:
             await asyncio.gather(*stale, return_exceptions=True)
         for run in claimed:
             self.launch(run)
-        await self._poll_remote_changes()
+        if full:
+            await self._poll_remote_changes()
+            self.full_passes += 1
 
     async def _beat(self, call: Callable[..., Awaitable[Any]], now: int) -> None:
         if not await call(self.store.heartbeat, self.id, now):
@@ -437,6 +453,7 @@ class Worker:
         elif kind == "limits":
             self._limits_changed.set()
         elif kind == "reconnected":  # notifications were lost while disconnected: look again
+            self._full_pass = True
             self.wake()
             self.schedules_changed()
             self._limits_changed.set()
