@@ -400,7 +400,7 @@ class Worker:
         if stale:
             await asyncio.gather(*stale, return_exceptions=True)
         for run in claimed:
-            self.launch(run)
+            self.launch(run, fresh=run.fresh)
         if full:
             await self._poll_remote_changes()
             self.full_passes += 1

@@ -348,21 +348,26 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
     store.close()
 
 
-def test_a_claim_reads_unfinished_runs_through_their_partial_index(store):
+def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fresh_ones(store):
     """The claim's candidates come from duro_runs_active (unfinished runs in creation order), not
-    from every run of the namespace: its status condition has the index's literal values."""
+    from every run of the namespace: its status condition has the index's literal values. A run
+    taken from pending is ``fresh`` (never executed: its worker reads no history)."""
     for i in range(3):
         store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
+    store.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
     statements: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("UPDATE DURO_RUNS SET") and "owner" in statement:
+        if "ORDER BY duro_runs.created_at" in statement:  # the candidates (PostgreSQL: inside the UPDATE)
             statements.append((statement, parameters))
 
     sa.event.listen(store._engine, "before_cursor_execute", capture)
     claimed = store.claim_runs(Claim("w1", "default", ["wf"], alive_since=0, now=10))
     sa.event.remove(store._engine, "before_cursor_execute", capture)
-    assert sorted(run.id for run in claimed) == ["r0", "r1", "r2"]
+    assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
+    # taken from pending: nothing to replay; the dead worker's run: its history must be read
+    assert {run.id: (run.fresh, run.status) for run in claimed} == {
+        "r0": (True, "running"), "r1": (True, "running"), "r2": (True, "running"), "orphan": (False, "running")}
     (statement, parameters), = statements
     with store._engine.connect() as conn:
         driver = conn.connection.driver_connection

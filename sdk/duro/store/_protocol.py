@@ -44,6 +44,9 @@ class RunRecord:
     created_at: int
     updated_at: int
     ended_at: int | None
+    # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
+    # the worker skips reading them (a store that leaves it False costs that read, nothing else)
+    fresh: bool = False
 
 
 @dataclass(slots=True)

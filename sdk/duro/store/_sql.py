@@ -866,11 +866,28 @@ class SqlStore(SlotsStoreMixin):
                 sa.or_(busy, runs.c.id != oldest))))
         if self.dialect == "postgresql":
             candidates = candidates.with_for_update(skip_locked=True)
-        statement = runs.update().where(runs.c.id.in_(candidates.scalar_subquery())).values(
-            owner=claim.worker_id, updated_at=now,
-            status=sa.case((runs.c.status == "pending", "running"), else_=runs.c.status),
-        ).returning(*runs.c)
         for name in sorted(claim.serial):  # two workers never start two runs of one serial workflow
             self._lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
-        return [_row_to_run(r) for r in conn.execute(statement)]
+        # Each run's status before the claim comes back with it: a run taken from pending never
+        # executed (RunRecord.fresh), and its worker skips reading its history.
+        claiming = {"owner": claim.worker_id, "updated_at": now,
+                    "status": sa.case((runs.c.status == "pending", "running"), else_=runs.c.status)}
+        if self.dialect == "sqlite":
+            # SQLite's RETURNING cannot name an UPDATE's FROM; under BEGIN IMMEDIATE nothing
+            # changes between reading the candidates and claiming them
+            was = dict(conn.execute(candidates.add_columns(runs.c.status)).all())
+            if not was:
+                return []
+            rows = conn.execute(runs.update().where(runs.c.id.in_(list(was))).values(**claiming)
+                                .returning(*runs.c)).all()
+            before = {row.id: was[row.id] for row in rows}
+        else:
+            taken = candidates.add_columns(runs.c.status.label("was")).subquery("taken")
+            rows = conn.execute(runs.update().where(runs.c.id == taken.c.id).values(**claiming)
+                                .returning(*runs.c, taken.c.was)).all()
+            before = {row.id: row.was for row in rows}
+        claimed = [_row_to_run(row) for row in rows]
+        for run in claimed:
+            run.fresh = before[run.id] == "pending"
+        return claimed
 
