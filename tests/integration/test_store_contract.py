@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import sqlalchemy as sa
 
 from duro import ConcurrencyLimitError, DuroError
 from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -188,6 +190,42 @@ def test_a_batch_keeps_each_writes_fence_and_result(store):
     assert results == [True, False, True, False]
     assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
     assert (store.get_run("a").status, store.get_run("b").status) == ("completed", "running")
+
+
+def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(store):
+    """No write fenced: on PostgreSQL the whole batch goes in one pipeline; each result is True,
+    every write is stored, and a child's end is still announced to its parent."""
+    store.insert_run(new_run("p", owner="w1"), None)
+    store.insert_run(new_run("p.0", owner="w1", parent="p"), None)
+    store.insert_run(new_run("q", owner="w1"), None)
+    heard: list[list] = []
+    stopping = threading.Event()
+    listener = threading.Thread(target=store.listen, args=(heard.append, stopping), daemon=True)
+    listener.start()
+    try:
+        if store.dialect == "postgresql":  # the listener is connected once a notification gets through
+            wait_until(lambda: _pinged(store, heard), what="the listener to connect")
+        results = store.apply_batch([
+            ("record_step", ("p.0", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
+            ("record_step", ("q", "w1", StepRecord(0, "sleep", "sleep", "waiting", 1, wake_at=9), "suspended", 9, 2)),
+            ("finish_run", ("p.0", "w1", "completed", '"done"', None, 3)),
+            ("record_step", ("p", "w1", None, "running", None, 3)),
+        ])
+        assert results == [True, True, True, True]
+        assert [s.result for s in store.get_steps("p.0")] == ["1"]
+        assert (store.get_run("q").status, store.get_run("q").wake_at) == ("suspended", 9)
+        assert store.get_run("p.0").status == "completed"
+        if store.dialect == "postgresql":
+            wait_until(lambda: ["done", "p.0", "completed"] in heard, what="the child's end to be announced")
+    finally:
+        stopping.set()
+        listener.join(5)
+
+
+def _pinged(store: SqlStore, heard: list[list]) -> bool:
+    with store._write() as conn:
+        store._notify(conn, ["ping"])
+    return ["ping"] in heard
 
 
 def test_an_older_schema_is_migrated_step_by_step(database_url, monkeypatch):

@@ -604,12 +604,49 @@ class SqlStore(SlotsStoreMixin):
     def apply_batch(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Apply progress writes (``record_step``, ``finish_run``) of many runs in one transaction.
 
-        Each keeps its own fence and result; a fenced write changes nothing (its fence is its first
-        statement), so it needs no rollback and cannot disturb the others.
+        Each keeps its own fence and result: a fenced write changes nothing and does not disturb the
+        others (on SQLite its fence is read first; on PostgreSQL see ``_apply_pipelined``).
         """
-        if self.dialect != "sqlite" or any(name != "record_step" for name, _ in ops):
+        if self.dialect == "postgresql":
+            return self._apply_pipelined(ops)
+        if any(name != "record_step" for name, _ in ops):
             return self._apply_each(ops)
         return self._apply_steps_sqlite(ops)
+
+    def _apply_pipelined(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """PostgreSQL: every statement of the batch in one pipeline, one round trip in all instead
+        of one per statement. A step's upsert is sent without waiting for its fence, so a fenced
+        write (a worker that lost runs: rare) rolls the whole batch back, and the batch is applied
+        again statement by statement, where a fenced write changes nothing."""
+        try:
+            return self._send_batch(ops)
+        except Fenced:
+            return self._apply_each(ops)
+
+    def _send_batch(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        with self._write() as conn:
+            sent: list[tuple[Any, tuple[str, str] | None]] = []  # (fence's cursor, a finish's run and status)
+            with self._pipeline(conn):
+                for name, args in ops:
+                    if name == "record_step":
+                        run_id, owner, step, status, wake_at, now = args
+                        params = {"id": run_id, "owner": owner, "now": now}
+                        fence = (self._x(conn, "fence", params) if status is None else
+                                 self._x(conn, "fence_status", {**params, "status": status, "wake_at": wake_at}))
+                        if step is not None:
+                            self._x(conn, "upsert_step", _step_values(run_id, step))
+                        sent.append((fence, None))
+                    else:
+                        run_id, owner, status, output, error, now = args
+                        sent.append((self._x(conn, "finish_run", {
+                            "id": run_id, "owner": owner, "status": status, "output": output, "error": error,
+                            "now": now}), (run_id, status)))
+            if any(cursor.rowcount != 1 for cursor, _ in sent):
+                raise Fenced("a write of the batch")  # rolled back; each write is made again alone
+            # a child's end is announced to its parent (see _finish)
+            self._notify(conn, *(["done", *end] for cursor, end in sent
+                                 if end is not None and cursor.fetchone()[0] is not None))
+        return [True] * len(ops)
 
     def _apply_each(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         appliers = {"record_step": self._write_step, "finish_run": self._finish}
