@@ -406,12 +406,15 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
     # taken from pending: nothing to replay; the dead worker's run: its history must be read
     assert {run.id: (run.fresh, run.status) for run in claimed} == {
         "r0": (True, "running"), "r1": (True, "running"), "r2": (True, "running"), "orphan": (False, "running")}
-    (statement, parameters), = statements
     with store._engine.connect() as conn:
         driver = conn.connection.driver_connection
         if store.dialect == "sqlite":
+            (statement, parameters), = statements
             plan = driver.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
-        else:
-            driver.execute("SET enable_seqscan = off")  # a 3-row table: make the planner show its index
-            plan = driver.execute("EXPLAIN " + statement, parameters).fetchall()
+        else:  # one fixed statement, run on the driver
+            assert statements == []
+            driver.execute("SET enable_seqscan = off")  # a 4-row table: make the planner show its index
+            plan = driver.execute("EXPLAIN " + store._sql["claim"], {
+                "namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "lease": 10,
+                "limit": 100}).fetchall()
     assert any("duro_runs_active" in str(row) for row in plan), plan

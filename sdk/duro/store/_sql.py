@@ -95,6 +95,21 @@ _HOT_SQL = {
 NOTIFY_CHANNEL = "duro"
 _DB_NOW_SQL = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint"
 _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%(payloads)s AS text[])) AS payload"
+# SqlStore._claim_pg: unfinished runs of the worker's workflows, unowned or owned by a worker whose
+# lease lapsed, oldest first through duro_runs_active, skipping rows another worker is claiming;
+# returns each run with its status before the claim. {clock}: the decisions' clock.
+_CLAIM_PG_SQL = (
+    "WITH clock AS (SELECT {clock} AS now) "
+    "UPDATE duro_runs SET owner = %(owner)s, updated_at = (SELECT now FROM clock), "
+    "status = CASE WHEN duro_runs.status = 'pending' THEN 'running' ELSE duro_runs.status END "
+    "FROM (SELECT id, status AS was FROM duro_runs "
+    f"WHERE namespace = %(namespace)s AND duro_runs.status IN {ACTIVE_SQL} "
+    "AND workflow = ANY(CAST(%(workflows)s AS text[])) "
+    "AND (owner IS NULL OR owner NOT IN (SELECT id FROM duro_workers "
+    "WHERE heartbeat_at >= (SELECT now FROM clock) - %(lease)s)) "
+    "ORDER BY created_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS taken "
+    f"WHERE duro_runs.id = taken.id RETURNING {', '.join('duro_runs.' + c for c in _RUN_COLUMNS)}, taken.was"
+)
 
 
 def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
@@ -243,6 +258,8 @@ class SqlStore(SlotsStoreMixin):
                 self._sql["limit_lock"] = self._sql["limit_lock"].replace(
                     "CAST(%(now)s AS BIGINT)", _DB_NOW_SQL.removeprefix("SELECT "))
             self._sql["finish_run"] += " RETURNING parent_id"  # a child's end is announced (see _finish)
+            clock = _DB_NOW_SQL.removeprefix("SELECT ") if self._database_clock else "CAST(%(now)s AS BIGINT)"
+            self._sql["claim"] = _CLAIM_PG_SQL.replace("{clock}", clock)
 
     @staticmethod
     def is_transient(err: BaseException) -> bool:
@@ -878,8 +895,25 @@ class SqlStore(SlotsStoreMixin):
             return []
         with self._write() as conn:
             lease = claim.now - claim.alive_since
+            if self.dialect == "postgresql" and not claim.serial:
+                return self._claim_pg(conn, claim, lease)
             now = self._db_now(conn, claim.now)
             return self._claim(conn, claim, now - lease, now)
+
+    def _claim_pg(self, conn: Connection, claim: Claim, lease: int) -> list[RunRecord]:
+        """The claim on PostgreSQL as one fixed statement (the common case: no serial workflows).
+        Built with SQLAlchemy on every pass it cost a worker a third of its CPU when every start
+        woke every worker; and the decisions' clock is read inside it, not in a round trip of its
+        own. Same rules as ``_claim``."""
+        rows = raw_execute(conn, self._sql["claim"], {
+            "namespace": claim.namespace, "workflows": list(claim.workflows), "owner": claim.worker_id,
+            "now": claim.now, "lease": lease, "limit": claim.limit}).fetchall()
+        claimed = []
+        for row in rows:
+            run = _tuple_to_run(row[:-1])
+            run.fresh = row[-1] == "pending"
+            claimed.append(run)
+        return claimed
 
     def _claim(self, conn: Connection, claim: Claim, alive_since: int, now: int) -> list[RunRecord]:
         alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= alive_since)
