@@ -121,6 +121,7 @@ class Worker:
         self._last_heartbeat = 0
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
         self._claim_pending = False
+        self._run_notice_queued = False  # a "run" notice is on its way from the listener to the loop
         self._full_pass = False  # the next pass looks at everything, whatever woke it
         self.full_passes = 0  # passes that looked at everything (not only claims) so far
         self._listener: threading.Thread | None = None
@@ -286,9 +287,18 @@ class Worker:
             self._listener.start()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
-        """From the listener thread: hand a notification to the event loop, unless it has stopped."""
+        """From the listener thread: hand a notification to the event loop, unless it has stopped.
+        Runs to claim are announced once per start to every worker: one such notice on its way to
+        the loop stands for those that follow it (its claim pass sees their runs too), and notices
+        for other namespaces go no further."""
         if self._listening.is_set():
             return
+        if message[:1] == ["run"]:
+            if len(message) >= 2 and message[1] not in (None, self.engine.namespace):
+                return
+            if self._run_notice_queued:
+                return
+            self._run_notice_queued = True
         try:
             loop.call_soon_threadsafe(self._on_notice, message)
         except RuntimeError:  # the loop closed under us: nobody is left to wake
@@ -432,9 +442,11 @@ class Worker:
 
     def _on_notice(self, message: list[Any]) -> None:
         """A change another process committed (see ``SqlStore._notify``), on the event loop."""
+        kind = message[0]
+        if kind == "run":
+            self._run_notice_queued = False  # later notices reach the loop again (see _deliver)
         if not self._started:
             return
-        kind = message[0]
         if kind == "run" and (len(message) < 2 or message[1] in (None, self.engine.namespace)):
             self._wake_for_claims()
         elif kind == "slot" and len(message) >= 3:

@@ -284,3 +284,29 @@ async def _busy(eng: Engine) -> bool:
 async def _waiting(eng: Engine) -> bool:
     (info,) = await eng.limits.list()
     return info.waiting == 1
+
+
+class _Loop:
+    """Stands for the event loop the listener thread hands notices to."""
+
+    def __init__(self) -> None:
+        self.handed: list[list] = []
+
+    def call_soon_threadsafe(self, callback, message):  # type: ignore[no-untyped-def]
+        self.handed.append(message)
+
+
+async def test_one_run_notice_on_its_way_to_the_loop_stands_for_those_after_it(postgres_url):
+    """Every start is announced to every worker: the listener thread hands the loop one "run"
+    notice at a time (its claim pass sees the later runs too), drops other namespaces' at once,
+    and lets every other kind of notice through."""
+    async with engine(postgres_url, worker_id="worker") as worker:
+        loop, fake = worker.worker, _Loop()
+        assert loop is not None
+        for message in (["run", "default"], ["run", "default"], ["run", "elsewhere"], ["done", "r", "completed"],
+                        ["run", None]):
+            loop._deliver(fake, message)  # type: ignore[arg-type]
+        assert fake.handed == [["run", "default"], ["done", "r", "completed"]]
+        loop._on_notice(["run", "default"])  # the loop took it: the next one goes through again
+        loop._deliver(fake, ["run", "default"])  # type: ignore[arg-type]
+        assert fake.handed[-1] == ["run", "default"] and len(fake.handed) == 3
