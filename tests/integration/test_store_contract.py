@@ -256,9 +256,10 @@ def _index_definition(store: SqlStore, name: str) -> str:
 # (schema 4's index, schema 3's index in its place, its table and columns)
 SCHEMA_3_INDEXES = [("duro_runs_quota", "duro_runs_quota", "duro_runs", "concurrency_key, status"),
                     ("duro_runs_parent", "duro_runs_parent", "duro_runs", "parent_id"),
-                    ("duro_runs_active", "duro_runs_claim", "duro_runs", "namespace, status, owner"),
                     ("duro_slots_due", "duro_slots_due", "duro_slots", "due_at"),
                     ("duro_slots_run", "duro_slots_run", "duro_slots", "run_id")]
+# PostgreSQL only: schema 4 claims through duro_runs_active instead (SQLite keeps duro_runs_claim)
+SCHEMA_3_CLAIM_INDEX = ("duro_runs_active", "duro_runs_claim", "duro_runs", "namespace, status, owner")
 
 
 def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url):
@@ -270,7 +271,8 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
     first.insert_run(NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None)
     with first._engine.begin() as conn:  # back to schema 3's layout
-        for index, old, table, columns in SCHEMA_3_INDEXES:
+        claim = [SCHEMA_3_CLAIM_INDEX] if first.dialect == "postgresql" else []
+        for index, old, table, columns in SCHEMA_3_INDEXES + claim:
             conn.execute(sa.text(f"DROP INDEX {index}"))
             conn.execute(sa.text(f"CREATE INDEX {old} ON {table} ({columns})"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
@@ -283,11 +285,13 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
     assert "waiting" in _index_definition(second, "duro_slots_run")
-    assert "pending" in _index_definition(second, "duro_runs_active")
-    with second._engine.connect() as conn:
-        assert not conn.execute(sa.text("SELECT count(*) FROM " + (
-            "sqlite_master WHERE name = 'duro_runs_claim'" if second.dialect == "sqlite"
-            else "pg_indexes WHERE indexname = 'duro_runs_claim'"))).scalar()
+    if second.dialect == "postgresql":
+        assert "pending" in _index_definition(second, "duro_runs_active")
+        with second._engine.connect() as conn:
+            assert not conn.execute(sa.text("SELECT count(*) FROM pg_indexes "
+                                            "WHERE indexname = 'duro_runs_claim'")).scalar()
+    else:
+        assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
     assert second.get_run("child").parent_id == "parent"
     second.close()
@@ -387,9 +391,10 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
 
 
 def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fresh_ones(store):
-    """The claim's candidates come from duro_runs_active (unfinished runs in creation order), not
-    from every run of the namespace: its status condition has the index's literal values. A run
-    taken from pending is ``fresh`` (never executed: its worker reads no history)."""
+    """On PostgreSQL the claim's candidates come from duro_runs_active (unfinished runs in creation
+    order; its status condition has the index's literal values), not from every run of the
+    namespace; on SQLite (one process, rare claims) from an index, never a table scan. A run taken
+    from pending is ``fresh`` (never executed: its worker reads no history)."""
     for i in range(3):
         store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
     store.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
@@ -417,4 +422,7 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
             plan = driver.execute("EXPLAIN " + store._sql["claim"], {
                 "namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "lease": 10,
                 "limit": 100}).fetchall()
-    assert any("duro_runs_active" in str(row) for row in plan), plan
+    if store.dialect == "postgresql":
+        assert any("duro_runs_active" in str(row) for row in plan), plan
+    else:  # SQLite searches the namespace's runs in creation order, as before schema 4
+        assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan

@@ -43,10 +43,12 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     1: lambda conn, dialect: None,
     # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
     2: lambda conn, dialect: None,
-    # 3 -> 4: partial indexes (see _tables.Run and _tables.SlotRequest); the claims' index on
-    # (namespace, status, owner) gives way to duro_runs_active
-    3: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_quota", "duro_runs_parent", "duro_slots_due",
-                                               "duro_slots_run", "duro_runs_active", dropped=["duro_runs_claim"]),
+    # 3 -> 4: partial indexes (see _tables.Run and _tables.SlotRequest); on PostgreSQL the claims'
+    # index on (namespace, status, owner) gives way to duro_runs_active
+    3: lambda conn, dialect: _recreate_indexes(
+        conn, "duro_runs_quota", "duro_runs_parent", "duro_slots_due", "duro_slots_run",
+        *(["duro_runs_active"] if dialect == "postgresql" else []),
+        dropped=["duro_runs_claim"] if dialect == "postgresql" else []),
 }
 
 

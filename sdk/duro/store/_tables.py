@@ -49,9 +49,14 @@ class Run(DuroTable, table=True):
 
     __tablename__ = "duro_runs"
     __table_args__ = (
-        # the runs a claim looks at, in the order it takes them: only unfinished ones (schema 4;
-        # before, an index on (namespace, status, owner) and claims read finished runs as well)
-        Index("duro_runs_active", "namespace", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")),
+        # The runs a claim looks at. PostgreSQL (several workers, claims on every announced start):
+        # unfinished runs in the order a claim takes them (schema 4; with the index on (namespace,
+        # status, owner), PostgreSQL read claims' candidates in creation order through duro_runs_list,
+        # finished runs included). SQLite keeps the narrower index: its one process claims rarely,
+        # and the wider key cost its starts up to a tenth.
+        Index("duro_runs_claim", "namespace", "status", "owner").ddl_if(dialect="sqlite"),
+        Index("duro_runs_active", "namespace", "created_at", "id",
+              **_where(f"status IN {ACTIVE_SQL}")).ddl_if(dialect="postgresql"),
         # partial: a start without a quota or a parent writes neither (schema 4; each was about a
         # tenth of a start's SQLite time)
         Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),
