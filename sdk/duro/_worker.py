@@ -294,7 +294,7 @@ class Worker:
         if self._listening.is_set():
             return
         if message[:1] == ["run"]:
-            if len(message) >= 2 and message[1] not in (None, self.engine.namespace):
+            if not self._claims_here(message):
                 return
             if self._run_notice_queued:
                 return
@@ -447,7 +447,7 @@ class Worker:
             self._run_notice_queued = False  # later notices reach the loop again (see _deliver)
         if not self._started:
             return
-        if kind == "run" and (len(message) < 2 or message[1] in (None, self.engine.namespace)):
+        if kind == "run" and self._claims_here(message):
             self._wake_for_claims()
         elif kind == "slot" and len(message) >= 3:
             self.notify_slot(str(message[1]))
@@ -469,6 +469,10 @@ class Worker:
             self.wake()
             self.schedules_changed()
             self._limits_changed.set()
+
+    def _claims_here(self, message: list[Any]) -> bool:
+        """A ``["run", namespace]`` notice concerns this worker's namespace (or any)."""
+        return len(message) < 2 or message[1] in (None, self.engine.namespace)
 
     def _wake_for_claims(self) -> None:
         """Runs to claim, announced by other processes: one pass per ``CLAIM_BATCH_S`` at most, so a

@@ -584,14 +584,19 @@ class SqlStore(SlotsStoreMixin):
             rows = self._x(conn, "select_steps", {"run_id": run_id})
             return [_tuple_to_step(r) for r in rows]
 
-    def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
-               status: str | None = None, wake_at: int | None = None) -> bool:
-        """Touch the run if ``owner`` still owns it unfinished (and set its status and timer)."""
+    def _send_fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
+                    status: str | None = None, wake_at: int | None = None) -> Any:
+        """Touch the run if ``owner`` still owns it unfinished (and set its status and timer); the
+        cursor's ``rowcount`` is 1 if it did."""
         params: dict[str, Any] = {"id": run_id, "owner": owner, "now": now}
         if status is None:
-            return self._x(conn, "fence", params).rowcount == 1
+            return self._x(conn, "fence", params)
         params.update(status=status, wake_at=wake_at)
-        return self._x(conn, "fence_status", params).rowcount == 1
+        return self._x(conn, "fence_status", params)
+
+    def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
+               status: str | None = None, wake_at: int | None = None) -> bool:
+        return bool(self._send_fence(conn, run_id, owner, now, status, wake_at).rowcount == 1)
 
     def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None, wake_at: int | None, now: int) -> bool:
@@ -601,11 +606,13 @@ class SqlStore(SlotsStoreMixin):
             self._x(conn, "upsert_step", _step_values(run_id, step))
         return True
 
-    def _send_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord, now: int) -> Any:
-        """The fence and the step's upsert without waiting for the fence's answer: the caller checks
-        the returned cursor's ``rowcount`` (after its pipeline syncs) and rolls back if it is not 1."""
-        fence = self._x(conn, "fence", {"id": run_id, "owner": owner, "now": now})
-        self._x(conn, "upsert_step", _step_values(run_id, step))
+    def _send_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None, now: int,
+                   run_status: str | None = None, wake_at: int | None = None) -> Any:
+        """``_write_step`` without waiting for the fence's answer: the caller checks the returned
+        cursor's ``rowcount`` (after its pipeline syncs) and rolls back if it is not 1."""
+        fence = self._send_fence(conn, run_id, owner, now, run_status, wake_at)
+        if step is not None:
+            self._x(conn, "upsert_step", _step_values(run_id, step))
         return fence
 
     def _pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
@@ -649,17 +656,9 @@ class SqlStore(SlotsStoreMixin):
                 for name, args in ops:
                     if name == "record_step":
                         run_id, owner, step, status, wake_at, now = args
-                        params = {"id": run_id, "owner": owner, "now": now}
-                        fence = (self._x(conn, "fence", params) if status is None else
-                                 self._x(conn, "fence_status", {**params, "status": status, "wake_at": wake_at}))
-                        if step is not None:
-                            self._x(conn, "upsert_step", _step_values(run_id, step))
-                        sent.append((fence, None))
+                        sent.append((self._send_step(conn, run_id, owner, step, now, status, wake_at), None))
                     else:
-                        run_id, owner, status, output, error, now = args
-                        sent.append((self._x(conn, "finish_run", {
-                            "id": run_id, "owner": owner, "status": status, "output": output, "error": error,
-                            "now": now}), (run_id, status)))
+                        sent.append((self._send_finish(conn, *args), (args[0], args[2])))
             if any(cursor.rowcount != 1 for cursor, _ in sent):
                 raise Fenced("a write of the batch")  # rolled back; each write is made again alone
             # a child's end is announced to its parent (see _finish)
@@ -725,10 +724,16 @@ class SqlStore(SlotsStoreMixin):
         with self._write() as conn:
             return self._finish(conn, run_id, owner, status, output, error, now)
 
+    def _send_finish(self, conn: Connection, run_id: str, owner: str | None, status: str, output: str | None,
+                     error: str | None, now: int) -> Any:
+        """End the run if ``owner`` still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
+        (on PostgreSQL its row is the run's parent id)."""
+        return self._x(conn, "finish_run", {
+            "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
+
     def _finish(self, conn: Connection, run_id: str, owner: str | None, status: str, output: str | None,
                 error: str | None, now: int) -> bool:
-        result = self._x(conn, "finish_run", {
-            "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
+        result = self._send_finish(conn, run_id, owner, status, output, error, now)
         if result.rowcount != 1:
             return False
         if self.dialect == "postgresql":
@@ -953,7 +958,7 @@ class SqlStore(SlotsStoreMixin):
                 return []
             rows = conn.execute(runs.update().where(runs.c.id.in_(list(was))).values(**claiming)
                                 .returning(*runs.c)).all()
-            before = {row.id: was[row.id] for row in rows}
+            before = was
         else:
             taken = candidates.add_columns(runs.c.status.label("was")).subquery("taken")
             rows = conn.execute(runs.update().where(runs.c.id == taken.c.id).values(**claiming)
