@@ -1,10 +1,12 @@
 """Group commit: progress writes of many runs made in the same turn of the event loop share one
 transaction.
 
-A run's write (record a step, finish the run) waits for its transaction to commit before the run
-goes on, exactly as a write of its own would; only the commit is shared. Each write keeps its own
-fence (owner, unfinished status) and its own result, so one run losing its ownership never affects
-another's write. On a failure of the shared transaction, each write is retried alone.
+A run's write (record a step, finish the run; on SQLite also request or release a slot) waits for
+its transaction to commit before the run goes on, exactly as a write of its own would; only the
+commit is shared. Each write keeps its own fence (owner, unfinished status) and its own result, so
+one run losing its ownership never affects another's write. On a failure of the shared transaction,
+each write is retried alone. The only run in flight on an inline store writes at once: there is
+nobody to share with, and a batch would cost it loop turns.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ Refused = Callable[[Any], None]
 
 
 class GroupCommit:
-    def __init__(self, store: Any, call: Callable[..., Awaitable[Any]], max_batch: int = 500) -> None:
+    def __init__(self, store: Any, call: Callable[..., Awaitable[Any]], max_batch: int = 500,
+                 alone: Callable[[], bool] = lambda: False) -> None:
         self._store = store
         self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
         self._max_batch = max_batch
@@ -27,12 +30,17 @@ class GroupCommit:
         self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any] | Refused | None]] = []
         self._flushing: asyncio.Task[None] | None = None
         self._enabled = hasattr(store, "apply_batch")
+        # the methods its apply_batch takes (record_step and finish_run unless the store says more)
+        self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))) if self._enabled else frozenset()
         self._detached: set[asyncio.Task[Any]] = set()
+        # whether the writer is the only run in flight here: nobody to share a commit with, so a
+        # write with nothing queued before it is made at once, without the loop turns of a batch
+        self._alone = alone
 
     def write(self, method: str, *args: Any) -> Awaitable[Any]:
         """The write's result, once committed. A plain function returning the future: a run awaits
         it directly, one frame less to suspend and resume on every write."""
-        if not self._enabled:
+        if method not in self._batched or (self._flushing is None and self._alone()):
             return self._call(getattr(self._store, method), *args)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -46,7 +54,7 @@ class GroupCommit:
         nothing a replay would do differently (a sleep's start or end, say). ``on_refused`` hears
         of a write that did not take: called with its result when that is not ``True`` (a fenced
         write), or with the exception it raised; nothing is called for a write that took."""
-        if not self._enabled:
+        if method not in self._batched:
             task = asyncio.get_running_loop().create_task(self._call(getattr(self._store, method), *args))
             self._detached.add(task)
             task.add_done_callback(self._detached.discard)

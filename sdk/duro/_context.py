@@ -82,6 +82,14 @@ class RunContext:
         except Fenced:
             raise LostRun(self.run_id) from None
 
+    async def _progress_call(self, method: str, *args: Any) -> Any:
+        """The same through the group commit (``engine.progress``): where the store takes ``method``
+        in a batch, it shares one transaction with the other runs' writes of this loop turn."""
+        try:
+            return await self.engine.progress.write(method, *args)
+        except Fenced:
+            raise LostRun(self.run_id) from None
+
     def _recorded(self, step: StepRecord) -> None:
         """Announce a step written (by this run's own write, or inside another decision: a slot
         request, a release...). ``_history`` keeps only what the replay found: a live run never

@@ -105,9 +105,14 @@ class Engine:
         self._db_executor: ThreadPoolExecutor | None = None
         # the runs' progress writes (record_step, finish_run), group-committed: callers use its
         # write (awaited) and write_nowait directly, a frame less on the hottest path
-        self.progress = GroupCommit(self.store, self.db)
+        self.progress = GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
         self.worker: Worker | None = None
         self._context_token: Any = None
+
+    def _one_run_in_flight(self) -> bool:
+        """Whether a progress write may skip the group commit: the only run in flight here, on an
+        inline store (PostgreSQL's batch pipelines a write's statements: one round trip, not two)."""
+        return self._inline_db and (self.worker is None or len(self.worker.live) <= 1)
 
     def _time_ordered_id(self) -> str:
         """32 hex characters, the first 12 the start's millisecond (as in UUIDv7): new runs land at the
@@ -441,7 +446,7 @@ class Engine:
         self.progress.abandon()
         if worker is not None:
             await worker.abandon()
-        self.progress = GroupCommit(self.store, self.db)
+        self.progress = GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
         self.close()
 
     def _leave(self) -> Worker | None:

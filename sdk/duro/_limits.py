@@ -121,7 +121,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
         now = ctx._now()
         rec = StepRecord(seq, "hook", name, "waiting", now, wake_at=None if timeout_ms is None else now + timeout_ms,
                          detail=json.dumps({"slot_id": slot_id, "limit": limit}))
-        row = await ctx._store_call(engine.store.slot_request, config, slot_id, ctx.run_id, label, rec.wake_at,
+        row = await ctx._progress_call("slot_request", config, slot_id, ctx.run_id, label, rec.wake_at,
                                     now, (ctx.run_id, owner, rec))
         ctx._recorded(rec)
         worker.limits_changed(row.due_at)
@@ -191,7 +191,7 @@ async def release_slot(slot_id: str) -> SlotRelease:
     now = ctx._now()
     step = StepRecord(seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id}))
     engine = ctx.engine
-    _, released, granted = await ctx._store_call(engine.store.slot_release, engine.limit_configs(), slot_id, now,
+    _, released, granted = await ctx._progress_call("slot_release", engine.limit_configs(), slot_id, now,
                                                  "release", (ctx.run_id, ctx.worker.id, step),
                                                  *engine.limits.takers())
     ctx._recorded(step)

@@ -165,7 +165,9 @@ class Store(Protocol):
         (a sleep that ended: see :func:`settle_sleeps`)."""
 
     def apply_batch(self, ops: list[tuple[str, tuple[object, ...]]]) -> list[object]:
-        """Optional: apply ``record_step`` / ``finish_run`` calls (name, args) in one transaction."""
+        """Optional: apply ``record_step`` / ``finish_run`` calls (name, args) in one transaction.
+        A store whose ``batched`` attribute (optional) names more methods (``slot_request``,
+        ``slot_release``) gets those in its batches too."""
 
     def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
                    error: str | None, now: int) -> bool: ...

@@ -181,19 +181,26 @@ class SlotsStoreMixin:
                      timeout_at: int | None, now: int,
                      hook: Hook | None = None) -> SlotRow:
         """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
-        else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside."""
+        else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside
+        (completed when the slot is busy at once)."""
         with self._write() as conn:
-            view, judged = self._lock_limit(conn, config, now)  # lock first: the slot is read under it
-            now, timeout_at = judged, None if timeout_at is None else timeout_at + judged - now
-            existing = self._slot(conn, slot_id)
-            if existing is not None:
-                return existing
-            decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
-            row = decision.writes[-1]
-            if hook is not None and row.state == "busy":
-                hook[2].status, hook[2].ended_at, hook[2].result = "completed", now, _slot_json(row)
-            self._settle(conn, decision, now, hook)
-            return row
+            return self._slot_request(conn, config, slot_id, run_id, label, timeout_at, now, hook)
+
+    def _slot_request(self, conn: Connection, config: LimitConfig, slot_id: str, run_id: str | None,
+                      label: str | None, timeout_at: int | None, now: int, hook: Hook | None) -> SlotRow:
+        view, judged = self._lock_limit(conn, config, now)  # lock first: the slot is read under it
+        now, timeout_at = judged, None if timeout_at is None else timeout_at + judged - now
+        existing = self._slot(conn, slot_id)
+        if existing is not None:
+            return existing
+        decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
+        row = decision.writes[-1]
+        if hook is not None:  # set either way: a batch applied again alone decides again
+            granted = row.state == "busy"
+            hook[2].status, hook[2].ended_at = ("completed", now) if granted else ("waiting", None)
+            hook[2].result = _slot_json(row) if granted else None
+        self._settle(conn, decision, now, hook)
+        return row
 
     def slot_confirm(self, config: LimitConfig, slot_id: str, now: int,
                      hook: Hook | None = None,
@@ -234,21 +241,27 @@ class SlotsStoreMixin:
         ``takers``, the caller's own parked waiters, takes it at once: see ``_hand_out``).
         Returns (the slot or None if unknown, whether this call released it, rows granted)."""
         with self._write() as conn:
-            row = self._slot(conn, slot_id)
-            if row is None or row.limit not in configs:
-                if hook is not None:
-                    hook[2].result = json.dumps({"released": False})
-                    self._settle(conn, None, self._db_now(conn, now), hook)
-                return row, False, []
-            view, now = self._lock_limit(conn, configs[row.limit], now)
-            row = self._slot(conn, slot_id) or row  # again, under the limit's lock
-            decision = _slots.release(view, row, now, reason)
-            released = bool(decision.writes)
-            self._hand_out(conn, decision, now, takers)
+            return self._slot_release(conn, configs, slot_id, now, reason, hook, takers)
+
+    def _slot_release(self, conn: Connection, configs: Mapping[str, LimitConfig], slot_id: str, now: int,
+                      reason: str, hook: Hook | None, takers: Mapping[str, Hook] | None,
+                      ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
+        row = self._slot(conn, slot_id)
+        if row is None or row.limit not in configs:
             if hook is not None:
-                hook[2].result = json.dumps({"released": released})
-            self._settle(conn, decision, now, hook)
-            return (decision.writes[0] if released else row), released, decision.granted
+                hook[2].result = json.dumps({"released": False})
+                self._settle(conn, None, self._db_now(conn, now), hook)
+            return row, False, []
+        view, now = self._lock_limit(conn, configs[row.limit], now)
+        if self.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
+            row = self._slot(conn, slot_id) or row  # again, under the limit's lock
+        decision = _slots.release(view, row, now, reason)
+        released = bool(decision.writes)
+        self._hand_out(conn, decision, now, takers)
+        if hook is not None:
+            hook[2].result = json.dumps({"released": released})
+        self._settle(conn, decision, now, hook)
+        return (decision.writes[0] if released else row), released, decision.granted
 
     def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""

@@ -250,6 +250,11 @@ class SqlStore(SlotsStoreMixin):
                 self._engine = self._server_engine(pool_size, idle_ms)
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {_URL_HINT}") from None
+        # what apply_batch takes: on SQLite (one writer at a time anyway) slot requests and releases
+        # too; on PostgreSQL they keep transactions of their own, so that a batch never holds the
+        # locks of several limits at once (see _slots_sql)
+        self.batched = frozenset({"record_step", "finish_run"} | (
+            {"slot_request", "slot_release"} if self.dialect == "sqlite" else set()))
         self._schema_ready = False
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
@@ -667,7 +672,8 @@ class SqlStore(SlotsStoreMixin):
         return [True] * len(ops)
 
     def _apply_each(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        appliers = {"record_step": self._write_step, "finish_run": self._finish}
+        appliers = {"record_step": self._write_step, "finish_run": self._finish,
+                     "slot_request": self._slot_request, "slot_release": self._slot_release}
         with self._write() as conn:
             return [appliers[name](conn, *args) for name, args in ops]
 
