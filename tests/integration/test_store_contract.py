@@ -426,3 +426,36 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
         assert any("duro_runs_active" in str(row) for row in plan), plan
     else:  # SQLite searches the namespace's runs in creation order, as before schema 4
         assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan
+
+
+def _start_together(store: SqlStore, starters: int, run: NewRun, check: QuotaCheck | None) -> list[Any]:
+    """``starters`` threads insert ``run`` at the same instant; what each got (or raised)."""
+    barrier = threading.Barrier(starters)
+    results: list[Any] = []
+
+    def start() -> None:
+        barrier.wait(10)
+        try:
+            results.append(store.insert_run(run, check))
+        except Exception as err:  # noqa: BLE001 - the caller's assertion shows it
+            results.append(err)
+
+    threads = [threading.Thread(target=start) for _ in range(starters)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+@pytest.mark.parametrize("with_quota", [False, True], ids=["plain", "with a quota"])
+def test_concurrent_starts_of_one_run_id_create_it_once(store, with_quota):
+    """Processes starting the same run id at once: one creates it, every other gets that run back
+    (on PostgreSQL their inserts race past each other's existence check)."""
+    for attempt in range(10):
+        run_id = f"same-{attempt}"
+        results = _start_together(store, 6, new_run(run_id, key="k" if with_quota else None),
+                                  quota("k", 100) if with_quota else None)
+        assert all(isinstance(r, tuple) for r in results), results
+        assert sorted(created for _, created in results) == [False] * 5 + [True]
+        assert {record.id for record, _ in results} == {run_id}
