@@ -520,7 +520,8 @@ class SqlStore(SlotsStoreMixin):
                 return self._insert_run_pipelined(new, quota)
             return self._insert_run(new, quota, parent_step)
         except (IntegrityError, UniqueViolation, _RunExists):
-            # Another process inserted the same run id between our check and our insert.
+            # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
+            # existence check), or by another process's start between our check and our insert.
             existing = self.get_run(new.id)
             if existing is None:
                 raise
