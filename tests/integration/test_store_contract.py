@@ -459,3 +459,22 @@ def test_concurrent_starts_of_one_run_id_create_it_once(store, with_quota):
         assert all(isinstance(r, tuple) for r in results), results
         assert sorted(created for _, created in results) == [False] * 5 + [True]
         assert {record.id for record, _ in results} == {run_id}
+
+
+def test_ended_runs_leave_every_queue_they_wait_in_and_hand_the_places_on(store):
+    """``slots_leave`` with runs waiting in two limits (taken in name order: see the store): each
+    leaves its queue, the next in line moves up, and busy slots stay held."""
+    from duro._config import LimitConfig
+
+    configs = {name: LimitConfig(name, capacity=1, max_hold_ms=60_000) for name in ("b-line", "a-line")}
+    for name in configs:
+        store.slot_request(configs[name], f"{name}.holder", "holder", None, None, 1000)
+        store.slot_request(configs[name], f"{name}.leaving", f"leaving-{name}", None, None, 1000)
+        store.slot_request(configs[name], f"{name}.next", f"next-{name}", None, None, 1000)
+    assert store.slots_leave(configs, ["leaving-b-line", "leaving-a-line", "holder"], 2000) == []
+    for name in configs:
+        assert store.get_slot(f"{name}.leaving").state not in ("waiting", "reserved", "busy")
+        assert store.get_slot(f"{name}.holder").state == "busy"  # ending a run never releases its slot
+        assert [(s.id, s.state) for s in store.limit_slots(name)] == [(f"{name}.holder", "busy"),
+                                                                      (f"{name}.next", "waiting")]
+        assert (store.limit_states()[name].busy, store.limit_states()[name].waiting) == (1, 1)

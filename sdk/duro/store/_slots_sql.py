@@ -267,17 +267,18 @@ class SlotsStoreMixin:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""
         granted: list[SlotRow] = []
         with self._write() as conn:
-            for run_id in run_ids:
-                for found in list(self._x(conn, "run_slots", {"run_id": run_id})):
-                    row = _row(found)
-                    if row.limit not in configs:
-                        continue
-                    view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
-                    row = self._slot(conn, row.id) or row  # again, under the limit's lock
-                    decision = _slots.leave(view, row, judged)
-                    self._hand_out(conn, decision, judged)
-                    self._apply(conn, decision, judged)
-                    granted.extend(decision.granted)
+            leaving = [_row(found) for run_id in run_ids for found in self._x(conn, "run_slots", {"run_id": run_id})]
+            # limits locked in name order, as the expiry pass does: two workers whose ended runs wait
+            # in the same limits never hold one lock each while waiting for the other's
+            for row in sorted(leaving, key=lambda r: (r.limit, r.pos)):
+                if row.limit not in configs:
+                    continue
+                view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
+                row = self._slot(conn, row.id) or row  # again, under the limit's lock
+                decision = _slots.leave(view, row, judged)
+                self._hand_out(conn, decision, judged)
+                self._apply(conn, decision, judged)
+                granted.extend(decision.granted)
         return granted
 
     def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
