@@ -18,6 +18,8 @@ from typing import Any
 
 # told of a nowait write that did not take: its result (``False``: fenced) or the exception it raised
 Refused = Callable[[Any], None]
+# where a write's outcome goes: its writer's future, a nowait write's Refused, or nowhere
+Sink = asyncio.Future[Any] | Refused | None
 
 
 class GroupCommit:
@@ -27,11 +29,11 @@ class GroupCommit:
         self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
         self._max_batch = max_batch
         # each write's sink: the future its writer awaits, or what to tell when a nowait write fails
-        self._pending: list[tuple[str, tuple[Any, ...], asyncio.Future[Any] | Refused | None]] = []
+        self._pending: list[tuple[str, tuple[Any, ...], Sink]] = []
         self._flushing: asyncio.Task[None] | None = None
-        self._enabled = hasattr(store, "apply_batch")
         # the methods its apply_batch takes (record_step and finish_run unless the store says more)
-        self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))) if self._enabled else frozenset()
+        self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))
+                                  if hasattr(store, "apply_batch") else ())
         self._detached: set[asyncio.Task[Any]] = set()
         # whether the writer is the only run in flight here: nobody to share a commit with, so a
         # write with nothing queued before it is made at once, without the loop turns of a batch
@@ -87,36 +89,35 @@ class GroupCommit:
                         await self._one(method, args, future)
                     continue
                 for (_, _, sink), result in zip(batch, results, strict=True):
-                    if sink is None:
-                        continue
-                    if isinstance(sink, asyncio.Future):
-                        if not sink.done():
-                            sink.set_result(result)
-                    elif result is not True:
-                        sink(result)
+                    _tell(sink, result, None)
         finally:
             self._flushing = None
 
-    async def _one(self, method: str, args: tuple[Any, ...], sink: asyncio.Future[Any] | Refused | None) -> None:
+    async def _one(self, method: str, args: tuple[Any, ...], sink: Sink) -> None:
         try:
             result = await self._call(getattr(self._store, method), *args)
         except Exception as err:  # noqa: BLE001
-            result = err
-            if isinstance(sink, asyncio.Future):
-                if not sink.done():
-                    sink.set_exception(err)
-                return
-        if isinstance(sink, asyncio.Future):
-            if not sink.done():
+            _tell(sink, None, err)
+        else:
+            _tell(sink, result, None)
+
+
+def _tell(sink: Sink, result: Any, error: BaseException | None) -> None:
+    """A write's outcome to whoever waits for it: its writer's future, or a nowait write's
+    ``on_refused`` when the write did not take (its exception, or a result that is not ``True``)."""
+    if isinstance(sink, asyncio.Future):
+        if not sink.done():
+            if error is not None:
+                sink.set_exception(error)
+            else:
                 sink.set_result(result)
-        elif sink is not None and result is not True:
-            sink(result)
+    elif sink is not None:
+        told = error if error is not None else result
+        if told is not True:
+            sink(told)
 
 
 def _tell_refused(on_refused: Refused, task: asyncio.Task[Any]) -> None:
-    if task.cancelled():
-        return
-    err = task.exception()
-    result = err if err is not None else task.result()
-    if result is not True:
-        on_refused(result)
+    if not task.cancelled():
+        error = task.exception()
+        _tell(on_refused, None if error is not None else task.result(), error)

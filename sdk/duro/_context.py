@@ -75,16 +75,11 @@ class RunContext:
             raise LostRun(self.run_id)
         self._recorded(step)
 
-    async def _store_call(self, fn: Any, *args: Any) -> Any:
-        """A store call that writes this run's step: a fenced write means the run is not ours."""
-        try:
-            return await self.engine.db(fn, *args)
-        except Fenced:
-            raise LostRun(self.run_id) from None
-
-    async def _progress_call(self, method: str, *args: Any) -> Any:
-        """The same through the group commit (``engine.progress``): where the store takes ``method``
-        in a batch, it shares one transaction with the other runs' writes of this loop turn."""
+    async def _store_call(self, method: str, *args: Any) -> Any:
+        """A store call that writes this run's step, through the group commit (``engine.progress``:
+        where the store takes ``method`` in a batch, it shares one transaction with the other runs'
+        writes of this loop turn; otherwise it is made alone). A fenced write means the run is not
+        ours."""
         try:
             return await self.engine.progress.write(method, *args)
         except Fenced:

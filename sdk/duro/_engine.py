@@ -105,9 +105,12 @@ class Engine:
         self._db_executor: ThreadPoolExecutor | None = None
         # the runs' progress writes (record_step, finish_run), group-committed: callers use its
         # write (awaited) and write_nowait directly, a frame less on the hottest path
-        self.progress = GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
+        self.progress = self._group_commit()
         self.worker: Worker | None = None
         self._context_token: Any = None
+
+    def _group_commit(self) -> GroupCommit:
+        return GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
 
     def _one_run_in_flight(self) -> bool:
         """Whether a progress write may skip the group commit: the only run in flight here, on an
@@ -446,7 +449,7 @@ class Engine:
         self.progress.abandon()
         if worker is not None:
             await worker.abandon()
-        self.progress = GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
+        self.progress = self._group_commit()
         self.close()
 
     def _leave(self) -> Worker | None:

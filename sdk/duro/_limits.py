@@ -121,7 +121,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
         now = ctx._now()
         rec = StepRecord(seq, "hook", name, "waiting", now, wake_at=None if timeout_ms is None else now + timeout_ms,
                          detail=json.dumps({"slot_id": slot_id, "limit": limit}))
-        row = await ctx._progress_call("slot_request", config, slot_id, ctx.run_id, label, rec.wake_at,
+        row = await ctx._store_call("slot_request", config, slot_id, ctx.run_id, label, rec.wake_at,
                                     now, (ctx.run_id, owner, rec))
         ctx._recorded(rec)
         worker.limits_changed(row.due_at)
@@ -138,7 +138,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
             if row.state == "reserved":  # handed to us: take it (or, too late, back to the queue)
                 engine.checkpoint("slot.confirming", ctx.run_id)
-                row, granted = await ctx._store_call(engine.store.slot_confirm, config, slot_id, ctx._now(),
+                row, granted = await ctx._store_call("slot_confirm", config, slot_id, ctx._now(),
                                                      (ctx.run_id, owner, done))
                 engine.limits.notify(granted)
                 continue
@@ -155,7 +155,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 error = SlotTimeoutError(limit, timeout)
                 failed = StepRecord(seq, "hook", name, "failed", rec.started_at, ctx._now(), wake_at=rec.wake_at,
                                     error=describe_error(error), detail=rec.detail)
-                row = await ctx._store_call(engine.store.slot_give_up, config, slot_id, ctx._now(),
+                row = await ctx._store_call("slot_give_up", config, slot_id, ctx._now(),
                                             (ctx.run_id, owner, failed))
                 if row is not None and row.state in ("reserved", "busy"):
                     continue  # the slot arrived in time after all: take it
@@ -191,7 +191,7 @@ async def release_slot(slot_id: str) -> SlotRelease:
     now = ctx._now()
     step = StepRecord(seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id}))
     engine = ctx.engine
-    _, released, granted = await ctx._progress_call("slot_release", engine.limit_configs(), slot_id, now,
+    _, released, granted = await ctx._store_call("slot_release", engine.limit_configs(), slot_id, now,
                                                  "release", (ctx.run_id, ctx.worker.id, step),
                                                  *engine.limits.takers())
     ctx._recorded(step)

@@ -447,7 +447,7 @@ class Worker:
             self._run_notice_queued = False  # later notices reach the loop again (see _deliver)
         if not self._started:
             return
-        if kind == "run" and self._claims_here(message):
+        if kind == "run":  # for this namespace: _deliver let no other through
             self._wake_for_claims()
         elif kind == "slot" and len(message) >= 3:
             self.notify_slot(str(message[1]))

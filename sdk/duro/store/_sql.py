@@ -494,9 +494,12 @@ class SqlStore(SlotsStoreMixin):
 
     def _count_active(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         """One indexed count on (concurrency_key, status): its cost follows the key's active runs."""
-        sql = self._count_sql(tuple(statuses), namespace is not None)
+        return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
+
+    def _send_count(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
+        """``_count_active``'s statement, its cursor not read yet (in a pipeline, say)."""
         params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
-        return int(raw_execute(conn, sql, params).fetchone()[0])
+        return raw_execute(conn, self._count_sql(tuple(statuses), namespace is not None), params)
 
     @lru_cache(maxsize=64)  # noqa: B019 - a handful of status sets per store, for its lifetime
     def _count_sql(self, statuses: tuple[str, ...], scoped: bool) -> str:
@@ -561,10 +564,9 @@ class SqlStore(SlotsStoreMixin):
         with self._write() as conn:
             if quota is not None:
                 with self._pipeline(conn):
-                    raw_execute(conn, _LOCK_KEY_SQL, {"key": f"duro:quota:{quota.key}"})
+                    self._lock_key(conn, f"duro:quota:{quota.key}")
                     found = self._x(conn, "select_run", {"id": new.id})
-                    counted = raw_execute(conn, self._count_sql(tuple(quota.statuses), quota.namespace is not None),
-                                          {"key": quota.key, "namespace": quota.namespace})
+                    counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
                 row = found.fetchone()
                 if row is not None:
                     return _tuple_to_run(row), False
@@ -647,7 +649,7 @@ class SqlStore(SlotsStoreMixin):
 
     def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
                status: str | None = None, wake_at: int | None = None) -> bool:
-        return bool(self._send_fence(conn, run_id, owner, now, status, wake_at).rowcount == 1)
+        return self._send_fence(conn, run_id, owner, now, status, wake_at).rowcount == 1  # type: ignore[no-any-return]
 
     def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None,
                     run_status: str | None, wake_at: int | None, now: int) -> bool:
