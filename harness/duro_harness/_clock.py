@@ -34,7 +34,7 @@ async def settle(rounds: int = 2, limit: int = 1_000_000) -> None:
 
 
 class SimulatedClock:
-    """Implements duro's clock protocol (``now_ms``, ``sleep_until``) on simulated time.
+    """Implements duro's clock protocol (``now_ms``, ``sleep_until``, ``monotonic_ms``) on simulated time.
 
     Time moves only through :meth:`set` (the harness's ``advance`` calls it once per due timer) or
     :meth:`advance`. Sleepers due at the same instant wake in the order they went to sleep.
@@ -48,6 +48,10 @@ class SimulatedClock:
         self.listeners: list[Callable[[int], None]] = []
 
     def now_ms(self) -> int:
+        return self._now
+
+    def monotonic_ms(self) -> int:
+        """Simulated time never goes back: leases are measured on it too."""
         return self._now
 
     @property

@@ -27,6 +27,7 @@ from duro.testing import (
     duration_ms,
     load_project,
     ms_to_datetime,
+    run_store_inline,
 )
 
 from ._clock import DEFAULT_START, SimulatedClock, settle
@@ -146,6 +147,7 @@ class DuroEnv:
             for spec in self._engine.workflows.values():
                 if spec.name not in engine.workflows:
                     engine.register(spec)
+        run_store_inline(engine)  # deterministic: the loop does all the work (see _clock.settle)
         engine.events.subscribe(self.events.append)
         engine.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
         engine.checkpoint_hooks.append(self._checkpoint)

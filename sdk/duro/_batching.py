@@ -5,7 +5,7 @@ A run's write (record a step, finish the run; on SQLite also request or release 
 its transaction to commit before the run goes on, exactly as a write of its own would; only the
 commit is shared. Each write keeps its own fence (owner, unfinished status) and its own result, so
 one run losing its ownership never affects another's write. On a failure of the shared transaction,
-each write is retried alone. The only run in flight on an inline store writes at once: there is
+each write is retried alone. The only run in flight on an inline store (the harness) writes at once: there is
 nobody to share with, and a batch would cost it loop turns.
 """
 
@@ -13,28 +13,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
-# told of a nowait write that did not take: its result (``False``: fenced) or the exception it raised
-Refused = Callable[[Any], None]
-# where a write's outcome goes: its writer's future, a nowait write's Refused, or nowhere
-Sink = asyncio.Future[Any] | Refused | None
+# where a write's outcome goes: the future its writer awaits
+Sink = asyncio.Future[Any]
 
 
 class GroupCommit:
     def __init__(self, store: Any, call: Callable[..., Awaitable[Any]], max_batch: int = 500,
                  alone: Callable[[], bool] = lambda: False) -> None:
         self._store = store
-        self._call = call  # the engine's way to call the store (inline on SQLite, a thread otherwise)
+        self._call = call  # the engine's way to call the store (in a thread; inline under the harness)
         self._max_batch = max_batch
-        # each write's sink: the future its writer awaits, or what to tell when a nowait write fails
+        # each write with the future its writer awaits
         self._pending: list[tuple[str, tuple[Any, ...], Sink]] = []
         self._flushing: asyncio.Task[None] | None = None
         # the methods its apply_batch takes (record_step and finish_run unless the store says more)
         self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))
                                   if hasattr(store, "apply_batch") else ())
-        self._detached: set[asyncio.Task[Any]] = set()
         # whether the writer is the only run in flight here: nobody to share a commit with, so a
         # write with nothing queued before it is made at once, without the loop turns of a batch
         self._alone = alone
@@ -51,30 +47,13 @@ class GroupCommit:
             self._flushing = loop.create_task(self._flush())
         return future
 
-    def write_nowait(self, method: str, *args: Any, on_refused: Refused | None = None) -> None:
-        """Queue a write the caller does not wait for. Only for writes whose loss in a crash changes
-        nothing a replay would do differently (a sleep's start or end, say). ``on_refused`` hears
-        of a write that did not take: called with its result when that is not ``True`` (a fenced
-        write), or with the exception it raised; nothing is called for a write that took."""
-        if method not in self._batched:
-            task = asyncio.get_running_loop().create_task(self._call(getattr(self._store, method), *args))
-            self._detached.add(task)
-            task.add_done_callback(self._detached.discard)
-            if on_refused is not None:
-                task.add_done_callback(partial(_tell_refused, on_refused))
-            return
-        self._pending.append((method, args, on_refused))
-        if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
-
     def abandon(self) -> None:
         """Drop writes not yet committed, as a process that dies here would."""
         if self._flushing is not None:
             self._flushing.cancel()
             self._flushing = None
         for _, _, sink in self._pending:
-            if isinstance(sink, asyncio.Future):
-                sink.cancel()
+            sink.cancel()
         self._pending = []
 
     async def _flush(self) -> None:
@@ -103,21 +82,9 @@ class GroupCommit:
 
 
 def _tell(sink: Sink, result: Any, error: BaseException | None) -> None:
-    """A write's outcome to whoever waits for it: its writer's future, or a nowait write's
-    ``on_refused`` when the write did not take (its exception, or a result that is not ``True``)."""
-    if isinstance(sink, asyncio.Future):
-        if not sink.done():
-            if error is not None:
-                sink.set_exception(error)
-            else:
-                sink.set_result(result)
-    elif sink is not None:
-        told = error if error is not None else result
-        if told is not True:
-            sink(told)
-
-
-def _tell_refused(on_refused: Refused, task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        error = task.exception()
-        _tell(on_refused, None if error is not None else task.result(), error)
+    """A write's outcome to its writer's future (unless the writer gave up waiting)."""
+    if not sink.done():
+        if error is not None:
+            sink.set_exception(error)
+        else:
+            sink.set_result(result)

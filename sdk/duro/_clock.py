@@ -1,7 +1,8 @@
 """The one clock. Nothing else in duro reads the wall clock (a ruff banned-api rule enforces it).
 
-A clock answers ``now_ms()`` (milliseconds since the Unix epoch, UTC) and ``sleep_until(ms)``.
-The system clock uses real time; the harness injects a simulated one with the same two methods.
+A clock answers ``now_ms()`` (milliseconds since the Unix epoch, UTC), ``sleep_until(ms)`` and
+``monotonic_ms()`` (a clock that never jumps: what a worker measures its lease on). The system clock
+uses real time; the harness injects a simulated one with the same three methods.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ class Clock(Protocol):
     def sleep_until(self, due_ms: int) -> Awaitable[None]:
         """Something to await until ``due_ms`` (a coroutine, or a future the clock resolves)."""
 
+    def monotonic_ms(self) -> int:
+        """Milliseconds on a clock that only moves forward (its origin means nothing)."""
+
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
 
 class SystemClock:
     """Real time. ``sleep_until`` re-checks after waking so a long sleep never ends early."""
@@ -29,6 +36,11 @@ class SystemClock:
     async def sleep_until(self, due_ms: int) -> None:
         while (left := due_ms - self.now_ms()) > 0:
             await asyncio.sleep(left / 1000)
+
+    def monotonic_ms(self) -> int:
+        """Linux's CLOCK_BOOTTIME where there is one: unlike CLOCK_MONOTONIC it keeps counting while
+        the machine is suspended, and a worker whose machine slept past its lease must know it."""
+        return time.clock_gettime_ns(_BOOTTIME) // 1_000_000
 
 
 def pause(seconds: float) -> None:

@@ -92,6 +92,19 @@ class RunContext:
         self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
                                 step_kind=step.kind, name=step.name)
 
+    async def resume(self) -> None:
+        """Before this run executes any more of its code — a step body, or workflow code after a
+        sleep, a signal, a slot, a child or a retry delay — its worker must still own it. Past the
+        worker's lease (frozen, or cut off from the store, for longer than it), another worker may
+        have taken the run: wait until the store confirms the lease (``Worker.confirm``). A run that
+        was lost meanwhile raises ``LostRun`` and runs nothing more here."""
+        if self.fatal is not None:
+            raise self.fatal
+        if not self.worker.owns_runs():
+            await self.worker.confirm()
+            if self.fatal is not None:
+                raise self.fatal
+
     # -- steps -----------------------------------------------------------------------------------
 
     async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -109,6 +122,7 @@ class RunContext:
         attempt = 0
         while True:
             attempt += 1
+            await self.resume()
             try:
                 result = await self._call_step(spec, args, kwargs)
                 self.engine.checkpoint("step.executed", self.run_id)
@@ -156,14 +170,15 @@ class RunContext:
         seq, rec = self._take_seq("sleep", "sleep")
         if rec is not None and rec.status == "completed":
             return
+        recorded: asyncio.Future[Any] | None = None
         if rec is None:
             started = self._now()
             rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
-            # The run does not wait for its sleep's record to commit: lost in a crash, it is a crash
-            # before the sleep began, and the replay begins it again. A record that does not take
-            # ends the sleep (or fails the run's next durable call) with why (see _refused).
-            self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, rec, "suspended",
-                                              rec.wake_at, started, on_refused=self._refused)
+            # The sleep's record commits while the run sleeps, and is awaited when it wakes. A record
+            # that does not take ends the sleep at once, with why (see _check_recorded).
+            recorded = asyncio.ensure_future(self.engine.progress.write(
+                "record_step", self.run_id, self.worker.id, rec, "suspended", rec.wake_at, started))
+            recorded.add_done_callback(self._check_recorded)
             self.engine.events.emit("step.waiting", self.run_id, started, self.workflow, seq=seq,
                                     step_kind="sleep", name="sleep")
         assert rec.wake_at is not None
@@ -176,20 +191,28 @@ class RunContext:
             raise
         finally:
             self._asleep = False
-        # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running,
-        # without waiting for the commit. If that is lost in a crash, the replay finds the sleep due
-        # and goes on at once, exactly as it would have.
+        if recorded is not None and await recorded is not True:
+            raise LostRun(self.run_id)
+        # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running.
+        # Awaited, and fenced: a run taken over while we slept stops here.
         woke = self._now()
-        self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None,
-                                          woke)
+        if not await self.engine.progress.write("record_step", self.run_id, self.worker.id, None, "running",
+                                                None, woke):
+            raise LostRun(self.run_id)
+        await self.resume()
         self.engine.events.emit("step.completed", self.run_id, woke, self.workflow, seq=seq,
                                 step_kind="sleep", name="sleep")
 
-    def _refused(self, result: Any) -> None:
-        """A write the run did not wait for did not take: the run stops at its next durable call,
-        or at once if it sleeps."""
+    def _check_recorded(self, recorded: asyncio.Future[Any]) -> None:
+        """A sleep's record did not take: the run stops at once if it still sleeps (fenced: another
+        worker owns it; refused by the store: the run fails with the store's error)."""
+        if recorded.cancelled():
+            return
+        error = recorded.exception()
+        if error is None and recorded.result() is True:
+            return
         if self.fatal is None:
-            self.fatal = result if isinstance(result, BaseException) else LostRun(self.run_id)
+            self.fatal = error if error is not None else LostRun(self.run_id)
         live = self.worker.live.get(self.run_id)
         if self._asleep and live is not None and live[1] is self:
             live[0].cancel()
@@ -227,11 +250,13 @@ class RunContext:
             while True:
                 found, payload = await self._take_signal(rec)
                 if found:
+                    await self.resume()
                     return payload
                 if rec.wake_at is not None and self._now() >= rec.wake_at:
                     await self._write(StepRecord(seq, "signal", name, "completed", rec.started_at, self._now(),
                                                  wake_at=rec.wake_at, result="null",
                                                  detail=dump_json({"timed_out": True})), "running")
+                    await self.resume()
                     return None
                 await self.worker.wait_for(waiter.wait(), rec.wake_at)
                 waiter.clear()
@@ -279,6 +304,7 @@ class RunContext:
         if child.status == "completed":
             await self._write(StepRecord(seq, "child", spec.name, "completed", rec.started_at, self._now(),
                                          result=child.output, detail=rec.detail), "running")
+            await self.resume()
             return spec.output.load(child.output)
         cause = restore_error(child.error) if child.error else RunCancelled(child_id)
         err = ChildWorkflowError(child_id, spec.name, cause if isinstance(cause, Exception) else None,
@@ -286,6 +312,7 @@ class RunContext:
                                  + (f": {cause}" if str(cause) else ""))
         await self._write(StepRecord(seq, "child", spec.name, "failed", rec.started_at, self._now(),
                                      error=describe_error(err), detail=rec.detail), "running")
+        await self.resume()
         raise err
 
     async def start_child(self, wf: Any, inp: Any = None, *, run_id: str | None = None,

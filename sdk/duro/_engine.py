@@ -28,7 +28,7 @@ from ._definitions import (
     function_workflow_spec,
 )
 from ._durations import Duration, format_ms, to_ms
-from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError
+from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError, StoreUnavailable
 from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._limits import Limits
@@ -49,6 +49,7 @@ from .store import (
 )
 
 T = TypeVar("T")
+STORE_RETRY_S = 30.0  # how long a store call is made again while the database restarts or fails over
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _TERMINAL = ("completed", "failed", "cancelled")
 _JSON = Codec(None)
@@ -95,16 +96,21 @@ class Engine:
         # record is written); the harness uses them to crash the box between two steps.
         self.checkpoint_hooks: list[Callable[[str, str], None]] = []
         self._registry: dict[str, WorkflowSpec] = {}
-        self._inline_db = getattr(self.store, "dialect", "") == "sqlite"
+        # Store calls run in threads, so that a database that makes them wait (SQLite locked by
+        # another process, PostgreSQL out of reach) never stalls the event loop: heartbeats, timers
+        # and HTTP requests go on. Only the harness runs them inline (duro.testing.run_store_inline):
+        # a private in-memory store no other process can lock, under a simulated clock.
+        self._inline_db = False
         # A release hands a freed slot to a run waiting in this engine in its own transaction (busy at
         # once, nothing to confirm), when the store can (a custom store's ``slot_release`` may lack
         # ``takers``). False: every hand-out is a reservation (the harness, to strand one).
         release = getattr(self.store, "slot_release", None)
         self.store_takes_hand_overs = release is not None and "takers" in inspect.signature(release).parameters
         self.hand_over_locally = True
-        self._db_executor: ThreadPoolExecutor | None = None
-        # the runs' progress writes (record_step, finish_run), group-committed: callers use its
-        # write (awaited) and write_nowait directly, a frame less on the hottest path
+        self._db_executor: ThreadPoolExecutor | None = None    # every call (PostgreSQL), or the writes (SQLite)
+        self._read_executor: ThreadPoolExecutor | None = None  # SQLite's reads: never queued behind a locked write
+        # the runs' progress writes (record_step, finish_run), group-committed: callers await its
+        # write directly, a frame less on the hottest path
         self.progress = self._group_commit()
         self.worker: Worker | None = None
         self._context_token: Any = None
@@ -136,29 +142,46 @@ class Engine:
     # -- I/O -------------------------------------------------------------------------------------
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call a store method: inline on SQLite (microseconds, deterministic), in threads otherwise."""
+        """Call a store method in a thread (inline only under the harness: see ``_inline_db``)."""
         if self._inline_db:
             return fn(*args)
+        return await self.db_on(self._executor_for(fn), fn, *args)
+
+    def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
+        """On SQLite, writes wait for the file's one write lock (another process may hold it for
+        seconds): they get one thread of their own, since they go one at a time anyway, and reads
+        (which WAL never blocks) get theirs, so that a locked file never holds up a read. PostgreSQL
+        runs every call in one pool."""
         if self._db_executor is None:
-            self._db_executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="duro-db")
-        return await self.db_on(self._db_executor, fn, *args)
+            sqlite = self.store.dialect == "sqlite"
+            self._db_executor = ThreadPoolExecutor(max_workers=1 if sqlite else 8, thread_name_prefix="duro-db")
+            if sqlite:
+                self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
+        if self._read_executor is not None and getattr(fn, "__name__", "") in self.store.reads:
+            return self._read_executor
+        return self._db_executor
 
     @property
     def threaded_db(self) -> bool:
-        """Whether store calls run in threads (a server database) rather than inline (SQLite)."""
+        """Whether store calls run in threads (always, except under the harness)."""
         return not self._inline_db
 
     async def db_on(self, executor: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
-        """Call a store method in ``executor``'s threads, again while the error is transient (30 s)."""
+        """Call a store method in ``executor``'s threads, again while the error is transient (30 s).
+        A store still out of reach then raises :class:`StoreUnavailable` (the dev server's 503)."""
         loop = asyncio.get_running_loop()
-        transient = getattr(self.store, "is_transient", None)
-        give_up, pause = loop.time() + 30.0, 0.05
+        store = self.store
+        give_up, pause = loop.time() + STORE_RETRY_S, 0.05
         while True:
             try:
                 return await loop.run_in_executor(executor, partial(fn, *args))
             except Exception as err:
                 # the database restarting or failing over: the same call again, for up to 30 s
-                if transient is None or not transient(err) or loop.time() > give_up:
+                if not store.is_transient(err) or loop.time() > give_up:
+                    if store.is_unavailable(err):
+                        raise StoreUnavailable(
+                            f"the database at {store.safe_url} is busy or out of reach "
+                            f"({type(err).__name__}); nothing was changed: try again in a few seconds") from err
                     raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
@@ -465,9 +488,10 @@ class Engine:
 
     def close(self) -> None:
         """Release the store's pooled connections and threads; a later call opens them again."""
-        executor, self._db_executor = self._db_executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        for executor in (self._db_executor, self._read_executor):
+            if executor is not None:
+                executor.shutdown(wait=True)
+        self._db_executor = self._read_executor = None
         self.store.close()
 
 

@@ -99,6 +99,16 @@ class NonDeterminismError(DuroError):
         return (type(self), (self.run_id, self.seq, self.recorded, self.asked))
 
 
+class StoreUnavailable(DuroError):
+    """The store did not answer in time: SQLite locked by another process past its busy timeout, or
+    PostgreSQL unreachable past the retry window. Nothing was changed by the call that raised it;
+    try again later."""
+
+    def __init__(self, message: str, retry_after_s: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class RunCancelled(BaseException):
     """Raised inside a run's code when the run is cancelled.
 

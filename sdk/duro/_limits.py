@@ -150,6 +150,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                         await ctx._write(done)
                 ctx._recorded(done)
                 engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
+                await ctx.resume()
                 return _slot_of(row)
             if row.state != "waiting" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
                 error = SlotTimeoutError(limit, timeout)
@@ -160,6 +161,7 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 if row is not None and row.state in ("reserved", "busy"):
                     continue  # the slot arrived in time after all: take it
                 ctx._recorded(failed)
+                await ctx.resume()
                 raise error
             await worker.wait_for(waiter.wait(), rec.wake_at)
             waiter.clear()

@@ -1,10 +1,13 @@
 """The worker: executes runs, claims unowned ones, keeps its lease, and recovers dead workers' runs.
 
 A worker is a row in ``duro_workers`` whose heartbeat is the lease on every run it owns. A run is
-claimable when it is unfinished and has no owner, or its owner's heartbeat is older than the lease
-(or, on this host, its owner's process is gone). Claiming is one conditional ``UPDATE``, with
-``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two live workers never execute the same run; every
-progress write is fenced on ownership, so a worker that lost a run changes nothing.
+claimable when it is unfinished and has no owner, or its owner has no row: a claim deletes the rows
+of workers it judged dead (see :mod:`duro._lease`), and a worker whose process is gone from this
+host is removed at once. Claiming is one conditional ``UPDATE``, with ``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL, so two live workers never execute the same run; every progress write is fenced on
+ownership, so a worker that lost a run changes nothing; and a worker whose own lease ran out
+executes no code of any run until a heartbeat has gone through again (``RunContext.resume``), so a
+worker that lost a run never runs its code again.
 
 Runs wait in memory (a sleeping run is a suspended coroutine); the store holds enough to replay
 them anywhere. Wakeups are local events; what other processes did (a run to claim, a slot handed
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from . import _current
 from ._context import LostRun, RunContext
 from ._errors import DuroError, EngineCrash, RunCancelled
+from ._lease import OwnLease, Watch
 from ._schedules import fire_due
 from ._serde import describe_error
 from ._slots import SWEEP_MS
@@ -125,6 +129,13 @@ class Worker:
         self._full_pass = False  # the next pass looks at everything, whatever woke it
         self.full_passes = 0  # passes that looked at everything (not only claims) so far
         self._listener: threading.Thread | None = None
+        lease_ms = engine.lease_ms
+        self.lease = OwnLease(lease_ms)  # until when our runs are ours without asking the store
+        self.watch = Watch(lease_ms, beat_every_ms=lease_ms // 3)  # the other workers' heartbeats
+        self._monotonic = self.clock.monotonic_ms
+        self._beating: asyncio.Future[None] | None = None  # the heartbeat in flight, if any
+        self._beat_executor: ThreadPoolExecutor | None = None  # the heartbeat's own thread
+        self.lost_runs = 0  # runs dropped because this worker's row was gone (condemned)
 
     # -- I/O and time ----------------------------------------------------------------------------
 
@@ -232,6 +243,7 @@ class Worker:
                 ctx.load_history(settle_sleeps(await self.db(store.get_steps, run.id), run))
             _current.current_run.set(ctx)
             _current.current_engine.set(self.engine)
+            await ctx.resume()  # claimed while our lease was in doubt: nothing of it runs until confirmed
             spec = self.engine.spec_for(run.workflow)
             try:
                 inp = spec.input.load(run.input) if spec.takes_input else None
@@ -268,14 +280,16 @@ class Worker:
     # -- the loop --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        now = self.clock.now_ms()
+        sent, now = self._monotonic(), self.clock.now_ms()
         await self.db(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
+        self.lease.renewed(sent)
         self._last_heartbeat = now
         self._started = True
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
         self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
-        if self.engine.threaded_db:  # inline (SQLite) calls cannot be blocked behind one another
+        if self.engine.threaded_db:
+            self._beat_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-heartbeat")
             self._beat_task = loop.create_task(self._heartbeat_loop(), name=f"duro-heartbeat-{self.id}")
         if self.engine.workspace.limits:
             self._limits_task = loop.create_task(self._limits_loop(), name=f"duro-limits-{self.id}")
@@ -334,6 +348,13 @@ class Worker:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        beating, self._beating = self._beating, None
+        if beating is not None:
+            beating.cancel()
+        executor, self._beat_executor = self._beat_executor, None
+        if executor is not None:
+            # a beat in flight finishes and gives its connection back before the engine closes the pool
+            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
         self.step_executor.shutdown(wait=False, cancel_futures=True)
 
     async def _limits_loop(self) -> None:
@@ -394,16 +415,24 @@ class Worker:
         """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes
         (``full=False``: the heartbeat if due and the claim only)."""
         now = self.clock.now_ms()
-        lease = self.engine.lease_ms
-        if self._beat_task is None and now - self._last_heartbeat >= lease // 3:
-            await self._beat(self.db, now)
+        if self._beat_task is None and now - self._last_heartbeat >= self.engine.lease_ms // 3:
+            await self.beat()
+        if not self.owns_runs():
+            await self.confirm()  # claim nothing while our own lease is in doubt
         if full:
             await self._reap_local_dead()
+        condemned = self.watch.condemned(self._monotonic())
         claimed = await self.db(self.store.claim_runs, Claim(
             worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
-            alive_since=now - lease, now=now, serial=self.engine.serial_workflow_names()))
-        # A claimed run still executing here was not ours a moment ago (our lease lapsed): another
-        # worker may have moved it on since, so our copy is stale. Drop it and replay from the store.
+            now=now, serial=self.engine.serial_workflow_names(), condemned=condemned))
+        for worker, _ in condemned:
+            self.watch.forget(worker)
+        if condemned:
+            log.warning("duro worker %s: took over from %s (no heartbeat for a lease: %d ms)", self.id,
+                        ", ".join(worker for worker, _ in condemned), self.engine.lease_ms)
+        # A claimed run still executing here was not ours a moment ago (our row was condemned and we
+        # joined again): another worker may have moved it on since, so our copy is stale. Drop it and
+        # replay from the store.
         stale = [self.live[run.id][0] for run in claimed if run.id in self.live]
         for task in stale:
             task.cancel()
@@ -415,30 +444,93 @@ class Worker:
             await self._poll_remote_changes()
             self.full_passes += 1
 
-    async def _beat(self, call: Callable[..., Awaitable[Any]], now: int) -> None:
-        if not await call(self.store.heartbeat, self.id, now):
-            # Our row was reaped: another worker may own our runs now. Drop them and rejoin.
-            self.notify_lost(list(self.live))
-            await call(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
+    # -- the lease -------------------------------------------------------------------------------
+
+    def owns_runs(self) -> bool:
+        """Whether our lease is good now: no other worker can have taken our runs."""
+        return self.lease.valid(self._monotonic())
+
+    async def confirm(self) -> None:
+        """Wait until our lease is good again: a heartbeat went through (our row was there: nobody
+        took our runs), or our row was gone, every run we held was dropped and we joined again.
+        A store out of reach keeps us waiting here: no code of any run executes meanwhile."""
+        pause = 0.05
+        while self._started and not self.owns_runs():
+            try:
+                await self.beat()
+            except Exception as err:  # noqa: BLE001 - the store out of reach: again, until it answers
+                _store_trouble("confirming the lease", err)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    async def beat(self) -> None:
+        """One heartbeat, shared by whoever asks while it is in flight (the heartbeat loop, runs
+        waiting to confirm the lease, the claim pass)."""
+        beating = self._beating
+        if beating is None:
+            if not self.engine.threaded_db:  # inline (the harness): no task, no loop turn
+                await self._beat()
+                return
+            beating = self._beating = asyncio.ensure_future(self._beat())
+            beating.add_done_callback(self._beat_done)
+        await asyncio.shield(beating)
+
+    def _beat_done(self, beating: asyncio.Future[None]) -> None:
+        if self._beating is beating:
+            self._beating = None
+        if not beating.cancelled():
+            beating.exception()  # retrieved: whoever awaited it was told
+
+    async def _beat(self) -> None:
+        if self._beat_executor is not None:
+            call: Callable[..., Awaitable[Any]] = partial(self.engine.db_on, self._beat_executor)
+        else:
+            call = self.db
+        sent, now = self._monotonic(), self.clock.now_ms()
+        try:
+            stamps = await call(self.store.heartbeat, self.id, now)
+        except BaseException:
+            self.watch.missed()
+            raise
         self._last_heartbeat = now
+        if stamps is not None:
+            self.lease.renewed(sent)
+            self.watch.beat(sent, self._monotonic(), stamps, self.id)
+            return
+        # Our row was gone: a claim condemned us (we were frozen, or cut off from the store, longer
+        # than the lease) and may have taken any of our runs. Drop them all and join again: what
+        # nobody took is handed back by the registration and claimed again, from the store.
+        self.lease.lapse()
+        self.watch.missed()
+        dropped = self.drop_all()
+        log.warning("duro worker %s: found its lease taken over; dropped %d in-flight runs and joined again",
+                    self.id, dropped)
+        sent = self._monotonic()
+        await call(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
+        self.lease.renewed(sent)
+        self.wake()
+
+    def drop_all(self) -> int:
+        """Stop every run this worker executes, at once: none of them may run any more of its code
+        here (their next durable call, or the end of their wait, raises ``LostRun``)."""
+        for task, ctx in self.live.values():
+            if ctx.fatal is None:
+                ctx.fatal = LostRun(ctx.run_id)
+            task.cancel()
+        self.lost_runs += len(self.live)
+        return len(self.live)
 
     async def _heartbeat_loop(self) -> None:
         """Keep the lease, every third of it, in a thread of its own: store calls blocked behind
         another process's transaction (one frozen while it holds a limit's lock, say) can occupy
         every store thread, and a worker that waits is alive, so its runs must stay its own."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-heartbeat")
-        call = partial(self.engine.db_on, executor)
-        try:
-            while True:
-                now = self.clock.now_ms()
-                try:
-                    await self._beat(call, now)
-                except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next beat
-                    _store_trouble("the heartbeat", err)
-                await self.clock.sleep_until(now + self.engine.lease_ms // 3)
-        finally:
-            # a beat in flight finishes and gives its connection back before the engine closes the pool
-            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
+        while True:
+            now = self.clock.now_ms()
+            try:
+                await self.beat()
+            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next beat
+                _store_trouble("the heartbeat", err)
+            await self.clock.sleep_until(now + self.engine.lease_ms // 3)
 
     def _on_notice(self, message: list[Any]) -> None:
         """A change another process committed (see ``SqlStore._notify``), on the event loop."""
@@ -487,9 +579,12 @@ class Worker:
         self.wake()
 
     def notify_lost(self, run_ids: list[str]) -> None:
+        """These runs are no longer ours (ended elsewhere): they stop at once, and run no more code."""
         for run_id in run_ids:
             live = self.live.get(run_id)
             if live is not None:
+                if live[1].fatal is None:
+                    live[1].fatal = LostRun(run_id)
                 live[0].cancel()
 
     async def _reap_local_dead(self) -> None:

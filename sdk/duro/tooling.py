@@ -2,12 +2,14 @@
 
 Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``LimitInfo``,
 ``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``,
-``SystemClock`` (the one real clock, for tools that must tell the time).
+``SystemClock`` (the one real clock, for tools that must tell the time), ``StoreUnavailable`` (a store
+call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
 from ._durations import format_ms
 from ._durations import to_ms as duration_ms
+from ._errors import StoreUnavailable
 from ._events import RunEvent
 from ._handle import RunInfo, StepInfo
 from ._limits import LimitInfo, SlotInfo
@@ -15,4 +17,5 @@ from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
 
 __all__ = ["load_project", "Project", "RunEvent", "RunInfo", "StepInfo", "LimitInfo", "SlotInfo", "ScheduleInfo",
-           "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms", "SystemClock"]
+           "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms", "SystemClock",
+           "StoreUnavailable"]

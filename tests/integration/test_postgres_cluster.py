@@ -50,6 +50,9 @@ class SkewedClock:
     def sleep_until(self, due_ms: int):  # type: ignore[no-untyped-def]
         return self._system.sleep_until(due_ms - self.offset_ms)
 
+    def monotonic_ms(self) -> int:
+        return self._system.monotonic_ms()
+
 
 def engine(url: str, **kwargs: object) -> Engine:
     kwargs.setdefault("poll_interval", "30s")  # polls too slow to matter, unless a test says otherwise
@@ -129,6 +132,9 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres
 
 
 async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
+    """Leases are judged by heartbeats seen to stop, never by comparing clocks: a claimer an hour
+    ahead takes nothing from a live owner, and condemning it on a stamp it has since moved past
+    (it beat in between) deletes nothing and takes nothing."""
     store = SqlStore(postgres_url)
     store.create_schema()
     now = await asyncio.to_thread(_db_now, postgres_url)
@@ -138,9 +144,13 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
     store.insert_run(NewRun(id="r", namespace="default", workflow="waiter", version="1", input='"x"',
                             owner="slow-clock", created_at=now), None)
     far_ahead = now + 3_600_000  # a claimer an hour ahead thinks the owner's heartbeat is an hour old
-    claim = Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
-                  alive_since=far_ahead - 30_000, now=far_ahead)
-    assert store.claim_runs(claim) == []
+    assert store.claim_runs(Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
+                                  now=far_ahead)) == []
+    seen = store.heartbeat("slow-clock", now)["slow-clock"]
+    assert store.heartbeat("slow-clock", now)["slow-clock"] > seen  # every beat moves the stamp on
+    assert store.claim_runs(Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
+                                  now=far_ahead, condemned=[("slow-clock", seen)])) == []
+    assert store.heartbeat("slow-clock", now) is not None  # still registered: it beat after the stamp seen
     store.close()
 
 

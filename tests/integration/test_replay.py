@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from duro import Engine, NonDeterminismError, RunFailedError, now, sleep, step, wait_for_signal, workflow
+from duro.testing import run_store_inline
 from duro_harness import SimulatedClock
 from duro_harness._clock import settle
 
@@ -15,7 +16,11 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def simulated_engine(url: str, clock: SimulatedClock, **kw) -> Engine:
-    return Engine(url, clock=clock, poll_interval=None, **kw)
+    """An engine on a simulated clock, its store called inline (as the harness does), so that
+    ``clock.advance`` lets every run settle between timers."""
+    engine = Engine(url, clock=clock, poll_interval=None, **kw)
+    run_store_inline(engine)
+    return engine
 
 
 async def test_a_three_day_sleep_ends_at_three_days_and_not_a_millisecond_before(sqlite_url):

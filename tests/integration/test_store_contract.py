@@ -123,18 +123,28 @@ def test_signals_buffer_and_are_consumed_in_order(store):
         store.send_signal("ghost", "go", "null", 21)
 
 
-def test_claims_take_unowned_and_dead_workers_runs_once(store):
+def test_claims_take_unowned_and_condemned_workers_runs_once(store):
     store.register_worker("alive", "default", "h", 1, 1000)
     store.register_worker("dead", "default", "h", 2, 0)
     store.insert_run(new_run("free"), None)
     store.insert_run(new_run("mine", owner="alive"), None)
     store.insert_run(new_run("orphan", owner="dead"), None)
+    store.insert_run(new_run("gone", owner="a-worker-without-a-row"), None)
     store.insert_run(new_run("other-wf", workflow="else"), None)
     store.insert_run(new_run("other-ns", namespace="x"), None)
-    claim = Claim(worker_id="alive", namespace="default", workflows=["wf"], alive_since=500, now=1000)
+    stamps = store.heartbeat("alive", 1000)
+    assert set(stamps) == {"alive", "dead"}
+    claim = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000)
     claimed = {run.id: run for run in store.claim_runs(claim)}
-    assert set(claimed) == {"free", "orphan"}
-    assert claimed["free"].status == "running" and claimed["orphan"].owner == "alive"
+    assert set(claimed) == {"free", "gone"}  # a registered owner is alive until someone condemns it
+    assert claimed["free"].status == "running" and claimed["gone"].owner == "alive"
+    stale = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000,
+                  condemned=[("dead", stamps["dead"] - 1)])
+    assert store.claim_runs(stale) == []  # its heartbeat is not the one the claimer saw: it lives
+    condemned = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000,
+                      condemned=[("dead", stamps["dead"])])
+    assert [run.id for run in store.claim_runs(condemned)] == ["orphan"]
+    assert store.heartbeat("dead", 1001) is None  # its row went with the claim: it finds out at once
     assert store.claim_runs(claim) == []
 
 
@@ -144,7 +154,7 @@ def test_remove_worker_hands_runs_back(store):
     store.remove_worker("w", 2000)
     run = store.get_run("r1")
     assert run.owner is None and run.status == "running"
-    assert store.heartbeat("w", 3000) is False
+    assert store.heartbeat("w", 3000) is None
 
 
 def test_listing_filters_and_pages(store):
@@ -405,7 +415,7 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
             statements.append((statement, parameters))
 
     sa.event.listen(store._engine, "before_cursor_execute", capture)
-    claimed = store.claim_runs(Claim("w1", "default", ["wf"], alive_since=0, now=10))
+    claimed = store.claim_runs(Claim("w1", "default", ["wf"], now=10))
     sa.event.remove(store._engine, "before_cursor_execute", capture)
     assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
     # taken from pending: nothing to replay; the dead worker's run: its history must be read
@@ -420,8 +430,8 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
             assert statements == []
             driver.execute("SET enable_seqscan = off")  # a 4-row table: make the planner show its index
             plan = driver.execute("EXPLAIN " + store._sql["claim"], {
-                "namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "lease": 10,
-                "limit": 100}).fetchall()
+                "namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "limit": 100,
+                "dead": [], "stamps": []}).fetchall()
     if store.dialect == "postgresql":
         assert any("duro_runs_active" in str(row) for row in plan), plan
     else:  # SQLite searches the namespace's runs in creation order, as before schema 4

@@ -110,10 +110,12 @@ class Claim:
     worker_id: str
     namespace: str
     workflows: Sequence[str]
-    alive_since: int
     now: int
     limit: int = 100
     serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
+    # workers the claimer judged dead, with the heartbeat stamp it saw (see duro._lease.Watch): each
+    # row is deleted, if its stamp is still that one, before the runs are taken
+    condemned: Sequence[tuple[str, int]] = ()
 
 
 def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:
@@ -132,6 +134,14 @@ def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:
 
 class Store(Protocol):
     dialect: str
+    safe_url: str  # the database's URL without its password, for messages
+    reads: frozenset[str]  # the names of the methods that only read (see Engine._executor_for)
+
+    def is_transient(self, err: BaseException) -> bool:
+        """Whether the same call may succeed if made again soon (the server restarting, say)."""
+
+    def is_unavailable(self, err: BaseException) -> bool:
+        """Whether ``err`` says the database is out of reach or busy (locked), not that the call is wrong."""
 
     def create_schema(self) -> None: ...
 
@@ -232,11 +242,15 @@ class Store(Protocol):
     # workers and leases
     def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None: ...
 
-    def heartbeat(self, worker_id: str, now: int) -> bool: ...
+    def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
+        """Move the worker's heartbeat stamp forward (by at least 1); the stamps of every worker of its
+        namespace, or ``None`` when its row is gone (condemned by a claim)."""
 
     def remove_worker(self, worker_id: str, now: int) -> None:
         """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim."""
 
     def local_workers(self, host: str) -> list[tuple[str, int]]: ...
 
-    def claim_runs(self, claim: Claim) -> list[RunRecord]: ...
+    def claim_runs(self, claim: Claim) -> list[RunRecord]:
+        """Delete the rows of ``claim.condemned`` whose stamp is unchanged, then take unfinished runs
+        with no owner or an owner without a row, oldest first, in one transaction."""

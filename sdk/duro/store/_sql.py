@@ -100,25 +100,36 @@ _DB_NOW_SQL = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint"
 # a quota key's transaction lock (PostgreSQL): starts on one key decide one after another
 _LOCK_KEY_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%(payloads)s AS text[])) AS payload"
-# SqlStore._claim_pg: unfinished runs of the worker's workflows, unowned or owned by a worker whose
-# lease lapsed, oldest first through duro_runs_active, skipping rows another worker is claiming;
-# returns each run with its status before the claim. {clock}: the decisions' clock.
+# SqlStore._claim_pg: first delete the workers the claimer condemned (see duro._lease), each only if
+# its heartbeat is still the stamp the claimer saw; then take unfinished runs of the claimer's
+# workflows that have no owner, or whose owner has no row (condemned just now or before), oldest
+# first through duro_runs_active, skipping rows another worker is claiming; returns each run with
+# its status before the claim. The statement's other subqueries see the rows as they were before
+# its DELETE, hence ``owner IN dead``. {clock}: the decisions' clock (for updated_at).
 _CLAIM_PG_SQL = (
-    "WITH clock AS (SELECT {clock} AS now) "
+    "WITH clock AS (SELECT {clock} AS now), "
+    "dead AS (DELETE FROM duro_workers USING unnest(CAST(%(dead)s AS text[]), CAST(%(stamps)s AS bigint[])) "
+    "AS d(id, stamp) WHERE duro_workers.id = d.id AND duro_workers.heartbeat_at = d.stamp "
+    "RETURNING duro_workers.id) "
     "UPDATE duro_runs SET owner = %(owner)s, updated_at = (SELECT now FROM clock), "
     "status = CASE WHEN duro_runs.status = 'pending' THEN 'running' ELSE duro_runs.status END "
     "FROM (SELECT id, status AS was FROM duro_runs "
     f"WHERE namespace = %(namespace)s AND duro_runs.status IN {ACTIVE_SQL} "
     "AND workflow = ANY(CAST(%(workflows)s AS text[])) "
-    "AND (owner IS NULL OR owner NOT IN (SELECT id FROM duro_workers "
-    "WHERE heartbeat_at >= (SELECT now FROM clock) - %(lease)s)) "
+    "AND (owner IS NULL OR owner IN (SELECT id FROM dead) OR owner NOT IN (SELECT id FROM duro_workers)) "
     "ORDER BY created_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS taken "
     f"WHERE duro_runs.id = taken.id RETURNING {', '.join('duro_runs.' + c for c in _RUN_COLUMNS)}, taken.was"
 )
+# a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock that
+# stepped back, still change it: a watcher sees only whether it changed)
+_BEAT_SQL = ("UPDATE duro_workers SET heartbeat_at = {greatest}(heartbeat_at + 1, :now) WHERE id = :id "
+             "RETURNING namespace")
+_STAMPS_SQL = "SELECT id, heartbeat_at FROM duro_workers WHERE namespace = :namespace"
 
 
-def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
-    """Validate and normalise a database URL; returns it and duro's own options taken out of it."""
+def parse_database_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """Validate and normalise a database URL; returns it and duro's own options taken out of it
+    (SQLite: ``synchronous``, and ``busy_timeout`` in milliseconds)."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except ArgumentError:
@@ -129,7 +140,7 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
     elif backend != "sqlite":
         raise DuroError(f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
                         f"{backend!r}, which duro does not support: {_URL_HINT}")
-    options = {}
+    options: dict[str, Any] = {}
     if "synchronous" in parsed.query:
         if backend != "sqlite":
             raise DuroError("database URL option 'synchronous' applies to SQLite only; remove it")
@@ -138,10 +149,37 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, str]]:
             raise DuroError(f"database URL option synchronous={value!r} is not one of OFF, NORMAL, FULL, EXTRA")
         options["synchronous"] = value
         parsed = parsed.difference_update_query(["synchronous"])
+    if "busy_timeout" in parsed.query:
+        if backend != "sqlite":
+            raise DuroError("database URL option 'busy_timeout' applies to SQLite only; remove it")
+        options["busy_timeout"] = _busy_timeout_ms(parsed.query["busy_timeout"])
+        parsed = parsed.difference_update_query(["busy_timeout"])
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, ""):
         raise DuroError(f"database URL {str(url)!r} names no SQLite file: {_URL_HINT} "
                         f"(an in-memory database cannot be shared by a worker and its clients)")
     return parsed, options
+
+
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+_MAX_BUSY_TIMEOUT_MS = 3_600_000
+_BUSY_TIMEOUT_HINT = ("use e.g. busy_timeout=2s, busy_timeout=500ms or whole milliseconds (busy_timeout=2000), "
+                      "at most 1h; leave it out for the default, 30s")
+
+
+def _busy_timeout_ms(raw: str | Sequence[str]) -> int:
+    """The ``busy_timeout`` URL option: how long a SQLite statement waits for another process's
+    write lock before it fails with "database is locked" (and the call with StoreUnavailable)."""
+    if not isinstance(raw, str):
+        raise DuroError(f"database URL option busy_timeout is given {len(raw)} times; give it once: "
+                        f"{_BUSY_TIMEOUT_HINT}")
+    text = raw.strip()
+    try:
+        ms = int(text) if text.isascii() and text.isdigit() else to_ms(text, "busy_timeout")
+    except DuroError:
+        raise DuroError(f"database URL option busy_timeout={raw!r} is not a duration: {_BUSY_TIMEOUT_HINT}") from None
+    if ms > _MAX_BUSY_TIMEOUT_MS:
+        raise DuroError(f"database URL option busy_timeout={raw!r} is too long: {_BUSY_TIMEOUT_HINT}")
+    return ms
 
 
 def _enable_wal(cur: Any) -> None:
@@ -157,6 +195,15 @@ def _enable_wal(cur: Any) -> None:
             if "locked" not in str(err) or attempt == 599:
                 raise
             pause(0.05)
+
+
+def _sqlite_busy(err: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (and their extended codes): another connection holds the lock."""
+    name = getattr(err, "sqlite_errorname", None) or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return True
+    text = str(err).lower()
+    return any(words in text for words in ("database is locked", "database is busy", "database table is locked"))
 
 
 class _RunExists(Exception):
@@ -238,6 +285,13 @@ def _upsert_steps_sql(shape: int) -> str:
 class SqlStore(SlotsStoreMixin):
     """The store on SQLite or PostgreSQL through SQLAlchemy Core over the SQLModel tables."""
 
+    # the methods that only read: on SQLite the engine runs them apart from the writes, which may
+    # wait seconds for a write lock another process holds (WAL lets reads go on meanwhile)
+    reads = frozenset({
+        "schema_version", "count_active", "get_run", "list_runs", "run_statuses", "get_steps", "signalled",
+        "list_schedules", "due_schedules", "next_schedule_due", "list_workers", "local_workers",
+        "next_slot_due", "slot_states", "get_slot", "limit_states", "limit_slots"})
+
     def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10,
                  decisions_clock: str = "database", idle_in_transaction_timeout: Duration | None = "5s") -> None:
         """``decisions_clock``: on PostgreSQL, ``"database"`` (the default) judges leases and slot
@@ -260,7 +314,8 @@ class SqlStore(SlotsStoreMixin):
         self._database_clock = decisions_clock == "database" and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
-                self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"))
+                self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"),
+                                                   options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS))
             else:
                 self._engine = self._server_engine(pool_size, idle_ms)
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
@@ -287,18 +342,37 @@ class SqlStore(SlotsStoreMixin):
             self._sql["finish_run"] += " RETURNING parent_id"  # a child's end is announced (see _finish)
             clock = _DB_NOW_SQL.removeprefix("SELECT ") if self._database_clock else "CAST(%(now)s AS BIGINT)"
             self._sql["claim"] = _CLAIM_PG_SQL.replace("{clock}", clock)
+        self._sql["beat"] = for_dialect(_BEAT_SQL.replace(
+            "{greatest}", "GREATEST" if self.dialect == "postgresql" else "max"), self.dialect)
+        self._sql["stamps"] = for_dialect(_STAMPS_SQL, self.dialect)
 
     @staticmethod
     def is_transient(err: BaseException) -> bool:
         """An error worth the same call again: the server unreachable or restarting, or a transaction
         the server rolled back (deadlock, serialization failure), or a session the server ended
-        while its process was frozen inside a transaction (``idle_in_transaction_timeout``)."""
+        while its process was frozen inside a transaction (``idle_in_transaction_timeout``).
+
+        SQLite's errors never are: a locked file has already been waited for (``busy_timeout``), and
+        waiting again would make that option meaningless (see :meth:`is_unavailable`)."""
+        if isinstance(err.orig if isinstance(err, sa.exc.DBAPIError) else err, sqlite3.Error):
+            return False
         if isinstance(err, sa.exc.DBAPIError):
             if isinstance(err, sa.exc.OperationalError) or err.connection_invalidated:
                 return True
             err = err.orig
         # the hot statements run on the driver's connection (``raw_execute``): psycopg's own errors
         return isinstance(err, (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout))
+
+    @staticmethod
+    def is_unavailable(err: BaseException) -> bool:
+        """An error that means the store did not answer in time, and changed nothing: SQLite's file
+        locked by another process past ``busy_timeout`` ("database is locked"), or PostgreSQL
+        unreachable (what :meth:`is_transient` retries; once retrying gives up, this). A refused
+        statement, a missing table or a bug is not."""
+        cause = err.orig if isinstance(err, sa.exc.DBAPIError) else err
+        if isinstance(cause, sqlite3.Error):
+            return _sqlite_busy(cause)
+        return SqlStore.is_transient(err)
 
     @property
     def safe_url(self) -> str:
@@ -317,7 +391,7 @@ class SqlStore(SlotsStoreMixin):
 
         return engine
 
-    def _sqlite_engine(self, synchronous: str) -> sa.Engine:
+    def _sqlite_engine(self, synchronous: str, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> sa.Engine:
         path = self.url.database
         if path and path != ":memory:" and not path.startswith("file:"):
             directory = os.path.dirname(os.path.abspath(path))
@@ -325,13 +399,16 @@ class SqlStore(SlotsStoreMixin):
         options: dict[str, Any] = {}
         if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
             options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
-        engine = sa.create_engine(self.url, connect_args={"check_same_thread": False, "timeout": 30}, **options)
+        # how long a statement waits for another process's write lock (both sqlite3's own wait and
+        # the PRAGMA say the same), then fails "database is locked" (see is_unavailable)
+        connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
+        engine = sa.create_engine(self.url, connect_args=connect_args, **options)
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             _enable_wal(cur)
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.close()
@@ -919,11 +996,16 @@ class SqlStore(SlotsStoreMixin):
             if handed_back:
                 self._notify(conn, ["run", namespace])
 
-    def heartbeat(self, worker_id: str, now: int) -> bool:
+    def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
+        """Renew the worker's lease. Returns the heartbeat stamp of every worker of its namespace (its
+        own included: what a :class:`duro._lease.Watch` judges by), or ``None`` when its row is gone:
+        a claim condemned it, and its runs may be someone else's now."""
         with self._write() as conn:
             stamp = self._db_now(conn, now)
-            result = conn.execute(workers.update().where(workers.c.id == worker_id).values(heartbeat_at=stamp))
-            return result.rowcount == 1
+            row = self._x(conn, "beat", {"id": worker_id, "now": stamp}).fetchone()
+            if row is None:
+                return None
+            return dict(self._x(conn, "stamps", {"namespace": row[0]}).fetchall())
 
     def remove_worker(self, worker_id: str, now: int) -> None:
         with self._write() as conn:
@@ -955,20 +1037,21 @@ class SqlStore(SlotsStoreMixin):
         if not claim.workflows:
             return []
         with self._write() as conn:
-            lease = claim.now - claim.alive_since
             if self.dialect == "postgresql" and not claim.serial:
-                return self._claim_pg(conn, claim, lease)
-            now = self._db_now(conn, claim.now)
-            return self._claim(conn, claim, now - lease, now)
+                return self._claim_pg(conn, claim)
+            for worker, stamp in claim.condemned:
+                conn.execute(workers.delete().where(workers.c.id == worker, workers.c.heartbeat_at == stamp))
+            return self._claim(conn, claim, self._db_now(conn, claim.now))
 
-    def _claim_pg(self, conn: Connection, claim: Claim, lease: int) -> list[RunRecord]:
+    def _claim_pg(self, conn: Connection, claim: Claim) -> list[RunRecord]:
         """The claim on PostgreSQL as one fixed statement (the common case: no serial workflows).
         Built with SQLAlchemy on every pass it cost a worker a third of its CPU when every start
         woke every worker; and the decisions' clock is read inside it, not in a round trip of its
         own. Same rules as ``_claim``."""
         rows = raw_execute(conn, self._sql["claim"], {
             "namespace": claim.namespace, "workflows": list(claim.workflows), "owner": claim.worker_id,
-            "now": claim.now, "lease": lease, "limit": claim.limit}).fetchall()
+            "now": claim.now, "limit": claim.limit, "dead": [worker for worker, _ in claim.condemned],
+            "stamps": [stamp for _, stamp in claim.condemned]}).fetchall()
         claimed = []
         for row in rows:
             run = _tuple_to_run(row[:-1])
@@ -976,13 +1059,15 @@ class SqlStore(SlotsStoreMixin):
             claimed.append(run)
         return claimed
 
-    def _claim(self, conn: Connection, claim: Claim, alive_since: int, now: int) -> list[RunRecord]:
-        alive = sa.select(workers.c.id).where(workers.c.heartbeat_at >= alive_since)
+    def _claim(self, conn: Connection, claim: Claim, now: int) -> list[RunRecord]:
+        """Unfinished runs of the claimer's workflows with no owner, or whose owner has no row (the
+        condemned workers' rows were deleted just before, in this transaction)."""
+        registered = sa.select(workers.c.id)
         candidates = sa.select(runs.c.id).where(
             runs.c.namespace == claim.namespace,
             _RUNS_ACTIVE,
             runs.c.workflow.in_(list(claim.workflows)),
-            sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(alive)),
+            sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(registered)),
         ).order_by(runs.c.created_at, runs.c.id).limit(claim.limit)
         if claim.serial:
             # A pending run of a serial workflow starts only when no other run of it is active and it
