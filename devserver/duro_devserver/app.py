@@ -21,7 +21,7 @@ from starlette.staticfiles import StaticFiles
 from duro import DuroError, Engine
 
 from .api import api_routes
-from .api._common import ApiError, error_response
+from .api._common import STORE_DOWN, ApiError, error_response, store_down, unavailable_response
 from .monitor import LimitsMonitor
 from .security import Guard
 from .source import EngineSource, FixedEngine, ProjectUnavailable
@@ -49,9 +49,10 @@ def create_app(source: Engine | EngineSource, *, token: str | None = None) -> St
     routes = [*api_routes(), Route("/", studio_index, methods=["GET"])]
     if STUDIO_DIR.is_dir():
         routes.append(Mount("/studio", StaticFiles(directory=STUDIO_DIR), name="studio"))
+    handlers = {ApiError: _api_error, ProjectUnavailable: _unavailable, DuroError: _duro_error,
+                HTTPException: _http_error, **dict.fromkeys(STORE_DOWN, _store_down)}
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, token=token)],
-                    exception_handlers={ApiError: _api_error, ProjectUnavailable: _unavailable,
-                                        DuroError: _duro_error, HTTPException: _http_error})
+                    exception_handlers=handlers)
     app.state.source = engine_source
     app.state.monitor = monitor
     app.state.token_required = token is not None
@@ -67,7 +68,16 @@ async def studio_index(_request: Request) -> Response:
 
 async def _api_error(_request: Request, err: Exception) -> Response:
     assert isinstance(err, ApiError)
+    down = store_down(err.__context__)  # a "no such run" that was really "no answer from the store"
+    if down is not None:
+        return unavailable_response(down)
     return error_response(err.status, err.message, err.headers, **err.extra)
+
+
+async def _store_down(_request: Request, err: Exception) -> Response:
+    """The store did not answer (StoreUnavailable, or a driver's error that escaped it): 503 with
+    Retry-After, never a 500 with SQL and a traceback."""
+    return unavailable_response(err)
 
 
 async def _unavailable(_request: Request, err: Exception) -> Response:
@@ -76,6 +86,9 @@ async def _unavailable(_request: Request, err: Exception) -> Response:
 
 
 async def _duro_error(_request: Request, err: Exception) -> Response:
+    down = store_down(err.__context__)
+    if down is not None:
+        return unavailable_response(down)
     return error_response(422, str(err))
 
 

@@ -324,6 +324,8 @@ def describe_api_error(err: ApiError, target: Target) -> str:
         if target.token is None:
             return f"{target.description} needs a token: {target.token_hint}"
         return f"{target.description} refused the token: {target.token_hint}"
+    if err.status == 503 and "retry_after" in body:  # its database was busy or out of reach
+        return f"{target.description} is up but its database did not answer in time: {clean(err.message)}"
     if err.status == 503 or err.code == "unavailable":
         return f"{target.description} is up but cannot serve the project: {clean(err.message)}"
     if err.status >= 500:

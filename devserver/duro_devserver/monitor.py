@@ -14,6 +14,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
+from .api._common import STORE_DOWN
 from .api.models import LimitOut
 from .source import EngineSource, ProjectUnavailable
 
@@ -63,7 +64,10 @@ class LimitsMonitor:
             engine = self._source.engine
         except ProjectUnavailable:
             return
-        infos = await engine.limits.list()
+        try:
+            infos = await engine.limits.list()
+        except STORE_DOWN:
+            return  # the store is busy or out of reach: no point this time, the next sample tries again
         now = engine.clock.now_ms()
         for info in infos:
             points = self._points.setdefault(info.name, deque(maxlen=KEEP_POINTS))

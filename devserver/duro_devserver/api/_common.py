@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 from typing import Any, TypeVar
 
+import psycopg
+import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from duro import DuroError, Engine
+from duro.store import SqlStore
+from duro.tooling import StoreUnavailable
 
 from ..source import EngineSource
 
 M = TypeVar("M", bound=BaseModel)
 
 MAX_BODY_BYTES = 1024 * 1024
+RETRY_AFTER_S = 5  # a store error that escaped without saying how long to wait
+
+# What says the store did not answer: the engine's StoreUnavailable, or a driver's error that
+# escaped it (answered the same way, never as a 500 with SQL and a traceback)
+STORE_DOWN: tuple[type[BaseException], ...] = (
+    StoreUnavailable, sa.exc.OperationalError, sqlite3.OperationalError, psycopg.OperationalError)
+
+log = logging.getLogger("duro.devserver")
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
           413: "payload_too_large", 422: "unprocessable", 429: "concurrency_limit", 503: "unavailable"}
@@ -35,6 +49,34 @@ class ApiError(Exception):
 def error_response(status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
     body = {"error": _CODES.get(status, "error"), "message": message, **extra}
     return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+def store_down(err: BaseException | None) -> BaseException | None:
+    """``err``, or the exception it was raised from or while handling, that says the store did not
+    answer (a route that turned any DuroError into a 404 or 422 must not hide a 503)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, STORE_DOWN):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def unavailable_response(err: BaseException) -> Response:
+    """503 with ``Retry-After`` for a store that did not answer. The message says what to do and
+    carries nothing of the store's error (no SQL, no parameters); the log gets one line with its type."""
+    retry = err.retry_after_s if isinstance(err, StoreUnavailable) else RETRY_AFTER_S
+    retry = max(1, int(retry))
+    cause = err.__cause__ if isinstance(err, StoreUnavailable) and err.__cause__ is not None else err
+    driver_error = getattr(cause, "orig", None) or cause
+    if isinstance(driver_error, sqlite3.Error) and SqlStore.is_unavailable(driver_error):
+        what = "the database is busy: another process holds the SQLite file's write lock"
+    else:
+        what = "the database is busy or out of reach"
+    log.warning("duro: answered 503, %s (%s)", what, type(cause).__name__)
+    return error_response(503, f"{what}; the request did not complete: retry in {retry} s",
+                          {"Retry-After": str(retry)}, retry_after=retry)
 
 
 def answer(model: BaseModel, status: int = 200) -> Response:

@@ -53,6 +53,13 @@ class ErrorOut(BaseModel):
     message: str
 
 
+class UnavailableOut(ErrorOut):
+    """503: the project failed to load, or the database was busy or out of reach (then ``retry_after``,
+    in seconds, as the ``Retry-After`` header says)."""
+
+    retry_after: int | None = None
+
+
 class QuotaErrorOut(ErrorOut):
     workflow: str
     key: str

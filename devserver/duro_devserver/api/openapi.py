@@ -24,11 +24,16 @@ _RUN_FILTERS = [
     {"name": "cursor", "in": "query", "schema": _STR},
 ]
 _E = m.ErrorOut
+# 503 (every operation but these, added below): the project failed to load, or the store was busy
+# or out of reach (then with Retry-After)
+_NO_STORE = {"/api/health", "/api/status"}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again (the store was busy or out "
+                                               "of reach)", "schema": {"type": "integer", "minimum": 1}}}
 OPERATIONS: list[Operation] = [
     ("get", "/api/health", "Is the server up", None, {200: m.HealthOut}, []),
     ("get", "/api/status", "The project, its store and its last load", None, {200: m.StatusOut}, []),
     ("get", "/api/workflows", "Workflows that can be started, with their input schema", None,
-     {200: m.WorkflowsOut, 503: _E}, []),
+     {200: m.WorkflowsOut}, []),
     ("post", "/api/workflows/{name}/runs", "Start a run", m.StartBody,
      {201: m.RunCreatedOut, 200: m.RunCreatedOut, 400: _E, 404: _E, 413: _E, 422: _E, 429: m.QuotaErrorOut}, []),
     ("get", "/api/runs", "Runs, newest first", None, {200: m.RunPageOut, 400: _E}, _RUN_FILTERS),
@@ -61,12 +66,12 @@ _SIGNAL_PAYLOAD = {"description": "any JSON value (empty: null)", "required": Fa
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    used = sorted({model for op in OPERATIONS for model in (op[3], *op[4].values()) if model is not None},
+    used = sorted({model for op in _operations() for model in (op[3], *op[4].values()) if model is not None},
                   key=lambda model: model.__name__)
     modes = [(model, "validation" if issubclass(model, m.Body) else "serialization") for model in used]
     _, defs = models_json_schema(modes, ref_template="#/components/schemas/{model}")  # type: ignore[arg-type]
     paths: dict[str, dict[str, Any]] = {}
-    for method, path, summary, body, answers, query in OPERATIONS:
+    for method, path, summary, body, answers, query in _operations():
         parameters = [{"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
                       for name in _path_names(path)] + query
         operation: dict[str, Any] = {
@@ -76,6 +81,8 @@ def openapi_document() -> dict[str, Any]:
                 "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
                 for status, model in answers.items()},
         }
+        if 503 in answers:
+            operation["responses"]["503"]["headers"] = _RETRY_AFTER
         if body is not None:
             operation["requestBody"] = {"required": True, "content": {"application/json": {
                 "schema": {"$ref": f"#/components/schemas/{body.__name__}"}}}}
@@ -94,6 +101,12 @@ def openapi_document() -> dict[str, Any]:
         "components": {"schemas": defs.get("$defs", {}),
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
+
+
+def _operations() -> list[Operation]:
+    """The table, each operation that needs the project or the store with its 503."""
+    return [(method, path, summary, body, answers if path in _NO_STORE else {**answers, 503: m.UnavailableOut}, query)
+            for method, path, summary, body, answers, query in OPERATIONS]
 
 
 def _path_names(path: str) -> list[str]:
