@@ -1,5 +1,9 @@
 """8 processes start runs concurrently on the same keys while an independent connection samples the
-active count per key continuously: it never exceeds the limit (SQLite file and real PostgreSQL)."""
+active count per key continuously: it never exceeds the limit (SQLite file and real PostgreSQL).
+
+With ``count_statuses=("pending", "running")`` and runs that sleep (leave the counted statuses and come
+back), the counted set may exceed the limit, but only by the runs that came back: the runs counted
+that never left are at most the limit (docs/quotas.md, "Narrowed statuses: what the count means")."""
 
 from __future__ import annotations
 
@@ -36,41 +40,49 @@ class Sampler(threading.Thread):
         conn = connect(self.url)
         try:
             while not self.stop.is_set():
-                for key, count in conn.execute(COUNT).fetchall():
-                    self.maximum[key] = max(self.maximum[key], count)
+                self.sample(conn)
                 self.samples += 1
         finally:
             conn.close()
 
+    def sample(self, conn) -> None:
+        for key, count in conn.execute(COUNT).fetchall():
+            self.maximum[key] = max(self.maximum[key], count)
 
-async def test_the_quota_holds_across_processes(database_url, tmp_path):
+
+async def race(database_url: str, tmp_path: Path, sampler: Sampler, limit: int, keys: list[str], processes: int,
+               clients: int, starts: int, *options: str) -> tuple[int, int]:
+    """Runs the racing processes (``quota_racer``) with the sampler going; returns (admitted, refused)."""
     schema = Engine(database_url)  # the sampler needs the tables from the start
     schema.store.create_schema()
     schema.close()
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    processes = [subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.quota_racer", database_url, str(LIMIT), ",".join(KEYS),
-         str(STARTS), str(CLIENTS), str(go)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(PROCESSES)]
-    sampler = Sampler(database_url)
+    racers = [subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.quota_racer", database_url, str(limit), ",".join(keys),
+         str(starts), str(clients), str(go), *options], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE) for _ in range(processes)]
     sampler.start()
     try:
         go.write_text("go")
-        await eventually(lambda: all(p.poll() is not None for p in processes), timeout=240,
+        await eventually(lambda: all(p.poll() is not None for p in racers), timeout=240,
                          what="every racing process finishing")
     finally:
         sampler.stop.set()
         sampler.join(timeout=10)
-        for process in processes:
+        for process in racers:
             if process.poll() is None:
                 process.kill()
-    outputs = [process.communicate() for process in processes]
-    for process, (_out, err) in zip(processes, outputs, strict=True):
+    outputs = [process.communicate() for process in racers]
+    for process, (_out, err) in zip(racers, outputs, strict=True):
         assert process.returncode == 0, err.decode()[-2000:]
     counts = [json.loads(out.decode().strip().splitlines()[-1]) for out, _ in outputs]
-    admitted = sum(c["admitted"] for c in counts)
-    refused = sum(c["refused"] for c in counts)
+    return sum(c["admitted"] for c in counts), sum(c["refused"] for c in counts)
+
+
+async def test_the_quota_holds_across_processes(database_url, tmp_path):
+    sampler = Sampler(database_url)
+    admitted, refused = await race(database_url, tmp_path, sampler, LIMIT, KEYS, PROCESSES, CLIENTS, STARTS)
     print(f"quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
           f"max active per key {dict(sampler.maximum)} (limit {LIMIT})")
     assert admitted + refused == PROCESSES * CLIENTS * STARTS
@@ -78,3 +90,62 @@ async def test_the_quota_holds_across_processes(database_url, tmp_path):
     assert sampler.samples > 50
     assert max(sampler.maximum.values()) <= LIMIT
     assert set(sampler.maximum) <= set(KEYS)
+
+
+# The narrowed race: every run sleeps (`suspended`, not counted), then holds `running` for a while after
+# it wakes, so runs come back into the counted statuses while others are being admitted.
+N_PROCESSES, N_CLIENTS, N_STARTS, N_LIMIT = 3, 2, 20, 2
+N_OPTIONS = ("--statuses", "pending,running", "--sleep", "40ms", "--hold-ms", "30")
+# One statement, so one snapshot: every unfinished run of a key, and whether it has begun its sleep (the
+# sleep's record is written in the same transaction as the run's `suspended`). A counted run without
+# that record has never left the counted statuses since its start.
+RUNS = ("SELECT r.concurrency_key, r.status, EXISTS (SELECT 1 FROM duro_steps s WHERE s.run_id = r.id "
+        "AND s.kind = 'sleep') FROM duro_runs r WHERE r.concurrency_key IS NOT NULL "
+        "AND r.status IN ('pending', 'running', 'suspended', 'blocked')")
+
+
+class NarrowedSampler(Sampler):
+    """Per key and snapshot: the counted runs (pending + running), those of them that came back (left the
+    counted statuses since their start), and every unfinished run."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.counted: dict[str, int] = defaultdict(int)
+        self.came_back: dict[str, int] = defaultdict(int)
+        self.unfinished: dict[str, int] = defaultdict(int)
+        self.never_left: dict[str, int] = defaultdict(int)
+        self.beyond_the_bound: list[tuple[str, int, int]] = []  # (key, counted, came back) past the limit
+
+    def sample(self, conn) -> None:
+        counted: dict[str, int] = defaultdict(int)
+        came_back: dict[str, int] = defaultdict(int)
+        unfinished: dict[str, int] = defaultdict(int)
+        for key, status, slept in conn.execute(RUNS).fetchall():
+            unfinished[key] += 1
+            if status in ("pending", "running"):
+                counted[key] += 1
+                came_back[key] += bool(slept)
+        for key in unfinished:
+            self.counted[key] = max(self.counted[key], counted[key])
+            self.came_back[key] = max(self.came_back[key], came_back[key])
+            self.unfinished[key] = max(self.unfinished[key], unfinished[key])
+            self.never_left[key] = max(self.never_left[key], counted[key] - came_back[key])
+            if counted[key] > N_LIMIT + came_back[key]:
+                self.beyond_the_bound.append((key, counted[key], came_back[key]))
+        self.stop.wait(0.001)  # leave the racers the CPU: thousands of samples are plenty
+
+
+async def test_narrowed_statuses_exceed_the_limit_only_by_the_runs_that_came_back(database_url, tmp_path):
+    sampler = NarrowedSampler(database_url)
+    admitted, refused = await race(database_url, tmp_path, sampler, N_LIMIT, KEYS, N_PROCESSES, N_CLIENTS,
+                                   N_STARTS, *N_OPTIONS)
+    print(f"narrowed quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
+          f"max counted per key {dict(sampler.counted)}, max came back {dict(sampler.came_back)}, "
+          f"max never left {dict(sampler.never_left)}, max unfinished {dict(sampler.unfinished)} (limit {N_LIMIT})")
+    assert admitted + refused == N_PROCESSES * N_CLIENTS * N_STARTS
+    assert refused > 0 and admitted > N_LIMIT * len(KEYS)
+    assert sampler.samples > 50
+    assert set(sampler.unfinished) <= set(KEYS)
+    assert max(sampler.came_back.values()) > 0  # runs did come back while sampled: the bound was exercised
+    # The documented bound: counted <= limit + runs that came back (the runs that never left <= limit).
+    assert sampler.beyond_the_bound == []
