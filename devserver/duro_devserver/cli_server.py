@@ -18,6 +18,12 @@ from .project import DevProject
 from .server import run_server
 from .source import FixedEngine
 
+_LEASE = click.option("--lease", default="30s", show_default=True,
+                      help="How long this worker's runs stay its own without a heartbeat (heartbeats every "
+                           "third of it); another worker takes them over once it has seen none for this long.")
+_POLL = click.option("--poll-interval", default="1s", show_default=True,
+                     help="The fallback pass for work that no wakeup announced.")
+_WORKER_ID = click.option("--worker-id", default=None, help="Default: host-pid-random.")
 _PROJECT = click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
 _HOST = click.option("--host", default="127.0.0.1", show_default=True,
                      help="Address to listen on; anything but loopback needs a token.")
@@ -73,12 +79,16 @@ def add_commands(main: click.Group) -> None:
     @_DATABASE
     @click.option("--worker/--no-worker", default=True, show_default=True,
                   help="Also execute runs in this process (otherwise only the API and Studio).")
+    @_LEASE
+    @_POLL
+    @_WORKER_ID
     def serve(directory: Path, port: int, host: str, token: str | None, database_url: str | None,
-              worker: bool) -> None:
+              worker: bool, lease: str, poll_interval: str, worker_id: str | None) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
         root = _project_dir(directory)
         try:
-            engine = Engine.from_project(root, database_url=database_url or _default_url(root))
+            engine = Engine.from_project(root, database_url=database_url or _default_url(root), lease=lease,
+                                         poll_interval=poll_interval, worker_id=worker_id)
             source = FixedEngine(engine, run_worker=worker, project=str(root))
             run_server(create_app(source, token=token), host, port, project_dir=root, token=token)
         except DuroError as err:
@@ -87,11 +97,9 @@ def add_commands(main: click.Group) -> None:
     @main.command("worker")
     @_PROJECT
     @_DATABASE
-    @click.option("--lease", default="30s", show_default=True,
-                  help="How long this worker's runs stay its own without a heartbeat (heartbeats every third of it).")
-    @click.option("--poll-interval", default="1s", show_default=True,
-                  help="The fallback pass for work that no wakeup announced.")
-    @click.option("--worker-id", default=None, help="Default: host-pid-random.")
+    @_LEASE
+    @_POLL
+    @_WORKER_ID
     def worker(directory: Path, database_url: str | None, lease: str, poll_interval: str, worker_id: str | None) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)

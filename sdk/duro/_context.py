@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._worker import Worker
 
 _JSON = Codec(None)
+_LAPSED = object()  # a sync step not started: the lease ran out before its thread got to it
 
 
 class LostRun(BaseException):
@@ -148,10 +149,24 @@ class RunContext:
             if self.engine.inline_sync_steps:
                 return spec.fn(*args, **kwargs)
             context = contextvars.copy_context()
-            return await asyncio.get_running_loop().run_in_executor(
-                self.worker.step_executor, lambda: context.run(spec.fn, *args, **kwargs))
+            loop = asyncio.get_running_loop()
+            while True:
+                # The lease is checked again in the step's thread, just before the body: a thread
+                # may start the body long after it was handed the call (every step thread busy, or
+                # the process frozen in between), and the check must be as late as the body's start.
+                outcome = await loop.run_in_executor(self.worker.step_executor,
+                                                     lambda: context.run(self._call_if_owned, spec, args, kwargs))
+                if outcome is not _LAPSED:
+                    return outcome
+                await self.resume()
         finally:
             _current.inside_step.reset(token)
+
+    def _call_if_owned(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """In a step thread: the body, unless the worker's lease ran out since the run checked it."""
+        if not self.worker.owns_runs():
+            return _LAPSED
+        return spec.fn(*args, **kwargs)
 
     @staticmethod
     def _dump_step_result(spec: StepSpec, result: Any) -> str:

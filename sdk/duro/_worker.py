@@ -467,7 +467,8 @@ class Worker:
         """One heartbeat, shared by whoever asks while it is in flight (the heartbeat loop, runs
         waiting to confirm the lease, the claim pass)."""
         beating = self._beating
-        if beating is None:
+        if beating is None or beating.done():  # a finished beat's callback may not have run yet:
+            # awaiting it again would return at once, and a confirm loop would spin on it forever
             if not self.engine.threaded_db:  # inline (the harness): no task, no loop turn
                 await self._beat()
                 return
