@@ -1,25 +1,27 @@
-"""The chaos driver: 4 ``duro worker`` processes on a real PostgreSQL, thousands of runs started by a
-client engine, and meanwhile SIGKILLs (each killed worker replaced at once), SIGSTOPs past the lease
-and restarts of the server. Then it waits for every run to end and audits the store (``audit.py``).
+"""The chaos driver: several ``duro worker`` processes on one store (a real PostgreSQL server, or one
+SQLite file), thousands of runs started by a client engine, and meanwhile SIGKILLs (each killed
+worker replaced at once), SIGSTOPs past the lease of workers whose runs sleep, wait on a signal or
+wait in a limit's queue, and outages: PostgreSQL restarted (down shorter and longer than the lease),
+or SQLite's write lock held by another connection longer than the lease. Then it waits for every run
+to end and audits the store (``audit.py``).
 
 Run it from the pytest suite (``tests/chaos/test_chaos.py``) or directly, for longer local runs::
 
-    .venv/bin/python -m tests.chaos.driver            # the default (CI) plan
-    DURO_CHAOS_LONG=1 .venv/bin/python -m tests.chaos.driver
-    DURO_CHAOS_SEED=1234 ...                           # replay one run's random choices
-    DURO_CHAOS_RUNS=300 DURO_CHAOS_WINDOW=25 ...       # a quick one
+    .venv/bin/python -m tests.chaos.driver [postgresql|sqlite]   # the default (CI) plan
+    DURO_CHAOS_LONG=1 .venv/bin/python -m tests.chaos.driver sqlite
+    DURO_CHAOS_SEED=1234 ...                                     # replay one run's random choices
+    DURO_CHAOS_RUNS=300 DURO_CHAOS_WINDOW=25 ...                 # a quick one
 
-The random choices (which worker dies when, which runs are cancelled) come from one seed, printed
-with the figures. Timing still differs between two runs of one seed: the processes race.
+The random choices (which worker dies when, which runs are cancelled, when signals are sent) come
+from one seed, printed with the figures. Timing still differs between two runs of one seed: the
+processes race.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import dataclasses
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,206 +29,40 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
-
-from duro import ConcurrencyLimitError, Engine
-from tests.chaos.audit import SLOT_LOG, Report, audit
+from duro import ConcurrencyLimitError, DuroError, Engine
+from tests.chaos.audit import Report, audit
+from tests.chaos.database import Database, Error, SqliteDatabase, hold_sqlite_write_lock, wall_ms
+from tests.chaos.plan import Event, Plan, plan_from_env, schedule
+from tests.chaos.project.workflows.chaos import ANSWER
 from tests.chaos.sampler import Sampler
-from tests.support.pgserver import PgServer, dsn, start_server
+from tests.chaos.workers import LEASE, PROJECT, WorkerPool
+from tests.support.pgserver import PgServer, start_server
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-PROJECT = Path(__file__).resolve().parent / "project"
-WORKERS = 4
-LEASE, LEASE_S = "3s", 3.0
-POLL = "200ms"
-STALL_S = 4 * LEASE_S       # a running (not stopped) worker whose heartbeat is older than this is stalled
 SLOT_SETTLE_S = 5 + 15 + 10  # the longest max_hold, the 15 s safety pass, and a margin
-
-
-def wall_ms() -> int:
-    """Wall-clock milliseconds, the clock the workers stamp their effects with (same host)."""
-    return time.time_ns() // 1_000_000  # noqa: TID251 - a chaos log lines up with the workers' stamps
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How much chaos: runs started over ``window`` seconds while workers are killed every
-    ``kill_gap`` seconds, ``stops`` workers are stopped for ``stop_for`` seconds (past the 3 s lease)
-    and the server restarts ``pg_restarts`` times (modes and seconds down taken in turn from
-    ``pg_modes`` and ``pg_down``; down stays below the lease, so no lease lapses for it)."""
-
-    name: str
-    runs: int
-    window: float
-    kill_gap: tuple[float, float] = (4.0, 8.0)
-    stops: int = 2
-    stop_for: float = 7.0
-    pg_restarts: int = 1
-    pg_modes: tuple[str, ...] = ("fast",)
-    pg_down: tuple[float, ...] = (0.5,)
-    cancel_share: float = 0.02
-    tenants: int = 16
-    drain: float = 150.0
-    seed: int = 0
-
-
-DEFAULT = Plan("default", runs=1200, window=75.0)
-LONG = Plan("long", runs=10_000, window=720.0, stops=8, stop_for=8.0, pg_restarts=4,
-            pg_modes=("fast", "immediate"), pg_down=(0.5, 0.5, 0.0, 0.0), drain=300.0)
-
-
-def plan_from_env() -> Plan:
-    plan = LONG if os.environ.get("DURO_CHAOS_LONG") == "1" else DEFAULT
-    seed = int(os.environ.get("DURO_CHAOS_SEED") or random.SystemRandom().randrange(1, 1_000_000))
-    runs = int(os.environ.get("DURO_CHAOS_RUNS") or plan.runs)
-    window = float(os.environ.get("DURO_CHAOS_WINDOW") or plan.window)
-    return Plan(**{**plan.__dict__, "seed": seed, "runs": runs, "window": window})
-
-
-# -- the workers -----------------------------------------------------------------------------------
-
-@dataclass
-class Life:
-    """One worker process, from spawn to its end. ``fate``: killed (by the chaos), died (on its own),
-    stalled (alive but no heartbeat: killed and replaced), exited at start (the database unreachable
-    before its first heartbeat), or None (alive until the end)."""
-
-    slot: int
-    id: str
-    pid: int
-    log: Path
-    started_ms: int
-    ended_ms: int | None = None
-    fate: str | None = None
-    stops: list[tuple[int, int]] = field(default_factory=list)  # (SIGSTOP, SIGCONT) wall ms
-    started_at: float = field(default_factory=time.perf_counter)
-
-
-class WorkerPool:
-    def __init__(self, url: str, workdir: Path, effects: Path) -> None:
-        self.url, self.workdir = url, workdir
-        path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
-        self.env = {**os.environ, "PYTHONPATH": path, "CHAOS_EFFECTS_DIR": str(effects)}
-        self.procs: dict[int, tuple[subprocess.Popen, Life]] = {}
-        self.lives: list[Life] = []
-        self.stopped: dict[int, int] = {}  # slot -> wall ms of its SIGSTOP
-        self.findings: list[str] = []
-        self.startup_failures: list[str] = []  # exited before its first heartbeat: the database was down
-        self.seen: set[str] = set()            # workers whose heartbeat the sampler has seen
-        self._generation = 0
-
-    def spawn(self, slot: int) -> Life:
-        self._generation += 1
-        worker_id = f"chaos-w{slot}-{self._generation}"
-        log = self.workdir / f"{worker_id}.log"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "duro_devserver", "worker", str(PROJECT), "--database-url", self.url,
-                 "--lease", LEASE, "--poll-interval", POLL, "--worker-id", worker_id],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        life = Life(slot=slot, id=worker_id, pid=process.pid, log=log, started_ms=wall_ms())
-        self.procs[slot] = (process, life)
-        self.lives.append(life)
-        return life
-
-    def start(self) -> None:
-        for slot in range(WORKERS):
-            self.spawn(slot)
-
-    def running_slots(self) -> list[int]:
-        return [slot for slot in self.procs if slot not in self.stopped]
-
-    def _end(self, slot: int, fate: str) -> None:
-        process, life = self.procs.pop(slot)
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        life.ended_ms, life.fate = wall_ms(), fate
-        if slot in self.stopped:  # a stopped worker killed (a stall found at SIGCONT, say)
-            life.stops.append((self.stopped.pop(slot), life.ended_ms))
-
-    def kill(self, slot: int) -> Life:
-        """SIGKILL the worker in ``slot`` and start its replacement at once."""
-        self._end(slot, "killed")
-        return self.spawn(slot)
-
-    def stop(self, slot: int) -> None:
-        self.procs[slot][0].send_signal(signal.SIGSTOP)
-        self.stopped[slot] = wall_ms()
-
-    def cont(self, slot: int) -> None:
-        process, life = self.procs[slot]
-        process.send_signal(signal.SIGCONT)
-        life.stops.append((self.stopped.pop(slot), wall_ms()))
-
-    def check(self, ages: dict[str, tuple[int, int]]) -> None:
-        """Replace workers that died on their own, or live on without a heartbeat: both are findings."""
-        self.seen.update(ages)
-        for slot, (process, life) in list(self.procs.items()):
-            exited = process.poll() is not None
-            if exited and life.id not in self.seen and "cannot open the database" in tail(life.log):
-                self.startup_failures.append(f"{life.id} (exit code {process.returncode})")
-                self._end(slot, "exited at start")
-                self.spawn(slot)
-                continue
-            if process.poll() is not None:
-                self.findings.append(f"worker {life.id} (pid {life.pid}) died on its own, exit code "
-                                     f"{process.returncode}: {tail(life.log)}")
-                self._end(slot, "died")
-                self.spawn(slot)
-                continue
-            if slot in self.stopped or life.id not in ages:
-                continue
-            age_s = ages[life.id][1] / 1000
-            resumed = max([cont for _, cont in life.stops] + [0])
-            if age_s > STALL_S and time.perf_counter() - life.started_at > STALL_S \
-                    and wall_ms() - resumed > STALL_S * 1000:
-                self.findings.append(f"worker {life.id} (pid {life.pid}) is alive but its heartbeat is "
-                                     f"{age_s:.1f}s old (lease {LEASE}): replaced. Log: {tail(life.log)}")
-                self._end(slot, "stalled")
-                self.spawn(slot)
-
-    def shutdown(self) -> None:
-        for slot in list(self.stopped):
-            self.cont(slot)
-        for process, _ in self.procs.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process, life in list(self.procs.values()):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                self.findings.append(f"worker {life.id} did not stop within 20 s of SIGTERM")
-            life.ended_ms = wall_ms()
-
-
-def tail(path: Path, lines: int = 12) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    return " | ".join(text[-lines:]) or "(empty log)"
+TARGET_PATIENCE_S = 8.0      # how long a SIGSTOP looks for a worker owning a run in its state
 
 
 # -- the client starting runs ----------------------------------------------------------------------
 
-WORKFLOWS = ["chaos.call"] * 8 + ["chaos.sync"] * 5 + ["chaos.parent"] * 7  # by n % 20
+# by n % 20; n % 10 == 3 (a call and a parent) waits at most 1.5 s for its slots
+WORKFLOWS = ["chaos.call"] * 7 + ["chaos.sync"] * 3 + ["chaos.ask"] * 3 + ["chaos.parent"] * 7
 
 
 class Starter(threading.Thread):
     """Starts ``plan.runs`` top-level runs through a client engine (never entered) at an even pace,
-    each on the next tenant whose quota admits it; cancels a few of them a moment later."""
+    each on the next tenant whose quota admits it; cancels a few of them a moment later, and sends
+    each ``chaos.ask`` run its ``answer`` signal 0.5-3 s after its start."""
 
-    def __init__(self, url: str, plan: Plan, rng: random.Random) -> None:
+    def __init__(self, url: str, plan: Plan) -> None:
         super().__init__(daemon=True, name="chaos-starter")
-        self.url, self.plan, self.rng = url, plan, rng
+        self.url, self.plan = url, plan
+        self.rng = random.Random(f"starter {plan.seed}")  # its own: the driver's thread draws from another
         self.started: list[str] = []
         self.cancelled: list[str] = []
+        self.signalled: list[str] = []
         self.refused = 0
-        self.errors: list[str] = []  # start or cancel calls that failed (the server restarting)
+        self.errors: list[str] = []  # start, cancel or signal calls that failed (the store away): retried
         self.failure: BaseException | None = None
         self.halt = threading.Event()
         self.seconds = 0.0
@@ -244,7 +80,7 @@ class Starter(threading.Thread):
         loop = asyncio.get_running_loop()
         began = loop.time()
         give_up_at = began + self.plan.window * 1.6
-        cancels: list[asyncio.Task[None]] = []
+        later: list[asyncio.Task[None]] = []
         tenant = 0
         try:
             for n in range(self.plan.runs):
@@ -259,10 +95,13 @@ class Starter(threading.Thread):
                 else:
                     break
                 self.started.append(run_id)
+                if WORKFLOWS[n % 20] == "chaos.ask":
+                    later.append(asyncio.create_task(self._signal_later(client, run_id,
+                                                                        self.rng.uniform(0.5, 3.0))))
                 if self.rng.random() < self.plan.cancel_share:
-                    cancels.append(asyncio.create_task(self._cancel_later(client, run_id,
-                                                                          self.rng.uniform(0.1, 3.0))))
-            await asyncio.gather(*cancels)
+                    later.append(asyncio.create_task(self._cancel_later(client, run_id,
+                                                                        self.rng.uniform(0.1, 3.0))))
+            await asyncio.gather(*later)
         finally:
             client.close()
 
@@ -271,61 +110,80 @@ class Starter(threading.Thread):
             tenant = (first + k) % self.plan.tenants
             job = {"id": run_id, "tenant": f"t{tenant:02d}", "n": n,
                    "patience": "1500ms" if n % 10 == 3 else "60s"}
-            for _attempt in range(100):  # the same run id again after an error: idempotent
+            for _attempt in range(150):  # the same run id again after an error: idempotent
                 try:
                     await client.start(WORKFLOWS[n % 20], job, run_id=run_id)
                     return tenant
                 except ConcurrencyLimitError:
                     self.refused += 1
                     break
-                except Exception as err:  # noqa: BLE001 - the server restarting: try again
+                except Exception as err:  # noqa: BLE001 - the store away: try again
                     self.errors.append(f"start {run_id}: {type(err).__name__}: {str(err)[:120]}")
                     await asyncio.sleep(0.1)
         return None
 
     async def _cancel_later(self, client: Engine, run_id: str, delay: float) -> None:
         await asyncio.sleep(delay)
-        for _attempt in range(100):
+        for _attempt in range(150):
             try:
                 await client.cancel(run_id)
                 self.cancelled.append(run_id)
                 return
-            except Exception as err:  # noqa: BLE001 - the server restarting: try again
+            except Exception as err:  # noqa: BLE001 - the store away: try again
                 self.errors.append(f"cancel {run_id}: {type(err).__name__}: {str(err)[:120]}")
+                await asyncio.sleep(0.1)
+
+    async def _signal_later(self, client: Engine, run_id: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        for _attempt in range(150):
+            try:
+                await client.signal(run_id, ANSWER, {"n": run_id})
+                self.signalled.append(run_id)
+                return
+            except DuroError as err:
+                if "signals reach only runs that have not finished" in str(err):
+                    return  # cancelled meanwhile
+                self.errors.append(f"signal {run_id}: {type(err).__name__}: {str(err)[:120]}")
+                await asyncio.sleep(0.1)
+            except Exception as err:  # noqa: BLE001 - the store away: try again
+                self.errors.append(f"signal {run_id}: {type(err).__name__}: {str(err)[:120]}")
                 await asyncio.sleep(0.1)
 
 
 # -- the chaos -------------------------------------------------------------------------------------
 
-def schedule(plan: Plan, rng: random.Random) -> list[tuple[float, str]]:
-    """(seconds from the start, action): kills at random gaps; stops and server restarts spread
-    evenly over the window (each stop's SIGCONT follows ``stop_for`` seconds later)."""
-    events: list[tuple[float, str]] = []
-    at = rng.uniform(*plan.kill_gap)
-    while at < plan.window:
-        events.append((at, "kill"))
-        at += rng.uniform(*plan.kill_gap)
-    specials = ["stop"] * plan.stops + ["pg"] * plan.pg_restarts
-    rng.shuffle(specials)
-    if "pg" in specials and specials[0] != "pg" and plan.pg_restarts == 1:
-        specials.remove("pg")  # a lone restart goes in the middle of the window
-        specials.insert(len(specials) // 2, "pg")
-    span = plan.window / (len(specials) + 1)
-    for i, kind in enumerate(specials):
-        at = span * (i + 1) + rng.uniform(-0.2, 0.2) * span
-        events.append((at, kind))
-    return sorted(events)
+# A worker owning a run that is, right now: asleep (its last step a sleep that ends in more than
+# 0.3 s), parked on a signal, or waiting in a limit's queue. Columns: owner, run, what it waits for.
+OWNERS_IN_STATE = {
+    "sleep": "SELECT r.owner, r.id, 'its sleep ends in ' || CAST(s.wake_at - {now} AS TEXT) || ' ms' "
+             "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
+             "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'sleep' "
+             "AND s.status = 'waiting' AND s.wake_at > {now} + 300 "
+             "AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
+    "signal": "SELECT r.owner, r.id, 'waiting for signal ' || s.name "
+              "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
+              "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'signal' "
+              "AND s.status = 'waiting' AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
+    "queue": "SELECT r.owner, r.id, 'waiting in the queue of ' || q.limit_name "
+             "FROM duro_slots q JOIN duro_runs r ON r.id = q.run_id "
+             "WHERE q.state = 'waiting' AND r.owner IS NOT NULL "
+             "AND r.status NOT IN ('completed', 'failed', 'cancelled')",
+}
 
 
 @dataclass
 class Timeline:
     kills: int = 0
-    stops: int = 0
-    pg_restarts: list[str] = field(default_factory=list)  # "fast 0.21s", ...
-    log: list[str] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)    # "sleep: chaos-w2-5 owning r000123 (...)"
+    outages: list[str] = field(default_factory=list)  # "PostgreSQL fast, down 6.5s (7.31s in all)"
+    missed_targets: list[str] = field(default_factory=list)  # states no stopped worker owned a run in
+    log: list[tuple[float, str]] = field(default_factory=list)  # (seconds from the start, what happened)
 
     def note(self, at: float, text: str) -> None:
-        self.log.append(f"{at:7.1f}s {text}")
+        self.log.append((at, text))
+
+    def lines(self) -> list[str]:
+        return [f"{at:7.1f}s {text}" for at, text in sorted(self.log)]
 
 
 class Driver:
@@ -335,30 +193,16 @@ class Driver:
         self.workdir = workdir
         self.effects = workdir / "effects"
         self.effects.mkdir(parents=True, exist_ok=True)
-        self._own_server = server is None
+        self._own_server = server is None and plan.store == "postgresql"
         self.server = server
         self.timeline = Timeline()
-        self._conn: psycopg.Connection | None = None
-
-    # -- plumbing --------------------------------------------------------------------------------
-
-    def _scalar(self, sql: str) -> int:
-        for _attempt in range(50):
-            try:
-                if self._conn is None:
-                    self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
-                return self._conn.execute(sql).fetchone()[0]
-            except psycopg.OperationalError:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
-                threading.Event().wait(0.2)
-        raise AssertionError(f"the database did not answer: {sql}")
-
-    # -- the run ---------------------------------------------------------------------------------
+        self.outages: list[threading.Thread] = []
+        self.began = time.perf_counter()  # the chaos's start, which the timeline counts from
 
     def run(self) -> Report:
         began = time.perf_counter()
+        if self.plan.store == "sqlite":
+            return self._run(f"sqlite:///{self.workdir / 'chaos.db'}", began)
         if self.server is None:
             self.server = start_server(durable=True)  # immediate restarts must not lose acknowledged commits
         database = self.server.create_database()
@@ -371,17 +215,16 @@ class Driver:
                 self.server.drop_database(database)
 
     def _run(self, url: str, began: float) -> Report:
-        self.url, self.dsn = url, dsn(url)
+        self.db = Database.for_url(url)
         schema = Engine.from_project(PROJECT, database_url=url)
         schema.store.create_schema()  # the sampler reads the tables from the first instant
         capacities = {name: config.capacity for name, config in schema.workspace.limits.items()}
         quota_limits = quota_limits_of(schema)
         schema.close()
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(SLOT_LOG)
-        pool = WorkerPool(url, self.workdir, self.effects)
-        sampler = Sampler(self.dsn)
-        starter = Starter(url, self.plan, self.rng)
+        self.db.install_slot_log()
+        pool = WorkerPool(url, self.plan.workers, self.workdir, self.effects)
+        sampler = Sampler(url)
+        starter = Starter(url, self.plan)
         waits: dict[str, float] = {}
         try:
             sampler.start()
@@ -391,25 +234,26 @@ class Driver:
             self._chaos(pool, sampler, starter, chaos_began)
             starter.halt.set()
             starter.join(timeout=60)
+            for outage in self.outages:
+                outage.join(timeout=60)
             for slot in list(pool.stopped):
                 pool.cont(slot)
             waits["chaos"] = time.perf_counter() - chaos_began
             drain_began = time.perf_counter()
-            waits["drain"] = self._wait("every run ending", lambda: self._scalar(
+            waits["drain"] = self._wait("every run ending", lambda: self.db.scalar(
                 "SELECT count(*) FROM duro_runs WHERE status NOT IN ('completed', 'failed', 'cancelled')")
                 == 0, self.plan.drain, pool, sampler, drain_began)
             settle_began = time.perf_counter()
-            waits["slots"] = self._wait("every slot coming back", lambda: self._scalar(
+            waits["slots"] = self._wait("every slot coming back", lambda: self.db.scalar(
                 "SELECT count(*) FROM duro_slots WHERE state IN ('waiting', 'reserved', 'busy')") == 0,
                 SLOT_SETTLE_S, pool, sampler, settle_began)
         finally:
             sampler.stop.set()
             sampler.join(timeout=10)
             pool.shutdown()
-            if self._conn is not None:
-                self._conn.close()
-        return audit(self.dsn, self.effects, plan=self.plan, lives=pool.lives, worst=sampler.worst,
-                     capacities=capacities, quota_limits=quota_limits, starter=starter,
+            self.db.close()
+        return audit(Database.for_url(url), self.effects, plan=self.plan, lives=pool.lives,
+                     worst=sampler.worst, capacities=capacities, quota_limits=quota_limits, starter=starter,
                      timeline=self.timeline, findings=pool.findings,
                      startup_failures=pool.startup_failures, waits=waits,
                      seconds=time.perf_counter() - began)
@@ -430,52 +274,86 @@ class Driver:
         return time.perf_counter() - began
 
     def _chaos(self, pool: WorkerPool, sampler: Sampler, starter: Starter, began: float) -> None:
-        events: list[tuple[float, str, int]] = [(at, kind, -1) for at, kind in schedule(self.plan, self.rng)]
-        pg_modes = list(self.plan.pg_modes)
+        events = schedule(self.plan, self.rng)
+        self.began = began
         pace = threading.Event()
         while events or starter.is_alive():
             now = time.perf_counter() - began
-            while events and events[0][0] <= now:
-                _, kind, slot = events.pop(0)
-                stopped = self._act(kind, slot, pool, pg_modes, now)
-                if stopped is not None:
-                    events = sorted([*events, (now + self.plan.stop_for, "cont", stopped)])
+            while events and events[0].at <= now:
+                follow = self._act(events.pop(0), pool, now)
+                if follow is not None:
+                    events = sorted([*events, follow], key=lambda e: e.at)
             pool.check(sampler.ages())
             if not events and now > self.plan.window * 1.7:
                 starter.halt.set()
             pace.wait(0.1)
 
-    def _act(self, kind: str, slot: int, pool: WorkerPool, pg_modes: list[str], now: float) -> int | None:
-        """Do one chaos action; a stop returns the slot stopped (its SIGCONT is scheduled)."""
+    def _act(self, event: Event, pool: WorkerPool, now: float) -> Event | None:
+        """Do one chaos action; returns the event that follows it, if any (a stop's SIGCONT, or the
+        stop again a moment later while no worker owns a run in its state)."""
         timeline = self.timeline
-        if kind == "kill":
-            running = pool.running_slots()
-            slot = self.rng.choice(running)
+        if event.kind == "kill":
+            slot = self.rng.choice(pool.running_slots())
             victim = pool.procs[slot][1]
             replacement = pool.kill(slot)
             timeline.kills += 1
             timeline.note(now, f"SIGKILL {victim.id} (pid {victim.pid}); started {replacement.id}")
-        elif kind == "stop":
-            slot = self.rng.choice(pool.running_slots())
+        elif event.kind == "stop":
+            state = str(event.arg)
+            target = self._find_owner(state, pool)
+            due = event.at if event.due is None else event.due
+            if target is None and now - due < TARGET_PATIENCE_S:
+                return dataclasses.replace(event, at=now + 0.25, due=due)
+            if target is None:
+                slot = self.rng.choice(pool.running_slots())
+                why = f"{state}: no worker owned a run in that state for {TARGET_PATIENCE_S:.0f}s; " \
+                      f"stopped {pool.procs[slot][1].id} instead"
+                timeline.missed_targets.append(state)
+            else:
+                slot, run_id, waits_for = target
+                why = f"{state}: {pool.procs[slot][1].id} owning {run_id} ({waits_for})"
             pool.stop(slot)
-            timeline.stops += 1
-            timeline.note(now, f"SIGSTOP {pool.procs[slot][1].id} for {self.plan.stop_for:.0f}s "
-                               f"(lease {LEASE})")
-            return slot
-        elif kind == "cont" and slot in pool.stopped:
-            pool.cont(slot)
-            timeline.note(now, f"SIGCONT {pool.procs[slot][1].id}")
-        elif kind == "pg":
-            done = len(timeline.pg_restarts)
-            mode = pg_modes[done % len(pg_modes)]
-            down = self.plan.pg_down[done % len(self.plan.pg_down)]
-            began = time.perf_counter()
-            assert self.server is not None
-            self.server.restart(mode, down=down)
-            took = time.perf_counter() - began
-            timeline.pg_restarts.append(f"{mode} {took:.2f}s")
-            timeline.note(now, f"PostgreSQL restarted ({mode}, down {down:.1f}s, {took:.2f}s in all)")
+            timeline.stops.append(why)
+            timeline.note(now, f"SIGSTOP for {self.plan.stop_for:.0f}s (lease {LEASE}), target {why}")
+            return Event(now + self.plan.stop_for, "cont", slot)
+        elif event.kind == "cont" and event.arg in pool.stopped:
+            pool.cont(int(event.arg))
+            timeline.note(now, f"SIGCONT {pool.procs[int(event.arg)][1].id}")
+        elif event.kind == "outage":
+            kind, seconds = self.plan.outages[int(event.arg)]
+            what = "SQLite write lock held" if kind == "lock" else f"PostgreSQL {kind} restart, down"
+            timeline.note(now, f"outage begins: {what} {seconds:.1f}s")
+            outage = threading.Thread(target=self._outage, args=(kind, seconds), daemon=True,
+                                      name="chaos-outage")
+            outage.start()
+            self.outages.append(outage)
         return None
+
+    def _find_owner(self, state: str, pool: WorkerPool) -> tuple[int, str, str] | None:
+        """A running worker's slot that owns a run in ``state``, the run and what it waits for (chosen
+        at random among them), or None."""
+        try:
+            rows = self.db.rows(OWNERS_IN_STATE[state].format(now=wall_ms()))
+        except Error:
+            return None  # the database away: look again in a moment
+        found = sorted((slot, run_id, waits_for) for owner, run_id, waits_for in rows
+                       if (slot := pool.running_slot_of(owner)) is not None)
+        return self.rng.choice(found) if found else None
+
+    def _outage(self, kind: str, seconds: float) -> None:
+        """In a thread of its own (the chaos goes on meanwhile): restart PostgreSQL, down ``seconds``,
+        or hold SQLite's write lock ``seconds``."""
+        began = time.perf_counter()
+        if kind == "lock":
+            assert isinstance(self.db, SqliteDatabase)
+            waited, held = hold_sqlite_write_lock(self.db.path, seconds)
+            what = f"SQLite write lock held {held:.1f}s (waited {waited:.1f}s for it)"
+        else:
+            assert self.server is not None
+            self.server.restart(kind, down=seconds)
+            what = f"PostgreSQL {kind} restart, down {seconds:.1f}s ({time.perf_counter() - began:.2f}s in all)"
+        self.timeline.outages.append(what)
+        self.timeline.note(time.perf_counter() - self.began, f"outage over: {what}")
 
 
 class _Probe:
@@ -494,9 +372,10 @@ def quota_limits_of(engine: Engine) -> dict[str, int]:
 
 
 def main() -> int:
-    plan = plan_from_env()
+    store = sys.argv[1] if len(sys.argv) > 1 else "postgresql"
+    plan = plan_from_env(store)
     workdir = Path(tempfile.mkdtemp(prefix="duro-chaos-"))
-    print(f"chaos: plan {plan.name}, seed {plan.seed}, work files in {workdir}", flush=True)
+    print(f"chaos: plan {plan.name} on {plan.store}, seed {plan.seed}, work files in {workdir}", flush=True)
     report = Driver(plan, workdir).run()
     print(report.text())
     return 0 if report.ok else 1

@@ -1,14 +1,17 @@
-"""The independent sampler: its own psycopg connection, reading the store's tables in a loop while
-the chaos goes on, and keeping the worst of what it saw.
+"""The independent sampler: its own connection (``database.py``: psycopg, or a read-only ``sqlite3``
+connection that never holds a lock), reading the store's tables in a loop while the chaos goes on,
+and keeping the worst of what it saw.
 
-Each check is one SQL statement, so it reads one consistent snapshot (PostgreSQL, READ COMMITTED):
+Each check is one SQL statement, so it reads one consistent snapshot (PostgreSQL, READ COMMITTED;
+SQLite, a WAL read transaction of its own):
 
 - quotas: per ``concurrency_key``, the runs in the counted statuses (every unfinished one);
 - limits: per limit, the slot rows ``busy`` and ``reserved`` (and the counts on the limit's row,
   which must match the rows), and FIFO: every slot handed out (reserved or busy) has a queue
   position ``pos`` below every waiting one — a grant never skips a waiter;
-- workers: the age of each worker's heartbeat, on the database's clock;
-- the oldest open transaction (a worker stopped inside one holds its locks: a figure, not a check).
+- workers: the age of each worker's heartbeat (on PostgreSQL's clock; on SQLite, this host's);
+- the oldest open transaction (a worker stopped inside one holds its locks: a figure, not a check;
+  PostgreSQL only, SQLite has no view of its connections).
 
 While the server restarts the sampler reconnects; the gaps are counted and reported.
 """
@@ -20,7 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import psycopg
+from tests.chaos.database import Database, Error, wall_ms
 
 QUOTAS = ("SELECT concurrency_key, count(*) FROM duro_runs WHERE concurrency_key IS NOT NULL "
           "AND status IN ('pending', 'running', 'suspended', 'blocked') GROUP BY concurrency_key")
@@ -39,8 +42,11 @@ OLDEST_TRANSACTION = ("SELECT extract(epoch FROM clock_timestamp() - xact_start)
                       "left(query, 160) FROM pg_stat_activity WHERE datname = current_database() "
                       "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL AND state <> 'idle' "
                       "ORDER BY xact_start LIMIT 1")
-HEARTBEATS = ("SELECT id, pid, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - heartbeat_at "
-              "FROM duro_workers")
+HEARTBEATS = {
+    "postgresql": "SELECT id, pid, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - heartbeat_at "
+                  "FROM duro_workers",
+    "sqlite": "SELECT id, pid, {now} - heartbeat_at FROM duro_workers",
+}
 
 
 @dataclass
@@ -66,9 +72,9 @@ class Worst:
 
 
 class Sampler(threading.Thread):
-    def __init__(self, dsn: str, interval: float = 0.02) -> None:
+    def __init__(self, url: str, interval: float = 0.02) -> None:
         super().__init__(daemon=True, name="chaos-sampler")
-        self.dsn = dsn
+        self.db = Database.for_url(url)
         self.interval = interval
         self.stop = threading.Event()
         self.worst = Worst()
@@ -76,30 +82,23 @@ class Sampler(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        conn = None
         last_ok = time.perf_counter()
         while not self.stop.is_set():
             try:
-                if conn is None:
-                    conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=2)
-                self._sample(conn)
+                self._sample()
                 now = time.perf_counter()
                 self.worst.longest_gap = max(self.worst.longest_gap, now - last_ok)
                 last_ok = now
-            except psycopg.Error:
+            except Error:
                 self.worst.failed_reads += 1
-                if conn is not None:
-                    conn.close()
-                    conn = None
             self.stop.wait(self.interval)
-        if conn is not None:
-            conn.close()
+        self.db.close()
 
-    def _sample(self, conn: psycopg.Connection) -> None:
-        worst = self.worst
-        for key, active in conn.execute(QUOTAS).fetchall():
+    def _sample(self) -> None:
+        worst, db = self.worst, self.db
+        for key, active in db.rows(QUOTAS):
             worst.quota_max[key] = max(worst.quota_max[key], active)
-        for name, *counts, top_granted, first_waiting in conn.execute(LIMITS).fetchall():
+        for name, *counts, top_granted, first_waiting in db.rows(LIMITS):
             on_row, in_slots = tuple(counts[:3]), tuple(counts[3:])  # (busy, reserved, waiting) twice
             worst.held_max[name] = max(worst.held_max[name], in_slots[0] + in_slots[1])
             worst.counter_max[name] = max(worst.counter_max[name], on_row[0] + on_row[1])
@@ -112,11 +111,13 @@ class Sampler(threading.Thread):
                 worst.fifo_violations += 1
                 worst.note(f"{name}: a slot at queue position {top_granted} is handed out while position "
                            f"{first_waiting} still waits")
-        oldest = conn.execute(OLDEST_TRANSACTION).fetchone()
-        if oldest is not None and float(oldest[0]) > worst.oldest_transaction:
-            worst.oldest_transaction = float(oldest[0])
-            worst.oldest_transaction_was = f"{oldest[1]}, waiting on {oldest[2] or 'nothing'}: {oldest[3]}"
-        ages = {worker_id: (pid, age) for worker_id, pid, age in conn.execute(HEARTBEATS).fetchall()}
+        if db.dialect == "postgresql":
+            for seconds, state, waits_on, query in db.rows(OLDEST_TRANSACTION):
+                if float(seconds) > worst.oldest_transaction:
+                    worst.oldest_transaction = float(seconds)
+                    worst.oldest_transaction_was = f"{state}, waiting on {waits_on or 'nothing'}: {query}"
+        heartbeats = HEARTBEATS[db.dialect].format(now=wall_ms())
+        ages = {worker_id: (pid, age) for worker_id, pid, age in db.rows(heartbeats)}
         with self.lock:
             self.heartbeat_age = ages
         worst.samples += 1

@@ -1,5 +1,5 @@
 """The chaos workflows: a per-tenant quota on every top-level run, both limits, short durable
-sleeps, children, and steps that leave a mark outside duro (``effects.mark``) each time they execute.
+sleeps, signals, children, and steps that leave a mark outside duro (``effects.mark``) each time they execute.
 
 Every run is started with ``run_id == job.id`` (children too), so a step knows its run from its
 argument. Each step name occurs at most once per run: ``(run id, step name)`` names one step.
@@ -21,6 +21,7 @@ from duro import (
     release_slot,
     sleep,
     step,
+    wait_for_signal,
     with_limit,
     workflow,
 )
@@ -29,6 +30,7 @@ from .effects import mark
 
 TENANT_LIMIT = 4  # runs of one tenant active at once (top-level runs)
 KIDS_LIMIT = 2    # children of one tenant active at once
+ANSWER = "answer"  # the signal a chaos.ask run waits for (the driver's client sends it)
 
 
 class Job(BaseModel):
@@ -95,6 +97,16 @@ def merge(run_id: str) -> str:
 
 
 @step
+def question(run_id: str) -> str:
+    return mark(run_id, "question")
+
+
+@step
+async def reply(run_id: str) -> str:
+    return mark(run_id, "reply")
+
+
+@step
 def prepare(run_id: str) -> str:
     return mark(run_id, "prepare")
 
@@ -141,6 +153,18 @@ async def sync(job: Job) -> str:
     await sleep(pause(job.n + 1, 200, 2000))
     await ack(job.id)
     return "pushed"
+
+
+@workflow(name="chaos.ask", concurrency=TENANT)
+async def ask(job: Job) -> str:
+    """Asks, then waits (suspended) for the ``answer`` signal the client sends a moment later."""
+    await question(job.id)
+    answer = await wait_for_signal(ANSWER, timeout="60s")
+    if answer is None:
+        return "unanswered"
+    await sleep(pause(job.n, 100, 500))
+    await reply(job.id)
+    return "answered"
 
 
 @workflow(name="chaos.leaf", concurrency=KIDS)
