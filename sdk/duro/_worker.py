@@ -135,7 +135,6 @@ class Worker:
         self._monotonic = self.clock.monotonic_ms
         self._beating: asyncio.Future[None] | None = None  # the heartbeat in flight, if any
         self._beat_executor: ThreadPoolExecutor | None = None  # the heartbeat's own thread
-        self.lost_runs = 0  # runs dropped because this worker's row was gone (condemned)
 
     # -- I/O and time ----------------------------------------------------------------------------
 
@@ -512,14 +511,10 @@ class Worker:
         self.wake()
 
     def drop_all(self) -> int:
-        """Stop every run this worker executes, at once: none of them may run any more of its code
-        here (their next durable call, or the end of their wait, raises ``LostRun``)."""
-        for task, ctx in self.live.values():
-            if ctx.fatal is None:
-                ctx.fatal = LostRun(ctx.run_id)
-            task.cancel()
-        self.lost_runs += len(self.live)
-        return len(self.live)
+        """Stop every run this worker executes, at once (see ``notify_lost``); how many there were."""
+        held = list(self.live)
+        self.notify_lost(held)
+        return len(held)
 
     async def _heartbeat_loop(self) -> None:
         """Keep the lease, every third of it, in a thread of its own: store calls blocked behind
@@ -580,7 +575,8 @@ class Worker:
         self.wake()
 
     def notify_lost(self, run_ids: list[str]) -> None:
-        """These runs are no longer ours (ended elsewhere): they stop at once, and run no more code."""
+        """These runs are no longer ours (ended elsewhere, or taken over): they stop at once and run
+        no more code here (their next durable call, or the end of their wait, raises ``LostRun``)."""
         for run_id in run_ids:
             live = self.live.get(run_id)
             if live is not None:
