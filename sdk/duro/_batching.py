@@ -15,8 +15,54 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-# where a write's outcome goes: the future its writer awaits
-Sink = asyncio.Future[Any]
+# told of a write that did not take: its result (``False``: fenced) or the exception it raised
+Refused = Callable[[Any], None]
+
+
+class Pending:
+    """A write its caller goes on without awaiting (``GroupCommit.write_nowait``). Its outcome is
+    set when the write commits, synchronously: no future and no loop callback on the hot path. The
+    caller asks for it later (``outcome()``, which waits only if it has not committed yet), and
+    ``on_refused`` hears at once of a write that did not take."""
+
+    __slots__ = ("done", "result", "error", "_on_refused", "_waiter")
+
+    def __init__(self, on_refused: Refused | None) -> None:
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._on_refused = on_refused
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def took(self) -> bool:
+        """Committed and not refused (so far as is known now)."""
+        return self.done and self.error is None and self.result is True
+
+    async def outcome(self) -> Any:
+        """The write's result once it has committed; its exception if it failed."""
+        if not self.done:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        self.done, self.result, self.error = True, result, error
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if self._on_refused is not None and (error is not None or result is not True):
+            self._on_refused(error if error is not None else result)
+
+    def cancel(self) -> None:
+        """The write was dropped (the engine abandoned): whoever waits for it stops waiting."""
+        if self._waiter is not None:
+            self._waiter.cancel()
+
+
+# where a write's outcome goes: the future its writer awaits, or a nowait write's Pending
+Sink = asyncio.Future[Any] | Pending
 
 
 class GroupCommit:
@@ -25,8 +71,9 @@ class GroupCommit:
         self._store = store
         self._call = call  # the engine's way to call the store (in a thread; inline under the harness)
         self._max_batch = max_batch
-        # each write with the future its writer awaits
+        # each write with where its outcome goes
         self._pending: list[tuple[str, tuple[Any, ...], Sink]] = []
+        self._detached: set[asyncio.Task[None]] = set()  # nowait writes made alone
         self._flushing: asyncio.Task[None] | None = None
         # the methods its apply_batch takes (record_step and finish_run unless the store says more)
         self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))
@@ -46,6 +93,22 @@ class GroupCommit:
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
         return future
+
+    def write_nowait(self, method: str, *args: Any, on_refused: Refused | None = None) -> Pending:
+        """Queue a write the caller does not wait for now: only where nothing the caller does next
+        depends on it (a sleep's record, which commits while the run sleeps; a sleep's end). The
+        returned :class:`Pending` tells its outcome; ``on_refused`` hears of a write that did not
+        take (its result when that is not ``True``, or the exception it raised)."""
+        pending = Pending(on_refused)
+        if method not in self._batched:
+            task = asyncio.get_running_loop().create_task(self._one(method, args, pending))
+            self._detached.add(task)
+            task.add_done_callback(self._detached.discard)
+            return pending
+        self._pending.append((method, args, pending))
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+        return pending
 
     def abandon(self) -> None:
         """Drop writes not yet committed, as a process that dies here would."""
@@ -82,8 +145,11 @@ class GroupCommit:
 
 
 def _tell(sink: Sink, result: Any, error: BaseException | None) -> None:
-    """A write's outcome to its writer's future (unless the writer gave up waiting)."""
-    if not sink.done():
+    """A write's outcome to its writer's future (unless the writer gave up waiting), or to the
+    Pending of a write nobody awaits."""
+    if isinstance(sink, Pending):
+        sink.settle(result, error)
+    elif not sink.done():
         if error is not None:
             sink.set_exception(error)
         else:

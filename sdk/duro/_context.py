@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import _current, _limits
+from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
@@ -185,15 +186,14 @@ class RunContext:
         seq, rec = self._take_seq("sleep", "sleep")
         if rec is not None and rec.status == "completed":
             return
-        recorded: asyncio.Future[Any] | None = None
+        recorded: Pending | None = None
         if rec is None:
             started = self._now()
             rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
-            # The sleep's record commits while the run sleeps, and is awaited when it wakes. A record
-            # that does not take ends the sleep at once, with why (see _check_recorded).
-            recorded = asyncio.ensure_future(self.engine.progress.write(
-                "record_step", self.run_id, self.worker.id, rec, "suspended", rec.wake_at, started))
-            recorded.add_done_callback(self._check_recorded)
+            # The sleep's record commits while the run sleeps (it waits anyway), and the run makes
+            # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
+            recorded = self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, rec,
+                                                         "suspended", rec.wake_at, started, on_refused=self._refused)
             self.engine.events.emit("step.waiting", self.run_id, started, self.workflow, seq=seq,
                                     step_kind="sleep", name="sleep")
         assert rec.wake_at is not None
@@ -206,28 +206,25 @@ class RunContext:
             raise
         finally:
             self._asleep = False
-        if recorded is not None and await recorded is not True:
+        if recorded is not None and not recorded.took and await recorded.outcome() is not True:
             raise LostRun(self.run_id)
+        await self.resume()  # a run taken over while we slept stops here: our lease ran out first
         # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running.
-        # Awaited, and fenced: a run taken over while we slept stops here.
+        # Nothing later depends on that write: lost in a crash, the replay finds the sleep over (a
+        # later record exists, or its time has passed) and goes on exactly as the run did. So the run
+        # goes on while it commits; a write that does not take stops the run at once.
         woke = self._now()
-        if not await self.engine.progress.write("record_step", self.run_id, self.worker.id, None, "running",
-                                                None, woke):
-            raise LostRun(self.run_id)
-        await self.resume()
+        self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None,
+                                          woke, on_refused=self._refused)
         self.engine.events.emit("step.completed", self.run_id, woke, self.workflow, seq=seq,
                                 step_kind="sleep", name="sleep")
 
-    def _check_recorded(self, recorded: asyncio.Future[Any]) -> None:
-        """A sleep's record did not take: the run stops at once if it still sleeps (fenced: another
-        worker owns it; refused by the store: the run fails with the store's error)."""
-        if recorded.cancelled():
-            return
-        error = recorded.exception()
-        if error is None and recorded.result() is True:
-            return
+    def _refused(self, why: Any) -> None:
+        """A write the run did not wait for did not take (fenced: another worker owns the run, or it
+        was cancelled; or the store failed it): the run stops with why — at once if it sleeps, else
+        before any more of its code runs (``resume`` and every durable call raise ``fatal``)."""
         if self.fatal is None:
-            self.fatal = error if error is not None else LostRun(self.run_id)
+            self.fatal = why if isinstance(why, BaseException) else LostRun(self.run_id)
         live = self.worker.live.get(self.run_id)
         if self._asleep and live is not None and live[1] is self:
             live[0].cancel()
