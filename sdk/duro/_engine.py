@@ -45,6 +45,7 @@ from .store import (
     SqlStore,
     StepRecord,
     Store,
+    WouldWait,
     settle_sleeps,
 )
 
@@ -101,6 +102,8 @@ class Engine:
         # and HTTP requests go on. Only the harness runs them inline (duro.testing.run_store_inline):
         # a private in-memory store no other process can lock, under a simulated clock.
         self._inline_db = False
+        # SQLite's calls are tried on the loop first, never waiting for a lock (see db)
+        self._now_or_never = self.store.without_waiting if self.store.dialect == "sqlite" else None
         # A release hands a freed slot to a run waiting in this engine in its own transaction (busy at
         # once, nothing to confirm), when the store can (a custom store's ``slot_release`` may lack
         # ``takers``). False: every hand-out is a reservation (the harness, to strand one).
@@ -119,9 +122,11 @@ class Engine:
         return GroupCommit(self.store, self.db, alone=self._one_run_in_flight)
 
     def _one_run_in_flight(self) -> bool:
-        """Whether a progress write may skip the group commit: the only run in flight here, on an
-        inline store (PostgreSQL's batch pipelines a write's statements: one round trip, not two)."""
-        return self._inline_db and (self.worker is None or len(self.worker.live) <= 1)
+        """Whether a progress write may skip the group commit: the only run in flight here, on a
+        store called on the loop (SQLite; PostgreSQL's batch pipelines a write's statements: one
+        round trip, not two)."""
+        return ((self._inline_db or self._now_or_never is not None)
+                and (self.worker is None or len(self.worker.live) <= 1))
 
     def _time_ordered_id(self) -> str:
         """32 hex characters, the first 12 the start's millisecond (as in UUIDv7): new runs land at the
@@ -142,9 +147,17 @@ class Engine:
     # -- I/O -------------------------------------------------------------------------------------
 
     async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call a store method in a thread (inline only under the harness: see ``_inline_db``)."""
+        """Call a store method without the event loop ever waiting on the database: on SQLite the
+        call is made here if it needs no lock anyone else holds (microseconds: a thread hop costs
+        more than the call), else in a thread; on PostgreSQL always in a thread. Inline, waiting
+        included, only under the harness (see ``_inline_db``)."""
         if self._inline_db:
             return fn(*args)
+        if self._now_or_never is not None:
+            try:
+                return self._now_or_never(fn, *args)
+            except WouldWait:
+                pass
         return await self.db_on(self._executor_for(fn), fn, *args)
 
     def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:

@@ -9,6 +9,7 @@ from ._protocol import (
                         ScheduleRecord,
                         StepRecord,
                         Store,
+                        WouldWait,
                         settle_sleeps,
 )
 from ._slots_sql import LimitState
@@ -16,4 +17,5 @@ from ._sql import DEFAULT_SQLITE_URL, SqlStore, parse_database_url
 from ._tables import SCHEMA_VERSION
 
 __all__ = ["Claim", "NewRun", "QuotaCheck", "RunRecord", "ScheduleRecord", "StepRecord", "Store", "SqlStore", "Fenced",
-           "DEFAULT_SQLITE_URL", "LimitState", "SCHEMA_VERSION", "parse_database_url", "settle_sleeps"]
+           "DEFAULT_SQLITE_URL", "LimitState", "SCHEMA_VERSION", "parse_database_url", "settle_sleeps",
+           "WouldWait"]

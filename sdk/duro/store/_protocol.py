@@ -25,6 +25,11 @@ class Fenced(DuroError):
         super().__init__(f"run {run_id!r} is no longer owned by this worker")
 
 
+class WouldWait(Exception):
+    """A call made with ``Store.without_waiting`` would have waited for a lock: it changed nothing,
+    and is to be made again where waiting is fine (a thread)."""
+
+
 @dataclass(slots=True)
 class RunRecord:
     id: str
@@ -142,6 +147,10 @@ class Store(Protocol):
 
     def is_unavailable(self, err: BaseException) -> bool:
         """Whether ``err`` says the database is out of reach or busy (locked), not that the call is wrong."""
+
+    def without_waiting(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` here and now if it needs no lock anyone else holds, else raise
+        :class:`WouldWait` having changed nothing (a server database always raises it)."""
 
     def create_schema(self) -> None: ...
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -32,11 +32,12 @@ from .._durations import Duration, to_ms
 from .._errors import ConcurrencyLimitError, DuroError
 from .._quota import admit
 from ._dialect import for_dialect, raw_execute
-from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord, WouldWait
 from ._slots_sql import SLOT_SQL, SlotsStoreMixin
 from ._tables import ACTIVE_SQL, SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
+T = TypeVar("T")
 
 # Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
@@ -206,6 +207,11 @@ def _sqlite_busy(err: sqlite3.Error) -> bool:
     return any(words in text for words in ("database is locked", "database is busy", "database table is locked"))
 
 
+class _CallState(threading.local):
+    nowait = False     # inside without_waiting
+    committed = False  # ... and a transaction of that call has committed
+
+
 class _RunExists(Exception):
     """A start's insert found its run id taken by another process's start (see insert_run)."""
 
@@ -328,6 +334,8 @@ class SqlStore(SlotsStoreMixin):
         self._schema_ready = False
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
+        self._local = _CallState()  # per thread: inside without_waiting, and its connections there
+        self._nowait_connections: list[Connection] = []
         self._sql = {name: for_dialect(sql, self.dialect) for name, sql in {**_HOT_SQL, **SLOT_SQL}.items()}
         if self.dialect == "postgresql":
             # a start's insert that finds its id taken does nothing (see _insert_run_pipelined)
@@ -425,27 +433,80 @@ class SqlStore(SlotsStoreMixin):
 
     # -- transactions ----------------------------------------------------------------------------
 
+    # -- calls that must not wait (SQLite, on the event loop) --------------------------------------
+
+    def without_waiting(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a method of this store), here and now, if it needs no lock that another
+        process or thread holds; otherwise :class:`WouldWait`, having changed nothing. SQLite only:
+        its statements take microseconds unless they wait for a lock, so the engine makes a call
+        this way first, on the event loop, and in a thread only when it would wait. Its connections
+        here have a busy timeout of 0 and it takes this process's write lock without blocking, so a
+        file that another process holds locked answers at once. Once a transaction of the call has
+        committed, the rest of the call may wait (nothing done twice)."""
+        local = self._local
+        if self.dialect != "sqlite" or not self._schema_ready or local.nowait:
+            raise WouldWait
+        local.nowait, local.committed = True, False
+        try:
+            return fn(*args)
+        finally:
+            local.nowait = False
+
+    def _waits(self) -> bool:
+        """Whether this thread's transaction may wait for a lock (not inside ``without_waiting``)."""
+        local = self._local
+        return not local.nowait or local.committed
+
+    def _nowait_connection(self, kind: str) -> Connection:
+        """This thread's ``kind`` ("writer" or "reader") connection whose busy timeout is 0."""
+        local = self._local
+        conn: Connection | None = getattr(local, kind, None)
+        if conn is None:
+            conn = self._engine.connect()
+            if kind == "writer":
+                conn.execution_options(duro_write=True)
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")  # type: ignore[union-attr]
+            setattr(local, kind, conn)
+            with self._writer_lock:
+                self._nowait_connections.append(conn)
+        return conn
+
+    # -- transactions ----------------------------------------------------------------------------
+
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         """A transaction that decides: on SQLite it holds the write lock from its first statement.
 
         SQLite has one writer at a time anyway, so this process keeps one connection for its writes
-        (no pool checkout per transaction); PostgreSQL writes take pooled connections."""
+        (no pool checkout per transaction), and one more for its writes that must not wait (see
+        ``without_waiting``); PostgreSQL writes take pooled connections."""
         self.create_schema()
         if self.dialect != "sqlite":
             with self._engine.connect() as conn:
                 with conn.begin():
                     yield conn
             return
-        with self._writer_lock:
-            if self._writer is None:
-                self._writer = self._engine.connect()
-                self._writer.execution_options(duro_write=True)
+        waits = self._waits()
+        if not self._writer_lock.acquire(blocking=waits):
+            raise WouldWait  # this process's other writer is inside a transaction
+        try:
+            if not waits:
+                writer = self._nowait_connection("writer")
+            else:
+                if self._writer is None:
+                    self._writer = self._engine.connect()
+                    self._writer.execution_options(duro_write=True)
+                writer = self._writer
             # The transaction is the driver's own (SQLAlchemy's bookkeeping of begin and commit cost
             # about a tenth of a start): a Core statement inside joins it (see _on_begin), and then
             # SQLAlchemy's commit or rollback ends it.
-            writer, driver = self._writer, self._writer.connection.driver_connection
-            driver.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            driver = writer.connection.driver_connection
+            try:
+                driver.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            except sqlite3.OperationalError as err:
+                if not waits and _sqlite_busy(err):
+                    raise WouldWait from None  # another process holds the file's write lock
+                raise
             try:
                 yield writer
                 if writer.in_transaction():
@@ -458,12 +519,34 @@ class SqlStore(SlotsStoreMixin):
                 if driver.in_transaction:  # type: ignore[union-attr]
                     driver.rollback()  # type: ignore[union-attr]
                 raise
+            if not waits:
+                self._local.committed = True
+        finally:
+            self._writer_lock.release()
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def _read(self, transaction: bool = True) -> Iterator[Connection]:
+        """A read; ``transaction=False`` for one statement, which needs none of its own (SQLite
+        autocommit; psycopg's implicit one is rolled back when the pool takes the connection back)."""
         self.create_schema()
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
+        if self._waits():
+            with self._engine.connect() as conn, (conn.begin() if transaction else nullcontext()):
+                yield conn
+            return
+        conn = self._nowait_connection("reader")
+        try:
+            with conn.begin() if transaction else nullcontext():
+                yield conn
+        except (sa.exc.OperationalError, sqlite3.OperationalError) as err:
+            if _sqlite_busy(getattr(err, "orig", None) or err):
+                raise WouldWait from None  # a read in WAL mode waits only in rare moments (a recovery)
+            raise
+        finally:
+            if conn.in_transaction():  # this connection stays: it must never keep a snapshot open
+                conn.rollback()
+
+    def _single_read(self) -> AbstractContextManager[Connection]:
+        return self._read(transaction=False)
 
     def _x(self, conn: Connection, name: str, params: Any) -> Any:
         """Run fixed statement ``name`` on the driver's connection, inside ``conn``'s transaction."""
@@ -565,6 +648,10 @@ class SqlStore(SlotsStoreMixin):
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            for conn in self._nowait_connections:
+                conn.close()
+            self._nowait_connections = []
+            self._local = _CallState()
         self._engine.dispose()
 
     # -- runs ------------------------------------------------------------------------------------
@@ -662,14 +749,6 @@ class SqlStore(SlotsStoreMixin):
     def _admit(quota: QuotaCheck, active: int) -> None:
         if not admit(quota.key, quota.limit, active).admitted:
             raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
-
-    @contextmanager
-    def _single_read(self) -> Iterator[Connection]:
-        """One statement needs no transaction of its own (SQLite autocommit; psycopg's implicit one is
-        rolled back when the pool takes the connection back)."""
-        self.create_schema()
-        with self._engine.connect() as conn:
-            yield conn
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
         with self._single_read() as conn:
