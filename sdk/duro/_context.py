@@ -22,6 +22,7 @@ from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
 from ._errors import ChildWorkflowError, ConcurrencyLimitError, DuroError, NonDeterminismError, RunCancelled
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._text import NO_NUL, NUL
 from .store import Fenced, RunRecord, StepRecord
 
 if TYPE_CHECKING:
@@ -243,8 +244,8 @@ class RunContext:
     async def wait_for_signal(self, name: str, timeout: Duration | None = None) -> Any:
         """Wait (``suspended``) for signal ``name``; returns its payload, or ``None`` when ``timeout``
         passes first. Signals sent before the wait are buffered and consumed in order."""
-        if not isinstance(name, str) or not name:
-            raise DuroError(f"wait_for_signal: the signal name must be a non-empty string, got {name!r}")
+        if not isinstance(name, str) or not name or NUL in name:
+            raise DuroError(f"wait_for_signal: the signal name must be a non-empty string, got {name!r}; {NO_NUL}")
         seq, rec = self._take_seq("signal", name)
         if rec is not None and rec.status == "completed":
             return _JSON.load(rec.result)

@@ -12,6 +12,7 @@ from typing import Any
 from ._durations import Duration, to_ms
 from ._errors import ConfigError, DuroError
 from ._serde import Codec
+from ._text import NUL
 
 
 class RunStatus(enum.StrEnum):
@@ -78,6 +79,9 @@ class Concurrency:
             raise ConfigError(
                 f"Concurrency key {self.key!r} must be a string, a function of the input, or None"
             )
+        if isinstance(self.key, str) and NUL in self.key:
+            raise ConfigError(f"Concurrency key {self.key!r} contains a NUL character (\\x00); remove it: "
+                              f"quota keys never hold one")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Durations everywhere: ``"500ms"``, ``"10s"``, ``"45m"``, ``"2h"``, ``"30d"``, int milliseconds, timedelta."""
+"""Durations everywhere: ``"500ms"``, ``"10s"``, ``"45m"``, ``"2h"``, ``"30d"``, int milliseconds, timedelta.
+
+A string is one or more parts (``"1h30m"``), each a number (ASCII digits, a decimal point allowed) and a
+unit spelled exactly ``ms``, ``s``, ``m``, ``h`` or ``d``: no spaces, no capitals (``" 2h"`` and
+``"2H"`` are refused, so what one tool accepts every other accepts too)."""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from ._errors import DuroError
 Duration = str | int | timedelta
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
-_WHOLE = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*(?:ms|s|m|h|d)\s*)+$")
-_HINT = "use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'), an int of milliseconds or a timedelta"
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+")
+_HINT = ("use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'; units ms, s, m, h, d in lowercase, "
+         "no spaces), an int of milliseconds or a timedelta")
 
 
 def to_ms(value: Duration, what: str = "duration") -> int:
@@ -35,10 +40,9 @@ def to_ms(value: Duration, what: str = "duration") -> int:
 
 @lru_cache(maxsize=512)
 def _parse(value: str, what: str) -> int:
-    text = value.strip().lower()
-    if not _WHOLE.match(text):
+    if not _WHOLE.fullmatch(value):
         raise DuroError(f"{what} {value!r} is not understood: {_HINT}")
-    return round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(text)))
+    return round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(value)))
 
 
 def to_timedelta(value: Duration, what: str = "duration") -> timedelta:

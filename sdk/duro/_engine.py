@@ -35,6 +35,7 @@ from ._limits import Limits
 from ._quota import admit
 from ._schedules import Schedules
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._text import NO_NUL, NUL, check_run_id, refuse_nul
 from ._triggers import EmitResult, emit
 from ._worker import Worker
 from .store import (
@@ -293,8 +294,7 @@ class Engine:
                         parent: tuple[str, str | None, StepRecord] | None = None) -> RunHandle:
         spec = self.spec_for(wf)
         if run_id is not None:
-            if not isinstance(run_id, str) or not 0 < len(run_id) <= 200:
-                raise DuroError(f"run_id {run_id!r} is invalid: use a string of 1 to 200 characters")
+            check_run_id(run_id)
             if parent is None and await self.db(self.store.get_run, run_id) is not None:
                 return RunHandle(self.handle_target, run_id)
         value, input_json = spec.prepare_input(inp)
@@ -332,6 +332,7 @@ class Engine:
         if not isinstance(key, str) or not key:
             raise DuroError(f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, "
                             f"got {key!r}")
+        refuse_nul(key, f"workflow {spec.name!r}: the concurrency key {key!r}")
         limit = await _resolve(conc.limit, key, f"workflow {spec.name!r}: the concurrency limit function "
                                f"(key {key!r})", "an int")
         if isinstance(limit, bool) or not isinstance(limit, int):
@@ -362,6 +363,8 @@ class Engine:
         return RunHandle(self.handle_target, run_id)
 
     async def _record(self, run_id: str) -> RunRecord:
+        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL could not even be asked
+            raise DuroError(f"run {run_id!r} does not exist: {NO_NUL}")
         record = await self.db(self.store.get_run, run_id, self._read_namespace)
         if record is None:
             raise DuroError(f"run {run_id!r} does not exist" + (f" in namespace {self.namespace!r}"
@@ -389,6 +392,9 @@ class Engine:
                                 f"{', '.join(s.value for s in RunStatus)}") from None
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise DuroError(f"limit must be an int from 1 to 10000, got {limit!r}")
+        for what, text in (("workflow", workflow), ("tag", tag), ("before", None if before is None else before[1])):
+            if text is not None:
+                refuse_nul(text, f"the {what} filter {text!r}")
         records = await self.db(self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before)
         return [RunInfo.of(rec) for rec in records]
 
@@ -432,8 +438,8 @@ class Engine:
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` (with a JSON ``payload``) to a run; buffered until it waits for it."""
-        if not isinstance(name, str) or not 0 < len(name) <= 200:
-            raise DuroError(f"signal name {name!r} is invalid: use a string of 1 to 200 characters")
+        if not isinstance(name, str) or not 0 < len(name) <= 200 or NUL in name:
+            raise DuroError(f"signal name {name!r} is invalid: use a string of 1 to 200 characters; {NO_NUL}")
         try:
             text = dump_json(payload)
         except (TypeError, ValueError) as err:
@@ -446,6 +452,8 @@ class Engine:
 
     async def cancel(self, run_id: str) -> None:
         """Cancel a run and its unfinished children; a finished run is left as it is."""
+        if isinstance(run_id, str) and NUL in run_id:
+            return  # no run has such an id (and PostgreSQL could not even be asked)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         cancelled = await self.db(self.store.cancel_run, run_id, self._read_namespace, error, self.clock.now_ms())
         for cancelled_id in cancelled:

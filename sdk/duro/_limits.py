@@ -24,6 +24,7 @@ from ._durations import Duration, format_ms, to_ms
 from ._errors import ConfigError, DuroError, SlotTimeoutError
 from ._serde import describe_error, restore_error
 from ._slots import SlotRow
+from ._text import NO_NUL, NUL, refuse_nul
 from .store import StepRecord
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def _check_label(limit: str, label: Any) -> str | None:
     if not isinstance(label, str) or len(label) > MAX_LABEL:
         raise DuroError(f"limit {limit!r}: label must be a string of at most {MAX_LABEL} characters, "
                         f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else ""))
-    return label
+    return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
 
 
 def _slot_of(row: SlotRow) -> Slot:
@@ -181,8 +182,8 @@ async def acquire_slot(limit: str, label: str | None = None, timeout: Duration |
 async def release_slot(slot_id: str) -> SlotRelease:
     """Give a slot back, from any workflow (a step of its own, idempotent): ``released=False`` when it
     was already free or is unknown. Outside a workflow it releases at once on the current engine."""
-    if not isinstance(slot_id, str) or not slot_id:
-        raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}")
+    if not isinstance(slot_id, str) or not slot_id or NUL in slot_id:
+        raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}; {NO_NUL}")
     ctx = _current.current_run.get()
     if ctx is None or _current.inside_step.get() is not None:
         engine = _current.resolve_engine()
@@ -296,6 +297,8 @@ class Limits:
 
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         engine = self._engine
+        if NUL in slot_id:
+            return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
         row, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
                                                  engine.clock.now_ms(), "operator", None, *self.takers())
         self.notify(granted)

@@ -119,7 +119,8 @@ class Schedules:
 
     async def delete(self, name: str) -> None:
         engine = self._engine
-        if not await engine.db(engine.store.delete_schedule, engine.namespace, name):
+        valid = isinstance(name, str) and SCHEDULE_NAME.match(name)  # else no schedule has it (nor NUL)
+        if not valid or not await engine.db(engine.store.delete_schedule, engine.namespace, name):
             raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
         if engine.worker is not None:
             engine.worker.schedules_changed()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._errors import DuroError
+from ._text import NO_NUL, NUL
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -44,8 +45,8 @@ def check_event_name(name: Any) -> str:
 
 async def emit(engine: Engine, name: str, payload: Any, event_id: str | None) -> EmitResult:
     check_event_name(name)
-    if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 120):
-        raise DuroError(f"event_id {event_id!r} is invalid: use a string of 1 to 120 characters")
+    if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 120 or NUL in event_id):
+        raise DuroError(f"event_id {event_id!r} is invalid: use a string of 1 to 120 characters; {NO_NUL}")
     result = EmitResult(event=name)
     subscribers = sorted((spec for spec in engine.workflows.values() if spec.on_event == name),
                          key=lambda spec: spec.name)

@@ -3,7 +3,8 @@
 Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``LimitInfo``,
 ``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``,
 ``SystemClock`` (the one real clock, for tools that must tell the time), ``StoreUnavailable`` (a store
-call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``).
+call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``),
+``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
@@ -15,7 +16,8 @@ from ._handle import RunInfo, StepInfo
 from ._limits import LimitInfo, SlotInfo
 from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
+from ._text import check_run_id
 
 __all__ = ["load_project", "Project", "RunEvent", "RunInfo", "StepInfo", "LimitInfo", "SlotInfo", "ScheduleInfo",
            "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms", "SystemClock",
-           "StoreUnavailable"]
+           "StoreUnavailable", "check_run_id"]

@@ -79,8 +79,8 @@ async def set_capacity(request: Request) -> Response:
     except ApiError as err:
         if err.status != 422:
             raise
-        raise ApiError(422, f"limit {info.name!r}: capacity must be an int from 1 to 100000, or null to reset "
-                            f"to duro.config.py ({err.message})") from None
+        raise ApiError(422, f"limit {info.name!r}: capacity must be a JSON integer from 1 to 100000 (not a "
+                            f"string or a boolean), or null to reset to duro.config.py ({err.message})") from None
     try:
         updated = await eng.limits.set_capacity(info.name, body.capacity)
     except DuroError as err:
@@ -92,7 +92,14 @@ async def set_capacity(request: Request) -> Response:
 async def set_max_hold(request: Request) -> Response:
     eng = engine(request)
     info = await _limit(eng, request.path_params["name"])
-    body = await read_body(request, MaxHoldBody)
+    try:
+        body = await read_body(request, MaxHoldBody)
+    except ApiError as err:
+        if err.status != 422:
+            raise
+        raise ApiError(422, f"limit {info.name!r}: max_hold must be a duration string such as \"45m\" or \"2h\" "
+                            f"(units ms, s, m, h, d in lowercase, no spaces; at most 30d), a JSON integer of "
+                            f"milliseconds, or null to reset to duro.config.py ({err.message})") from None
     try:
         updated = await eng.limits.set_max_hold(info.name, body.max_hold)
     except DuroError as err:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from duro.tooling import LimitInfo, RunInfo, ScheduleInfo, SlotInfo, StepInfo
 
@@ -31,11 +31,17 @@ class StartBody(Body):
 
 
 class CapacityBody(Body):
-    capacity: int | None = Field(ge=1, le=100_000, description="null resets to duro.config.py")
+    """Strict: a JSON integer (never ``true`` or ``"3"``), or null."""
+
+    capacity: StrictInt | None = Field(ge=1, le=100_000, description="an integer; null resets to duro.config.py")
 
 
 class MaxHoldBody(Body):
-    max_hold: str | int | None = Field(description="a duration such as '2h' (at most 30 days), ms, or null to reset")
+    """Strict: a duration string in duro's spelling, a JSON integer of milliseconds (never ``true``), or null."""
+
+    max_hold: StrictStr | StrictInt | None = Field(
+        description="a duration such as '45m' or '2h' (units ms, s, m, h, d in lowercase, no spaces; "
+                    "at most 30 days), an integer of milliseconds, or null to reset to duro.config.py")
 
 
 class ScheduleBody(Body):

@@ -25,6 +25,8 @@ def _cursor(info: RunInfo) -> str:
 def _before(cursor: str) -> tuple[int, str]:
     try:
         created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
+        if "\x00" in run_id:
+            raise ValueError(run_id)
         return int(created), run_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ApiError(400, f"cursor {cursor!r} is not one this server gave; pass next_cursor from the "
@@ -46,9 +48,12 @@ async def list_runs(request: Request) -> Response:
             raise ApiError(400, f"status {status!r} is not a run status; use one of {', '.join(_STATUSES)}")
     limit = query_int(request, "limit", 50, 1, 500)
     cursor = params.get("cursor")
-    runs = await engine(request).list_runs(workflow=params.get("workflow") or None, status=statuses or None,
-                                           tag=params.get("tag") or None, limit=limit + 1,
-                                           before=_before(cursor) if cursor else None)
+    try:
+        runs = await engine(request).list_runs(workflow=params.get("workflow") or None, status=statuses or None,
+                                               tag=params.get("tag") or None, limit=limit + 1,
+                                               before=_before(cursor) if cursor else None)
+    except DuroError as err:  # a filter no run can match (a NUL character)
+        raise ApiError(400, f"query parameter refused: {err}") from None
     page, more = runs[:limit], len(runs) > limit
     return answer(RunPageOut(runs=[RunOut.of(r) for r in page], next_cursor=_cursor(page[-1]) if more else None))
 

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import Concurrency, ConcurrencyLimitError, DuroError
+from duro.tooling import check_run_id
 
 from ._common import ApiError, answer, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
@@ -40,8 +41,8 @@ async def start_run(request: Request) -> Response:
     quota = None
     if body.concurrency is not None:
         quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
-    existed = body.run_id is not None and await eng.db(eng.store.get_run, body.run_id) is not None
     try:
+        existed = body.run_id is not None and await eng.db(eng.store.get_run, check_run_id(body.run_id)) is not None
         handle = await eng.start(name, body.input, run_id=body.run_id, concurrency=quota)
     except ConcurrencyLimitError as err:
         raise ApiError(429, str(err), headers={"Retry-After": RETRY_AFTER_SECONDS}, workflow=err.workflow,
