@@ -6,7 +6,7 @@ limits monitor, whether a token is required).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,10 +29,13 @@ from .source import EngineSource, FixedEngine, ProjectUnavailable
 STUDIO_DIR = Path(__file__).parent / "studio"
 
 
-def create_app(source: Engine | EngineSource, *, token: str | None = None) -> Starlette:
+def create_app(source: Engine | EngineSource, *, token: str | None = None,
+               allowed_hosts: Iterable[str] = ()) -> Starlette:
     """The app for ``source``: an :class:`Engine` (entered, i.e. executing runs, while the app runs)
     or an engine source such as the dev server's reloading project. ``token``: require it on every
-    API call (see :mod:`.security`)."""
+    API call. ``allowed_hosts``: the names requests may give as their ``Host`` besides ``localhost``
+    and the address they arrive on (``duro dev`` passes ``--host`` and every ``--allow-host``;
+    in-process test clients, whose Host is ``testserver``, need none). See :mod:`.security`."""
     engine_source: EngineSource = FixedEngine(source) if isinstance(source, Engine) else source
     monitor = LimitsMonitor(engine_source)
 
@@ -51,8 +54,8 @@ def create_app(source: Engine | EngineSource, *, token: str | None = None) -> St
         routes.append(Mount("/studio", StaticFiles(directory=STUDIO_DIR), name="studio"))
     handlers = {ApiError: _api_error, ProjectUnavailable: _unavailable, DuroError: _duro_error,
                 HTTPException: _http_error, **dict.fromkeys(STORE_DOWN, _store_down)}
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, token=token)],
-                    exception_handlers=handlers)
+    guard = Middleware(Guard, token=token, allowed_hosts=list(allowed_hosts))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard], exception_handlers=handlers)
     app.state.source = engine_source
     app.state.monitor = monitor
     app.state.token_required = token is not None

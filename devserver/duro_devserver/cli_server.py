@@ -29,6 +29,10 @@ _HOST = click.option("--host", default="127.0.0.1", show_default=True,
                      help="Address to listen on; anything but loopback needs a token.")
 _TOKEN = click.option("--token", envvar="DURO_TOKEN", default=None,
                       help="Require this token on every API call (env DURO_TOKEN).")
+_ALLOW_HOST = click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+                           help="Also answer requests for this Host name (repeatable; '*.example.com' for its "
+                                "subdomains): the name a proxy or other machines reach this server by. "
+                                "Always accepted: localhost and the address it listens on.")
 _DATABASE = click.option("--database-url", envvar="DURO_DATABASE_URL", default=None,
                          help="Default: sqlite:///DIRECTORY/.duro/dev.db (env DURO_DATABASE_URL).")
 
@@ -58,16 +62,19 @@ def add_commands(main: click.Group) -> None:
     @_PROJECT
     @click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535))
     @_HOST
+    @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
     @click.option("--reload/--no-reload", default=True, show_default=True,
                   help="Reload on every saved change to the workflows or duro.config.py.")
-    def dev(directory: Path, port: int, host: str, token: str | None, database_url: str | None, reload: bool) -> None:
+    def dev(directory: Path, port: int, host: str, allow_hosts: tuple[str, ...], token: str | None,
+            database_url: str | None, reload: bool) -> None:
         """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
         root = _project_dir(directory)
         project = DevProject(root, database_url, watch=reload)
         try:
-            run_server(create_app(project, token=token), host, port, project_dir=root, token=token)
+            app = create_app(project, token=token, allowed_hosts=(host, *allow_hosts))
+            run_server(app, host, port, project_dir=root, token=token)
         except DuroError as err:
             _fail(err)
 
@@ -75,6 +82,7 @@ def add_commands(main: click.Group) -> None:
     @_PROJECT
     @click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535))
     @_HOST
+    @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
     @click.option("--worker/--no-worker", default=True, show_default=True,
@@ -82,15 +90,16 @@ def add_commands(main: click.Group) -> None:
     @_LEASE
     @_POLL
     @_WORKER_ID
-    def serve(directory: Path, port: int, host: str, token: str | None, database_url: str | None,
-              worker: bool, lease: str, poll_interval: str, worker_id: str | None) -> None:
+    def serve(directory: Path, port: int, host: str, allow_hosts: tuple[str, ...], token: str | None,
+              database_url: str | None, worker: bool, lease: str, poll_interval: str, worker_id: str | None) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
         root = _project_dir(directory)
         try:
             engine = Engine.from_project(root, database_url=database_url or _default_url(root), lease=lease,
                                          poll_interval=poll_interval, worker_id=worker_id)
             source = FixedEngine(engine, run_worker=worker, project=str(root))
-            run_server(create_app(source, token=token), host, port, project_dir=root, token=token)
+            app = create_app(source, token=token, allowed_hosts=(host, *allow_hosts))
+            run_server(app, host, port, project_dir=root, token=token)
         except DuroError as err:
             _fail(err)
 

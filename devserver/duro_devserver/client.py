@@ -87,9 +87,9 @@ class DuroClient:
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        headers = {"Accept": "application/json", "User-Agent": "duro-cli"}
+        headers: dict[str, str | bytes] = {"Accept": "application/json", "User-Agent": "duro-cli"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}".encode()  # UTF-8, as the server compares it
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def __enter__(self) -> DuroClient:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
+from duro_devserver.client import DuroClient
 from tests.support.devserver import DevServer, running_dev_server, stop
 from tests.support.waiting import wait_until
 
@@ -174,6 +177,128 @@ def test_without_a_token_a_public_address_is_refused(e2e_project: Path):
                               "--port", "0"], capture_output=True, text=True, timeout=30,
                              env={k: v for k, v in os.environ.items() if k != "DURO_TOKEN"})
     assert process.returncode == 2 and "without a token" in process.stderr
+
+
+def test_requests_for_another_host_are_refused_reads_included(e2e_project: Path):
+    """DNS rebinding: a page on rebind.evil.example that resolves to 127.0.0.1 is same-origin to the
+    browser; only its Host gives it away."""
+    with running_dev_server(e2e_project, args=("--allow-host", "duro.test")) as server, server.client() as client:
+        port = urlsplit(server.url).port
+        evil = f"rebind.evil.example:{port}"
+        as_evil = {"host": evil, "origin": f"http://{evil}"}
+        refused = [client.post("/api/workflows/greet/runs", json={"input": {"name": "x"}}, headers=as_evil),
+                   client.put("/api/limits/partner-api/capacity", json={"capacity": 5}, headers=as_evil),
+                   client.get("/api/runs", headers=as_evil), client.get("/", headers=as_evil),
+                   client.get("/api/health", headers={"host": f"127.attacker.example:{port}"})]
+        for answer in refused:
+            assert answer.status_code == 400 and answer.json()["error"] == "bad_request"
+        message = refused[0].json()["message"]
+        assert "rebind.evil.example" in message and "--allow-host rebind.evil.example" in message
+        assert client.get("/api/runs").json()["runs"] == []
+        assert client.get("/api/limits/partner-api").json()["limit"]["capacity_override"] is None
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"duro.test:{port}", f"DURO.TEST:{port}"):
+            assert client.get("/api/runs", headers={"host": host}).status_code == 200, host
+        allowed = f"duro.test:{port}"
+        created = client.post("/api/workflows/greet/runs", json={"input": {"name": "x"}},
+                              headers={"host": allowed, "origin": f"http://{allowed}"})
+        assert created.status_code == 201
+    with running_dev_server(e2e_project, command="serve", args=("--allow-host", "duro.test")) as server, \
+            server.client() as client:
+        port = urlsplit(server.url).port
+        assert client.get("/api/runs", headers={"host": f"duro.test:{port}"}).status_code == 200
+        assert client.get("/api/runs", headers={"host": f"other.test:{port}"}).status_code == 400
+
+
+def test_only_real_loopback_addresses_count_as_loopback(e2e_project: Path):
+    for host in ("127.attacker.example", "127.0.0.1.nip.io"):
+        process = subprocess.run([sys.executable, "-m", "duro_devserver", "dev", str(e2e_project), "--host", host,
+                                  "--port", "0"], capture_output=True, text=True, timeout=30,
+                                 env={k: v for k, v in os.environ.items() if k != "DURO_TOKEN"})
+        assert process.returncode == 2 and "without a token" in process.stderr, host
+
+
+def test_no_page_may_frame_studio_or_the_api(dev_server: DevServer):
+    with dev_server.client() as client:
+        answers = [client.get("/"), client.get("/studio/app.js"), client.get("/api/runs"), client.get("/api/nope"),
+                   client.get("/api/runs", headers={"host": "evil.example"})]
+        for answer in answers:
+            assert answer.headers["x-frame-options"] == "DENY", answer.url
+            assert answer.headers["content-security-policy"] == "frame-ancestors 'none'", answer.url
+        assert [a.status_code for a in answers] == [200, 200, 200, 404, 400]
+
+
+def test_non_ascii_tokens_are_a_401_and_a_non_ascii_token_works(e2e_project: Path):
+    token = "pässwörd-κλειδί"
+    with running_dev_server(e2e_project, env={"DURO_TOKEN": token}) as server, server.client() as client:
+        for wrong in ({"authorization": "Bearer ñope".encode()}, {"authorization": b"Bearer \xff\xfe"},
+                      {"cookie": "duro_token=ñope".encode()}, {"authorization": "Bearer nope"}, {}):
+            answer = client.get("/api/limits", headers=wrong)
+            assert answer.status_code == 401 and "token" in answer.json()["message"], wrong
+        assert client.get("/", params={"token": "ñope"}, follow_redirects=False).status_code == 401
+        assert client.get("/api/limits", headers={"authorization": f"Bearer {token}".encode()}).status_code == 200
+        login = client.get("/", params={"token": token}, follow_redirects=False)
+        assert login.status_code == 303
+        cookie = login.headers["set-cookie"].split(";")[0]
+        assert cookie.isascii() and client.get("/api/limits", headers={"cookie": cookie}).status_code == 200
+        with DuroClient(server.url, token=token) as duro:  # the CLI's client sends it as UTF-8 too
+            assert "limits" in duro.limits()
+    assert token not in server.log()
+
+
+def _raw_request(url: str, head: str, body_chunks: list[bytes]) -> str:
+    """Send ``head`` and then ``body_chunks`` on a socket of its own, and return the answer's status
+    line and headers: the server must answer without the rest of the body."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as connection:
+        connection.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        for chunk in body_chunks:
+            connection.sendall(chunk)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            data = connection.recv(65536)
+            if not data:
+                break
+            answer += data
+    return answer.decode("latin-1")
+
+
+def test_a_body_over_the_limit_is_refused_as_it_arrives(dev_server: DevServer):
+    host = urlsplit(dev_server.url).netloc
+    piece = b"[" * 64 * 1024
+    chunked = [b"%x\r\n%s\r\n" % (len(piece), piece)] * 17  # 1 MiB + 64 KiB, and the final chunk never sent
+    answer = _raw_request(dev_server.url, f"POST /api/workflows/greet/runs HTTP/1.1\nHost: {host}\n"
+                                          f"Content-Type: application/json\nTransfer-Encoding: chunked\n", chunked)
+    assert answer.startswith("HTTP/1.1 413"), answer
+    announced = _raw_request(dev_server.url, f"POST /api/runs/x/signals/done HTTP/1.1\nHost: {host}\n"
+                                             f"Content-Type: application/json\nContent-Length: 10000000000\n", [])
+    assert announced.startswith("HTTP/1.1 413"), announced
+    with dev_server.client() as client:
+        assert client.get("/api/runs").json()["runs"] == []
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def test_json_nested_too_deep_is_a_400_that_names_the_limit(dev_server: DevServer):
+    with dev_server.client() as client:
+        waiting = start(client, "hold", {"tenant": "a", "job": "1", "deep": json.loads(_nested(98))})
+        assert waiting.status_code == 201  # {"input": {"deep": [...]}}: 100 deep, the maximum
+        run_id = waiting.json()["run"]["id"]
+        assert run_of(client, run_id)["run"]["input"]["deep"] == json.loads(_nested(98))
+        json_body = {"content-type": "application/json"}
+        for depth in (2_000, 100_000):
+            too_deep = client.post("/api/workflows/hold/runs", content=f'{{"input": {_nested(depth)}}}',
+                                   headers=json_body)
+            assert too_deep.status_code == 400 and "100 deep" in too_deep.json()["message"]
+            signal = client.post(f"/api/runs/{run_id}/signals/done", content=_nested(depth), headers=json_body)
+            assert signal.status_code == 400 and "100 deep" in signal.json()["message"]
+        over = client.post(f"/api/runs/{run_id}/signals/done", content=_nested(101), headers=json_body)
+        assert over.status_code == 400
+        assert [r["id"] for r in client.get("/api/runs").json()["runs"]] == [run_id]
+        assert run_of(client, run_id)["run"]["status"] != "completed"  # no signal got through
+        at_the_limit = client.post(f"/api/runs/{run_id}/signals/done", content=_nested(100), headers=json_body)
+        assert at_the_limit.status_code == 202
 
 
 def test_sigterm_stops_gracefully_and_removes_the_server_file(e2e_project: Path):

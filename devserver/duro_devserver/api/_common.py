@@ -22,6 +22,9 @@ from ..source import EngineSource
 M = TypeVar("M", bound=BaseModel)
 
 MAX_BODY_BYTES = 1024 * 1024
+# JSON bodies nest at most this deep: deeper would hit Python's recursion limit when parsed, or
+# pydantic's when a run holding it is answered
+MAX_JSON_DEPTH = 100
 RETRY_AFTER_S = 5  # a store error that escaped without saying how long to wait
 
 # What says the store did not answer: the engine's StoreUnavailable, or a driver's error that
@@ -92,17 +95,52 @@ def engine(request: Request) -> Engine:
 
 
 async def read_json(request: Request) -> Any:
-    """The request's JSON body (``None`` when empty); 413 above the size limit, 400 if not JSON."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, f"the request body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES} bytes")
+    """The request's JSON body (``None`` when empty). 413 above the size limit, counted as the bytes
+    arrive (a body sent without a length is never read whole first); 400 if not JSON or nested
+    deeper than ``MAX_JSON_DEPTH``."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes, the limit; send less "
+                                f"(large data belongs in your own storage, with its key in the input)")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw.strip():
         return None
+    too_deep = ApiError(400, f"the request body nests JSON arrays and objects more than {MAX_JSON_DEPTH} deep, "
+                             f"the maximum; flatten it")
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
+    except RecursionError:
+        raise too_deep from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ApiError(400, f"the request body is not JSON ({err}); send e.g. {{\"input\": {{\"id\": 1}}}} "
                             f"with Content-Type: application/json") from None
+    if json_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise too_deep
+    return data
+
+
+def json_depth(data: Any, stop: int) -> int:
+    """How deeply ``data`` nests lists and dicts (a scalar is 0, ``[]`` is 1), counted without
+    recursion; stops counting once past ``stop``."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(data, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            value = value.values()
+        elif not isinstance(value, list):
+            continue
+        depth += 1
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop:
+                break
+        pending.extend((item, depth) for item in value if isinstance(item, (dict, list)))
+    return deepest
 
 
 async def read_body(request: Request, model: type[M]) -> M:

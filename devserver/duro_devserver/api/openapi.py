@@ -50,13 +50,13 @@ OPERATIONS: list[Operation] = [
      {200: m.HistoryOut, 400: _E, 404: _E},
      [{"name": "minutes", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1440}}]),
     ("put", "/api/limits/{name}/capacity", "Override the capacity (null resets)", m.CapacityBody,
-     {200: m.LimitOnlyOut, 400: _E, 404: _E, 422: _E}, []),
+     {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
     ("put", "/api/limits/{name}/max-hold", "Override the max hold (null resets)", m.MaxHoldBody,
-     {200: m.LimitOnlyOut, 400: _E, 404: _E, 422: _E}, []),
+     {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
     ("post", "/api/slots/{id}/release", "Release a busy or reserved slot", None, {200: m.ReleasedOut, 404: _E}, []),
     ("get", "/api/schedules", "Cron schedules", None, {200: m.SchedulesOut}, []),
     ("post", "/api/schedules", "Create or redefine a schedule", m.ScheduleBody,
-     {201: m.ScheduleOnlyOut, 400: _E, 404: _E, 422: _E}, []),
+     {201: m.ScheduleOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
     ("delete", "/api/schedules/{name}", "Delete a schedule", None, {200: m.DeletedOut, 404: _E}, []),
 ]
 
