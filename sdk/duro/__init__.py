@@ -16,6 +16,7 @@ from ._errors import (
     DuroError,
     NonDeterminismError,
     RunFailedError,
+    RunIdConflictError,
     SlotTimeoutError,
 )
 from ._handle import RunHandle
@@ -51,4 +52,5 @@ __all__ = [
     "RunFailedError",
     "ChildWorkflowError",
     "NonDeterminismError",
+    "RunIdConflictError",
 ]

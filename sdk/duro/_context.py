@@ -20,7 +20,14 @@ from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import ChildWorkflowError, ConcurrencyLimitError, DuroError, NonDeterminismError, RunCancelled
+from ._errors import (
+    ChildWorkflowError,
+    ConcurrencyLimitError,
+    DuroError,
+    NonDeterminismError,
+    RunCancelled,
+    RunIdConflictError,
+)
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
 from .store import Fenced, RunRecord, StepRecord
@@ -350,7 +357,7 @@ class RunContext:
                                         parent=(self.run_id, self.worker.id, rec))
         except Fenced:
             raise LostRun(self.run_id) from None
-        except ConcurrencyLimitError as refused:
+        except (ConcurrencyLimitError, RunIdConflictError) as refused:
             err = ChildWorkflowError(child_id, spec.name, refused,
                                      f"child run of workflow {spec.name!r} was refused: {refused}")
             await self._write(StepRecord(rec.seq, rec.kind, spec.name, "failed", rec.started_at, self._now(),

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from ._durations import Duration, to_ms
 from ._errors import ConfigError, DuroError
 from ._serde import Codec
@@ -172,6 +174,15 @@ class WorkflowSpec:
 
 
 def _one_line(err: BaseException) -> str:
+    """``err`` on one line. A pydantic validation error is told as ``field: problem`` pairs (at most
+    five), not its multi-line dump with a documentation URL per problem."""
+    if isinstance(err, ValidationError):
+        problems = err.errors(include_url=False)
+        told = [f"{'.'.join(str(part) for part in problem['loc']) or 'the value'}: {problem['msg']}"
+                for problem in problems[:5]]
+        if len(problems) > 5:
+            told.append(f"and {len(problems) - 5} more")
+        return " ".join("; ".join(told).split())
     return " ".join(str(err).split())
 
 

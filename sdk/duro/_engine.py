@@ -28,7 +28,14 @@ from ._definitions import (
     function_workflow_spec,
 )
 from ._durations import Duration, format_ms, to_ms
-from ._errors import ConcurrencyLimitError, DuroError, RunCancelled, RunFailedError, StoreUnavailable
+from ._errors import (
+    ConcurrencyLimitError,
+    DuroError,
+    RunCancelled,
+    RunFailedError,
+    RunIdConflictError,
+    StoreUnavailable,
+)
 from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._limits import Limits
@@ -284,19 +291,25 @@ class Engine:
                     concurrency: Concurrency | None = None) -> RunHandle:
         """Start a run of ``wf`` (a name or a workflow) and return its handle.
 
-        A start with an existing ``run_id`` returns that run, whatever its status. A quota at its
-        limit raises :class:`ConcurrencyLimitError` and creates nothing.
+        A start with an existing ``run_id`` of the same workflow returns that run, whatever its
+        status; one of another workflow's run raises :class:`RunIdConflictError`. A quota at its
+        limit raises :class:`ConcurrencyLimitError`. Both create nothing.
         """
-        return await self.start_run(wf, inp, run_id=run_id, concurrency=concurrency)
+        handle, _ = await self.start_run(wf, inp, run_id=run_id, concurrency=concurrency)
+        return handle
 
     async def start_run(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
                         concurrency: Concurrency | None = None,
-                        parent: tuple[str, str | None, StepRecord] | None = None) -> RunHandle:
+                        parent: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunHandle, bool]:
+        """``start``, also saying whether this call created the run (False: the run id was taken
+        by an earlier start of the same workflow, possibly one racing this one in another process)."""
         spec = self.spec_for(wf)
         if run_id is not None:
             check_run_id(run_id)
-            if parent is None and await self.db(self.store.get_run, run_id) is not None:
-                return RunHandle(self.handle_target, run_id)
+            if parent is None:
+                existing = await self.db(self.store.get_run, run_id)
+                if existing is not None:
+                    return self._existing(existing, spec.name), False
         value, input_json = spec.prepare_input(inp)
         quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
         # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
@@ -312,12 +325,19 @@ class Engine:
             await self._check_quota_by_listing(quota)  # a store without the atomic count
             quota = None
         record, created = await self.db(self.store.insert_run, new, quota, parent)
-        if created:
-            self.events.emit("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
-        if created and owner is not None and self.worker is not None:
+        if not created:  # taken since the check above (or, for a child, by an earlier start)
+            return self._existing(record, spec.name), False
+        self.events.emit("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
+        if owner is not None and self.worker is not None:
             self.worker.launch(record, fresh=True)
-        elif created and spec.serial and self.worker is not None:
+        elif spec.serial and self.worker is not None:
             self.worker.wake()
+        return RunHandle(self.handle_target, record.id), True
+
+    def _existing(self, record: RunRecord, workflow: str) -> RunHandle:
+        """The handle of the run a start's ``run_id`` names, if it is a run of that workflow."""
+        if record.workflow != workflow:
+            raise RunIdConflictError(record.id, workflow, record.workflow)
         return RunHandle(self.handle_target, record.id)
 
     async def _quota(self, spec: WorkflowSpec, conc: Concurrency | None, value: Any) -> QuotaCheck | None:
@@ -455,17 +475,20 @@ class Engine:
         if isinstance(run_id, str) and NUL in run_id:
             return  # no run has such an id (and PostgreSQL could not even be asked)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
-        cancelled = await self.db(self.store.cancel_run, run_id, self._read_namespace, error, self.clock.now_ms())
+        now = self.clock.now_ms()
+        cancelled = await self.db(self.store.cancel_run, run_id, self._read_namespace, error, now)
         for cancelled_id in cancelled:
-            self.events.emit("run.cancelled", cancelled_id, self.clock.now_ms())
+            self.events.emit("run.cancelled", cancelled_id, now)
         if self.worker is not None:
             self.worker.notify_cancelled(cancelled)
-        await self.leave_queues(cancelled)
+        await self.leave_queues(cancelled, now)
 
-    async def leave_queues(self, run_ids: list[str]) -> None:
-        """Runs that ended leave the limits' queues they wait in (slots they hold stay held)."""
+    async def leave_queues(self, run_ids: list[str], now: int | None = None) -> None:
+        """Runs that ended (at ``now``) leave the limits' queues they wait in (slots they hold stay
+        held); the hook steps they were waiting on close then, with the run's end as their status."""
         if run_ids and self.workspace.limits:
-            granted = await self.db(self.store.slots_leave, self.limit_configs(), run_ids, self.clock.now_ms())
+            granted = await self.db(self.store.slots_leave, self.limit_configs(), run_ids,
+                                    self.clock.now_ms() if now is None else now)
             self.limits.notify(granted)
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -99,6 +99,26 @@ class NonDeterminismError(DuroError):
         return (type(self), (self.run_id, self.seq, self.recorded, self.asked))
 
 
+class RunIdConflictError(DuroError):
+    """A start named a ``run_id`` that belongs to a run of another workflow (HTTP 409).
+
+    Nothing was created and that run is left as it is. Attributes: ``run_id``, ``workflow`` (the
+    one asked for), ``existing_workflow`` (the workflow of the run that has the id).
+    """
+
+    def __init__(self, run_id: str, workflow: str, existing_workflow: str) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.existing_workflow = existing_workflow
+        super().__init__(
+            f"run id {run_id!r} belongs to a run of workflow {existing_workflow!r}, not {workflow!r}; "
+            f"nothing was started: give this {workflow!r} run another id"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.workflow, self.existing_workflow))
+
+
 class StoreUnavailable(DuroError):
     """The store did not answer in time: SQLite locked by another process past its busy timeout, or
     PostgreSQL unreachable past the retry window. Nothing was changed by the call that raised it;

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class StepInfo:
     """One durable call of a run: ``seq``, ``name``, ``kind`` (step, sleep, now, signal, child,
-    start_child), ``status`` (waiting, completed, failed), times, and ``result`` or ``error``."""
+    start_child, hook, release), ``status`` (waiting, completed, failed; a hook step whose run left
+    the queue by ending: cancelled or failed, as the run), times, and ``result`` or ``error``."""
 
     seq: int
     name: str

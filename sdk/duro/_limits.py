@@ -3,8 +3,9 @@ code, and the operators' ``engine.limits`` (list, slots, release, capacity and m
 
 A slot lives in the box (the store), not in the run: another workflow may release it, and ending a
 run does not release a slot it holds. A run waiting for a slot stays ``running``; its step list shows
-the hook step ``Esperando hueco · <limit>``, closed when the slot is confirmed. Labels are data for
-people (Studio, CLI); duro never writes them to logs.
+the hook step ``Esperando hueco · <limit>``, closed when the slot is confirmed, when the wait times
+out (failed), or when the run ends while it waits (cancelled or failed, as the run). Labels are data
+for people (Studio, CLI); duro never writes them to logs.
 """
 
 from __future__ import annotations
@@ -153,7 +154,10 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 engine.events.emit("slot.acquired", ctx.run_id, ctx._now(), ctx.workflow, limit=limit)
                 await ctx.resume()
                 return _slot_of(row)
-            if row.state != "waiting" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
+            if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
+                raise DuroError(f"run {ctx.run_id!r} no longer waits for a slot of limit {limit!r}: its request "
+                                f"{slot_id!r} left the queue ({row.state}, {row.reason or 'no reason given'})")
+            if row.state == "timed_out" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
                 error = SlotTimeoutError(limit, timeout)
                 failed = StepRecord(seq, "hook", name, "failed", rec.started_at, ctx._now(), wake_at=rec.wake_at,
                                     error=describe_error(error), detail=rec.detail)
@@ -309,7 +313,8 @@ class Limits:
         return (await self._release(slot_id))[1]
 
     async def release(self, slot_id: str) -> SlotRelease:
-        """An operator's release: frees a busy or reserved slot. An unknown id is an error."""
+        """An operator's release: frees a busy slot, or a reserved one (its run goes back to the
+        queue as if the reservation had lapsed: no timeout). An unknown id is an error."""
         row, released = await self._release(slot_id)
         if row is None:
             raise DuroError(f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)")

@@ -7,7 +7,8 @@ A limit has ``capacity`` slots. A slot request (one ``acquire_slot``) is in one 
 - ``busy``: held, until released or until ``expires_at`` (``max_hold``, read once, at grant). A
   waiter parked in the very process that hands the slot out is made busy at once, its acquisition
   recorded in the same transaction (a reservation is for a waiter that may be gone);
-- terminal: ``released`` (``reason``: release, operator, max_hold, run_ended), ``timed_out``, ``cancelled``.
+- terminal: ``released`` (``reason``: release, operator, max_hold), ``timed_out``, ``cancelled`` (``reason``
+  run_ended).
 
 Invariant kept by every decision: ``busy + reserved <= capacity`` at the moment of a grant. Capacity
 is read at every hand-out (raising it grants at once); lowering it takes nothing back.
@@ -141,10 +142,17 @@ def confirm(view: LimitView, row: SlotRow, now: int) -> Decision:
 
 
 def release(view: LimitView, row: SlotRow, now: int, reason: str = "release") -> Decision:
-    """Give a held (or reserved) slot back; a second release, or of a waiting request, is a no-op."""
+    """Give a held slot back; a second release, or of a waiting request, is a no-op.
+
+    A reserved slot is freed as a lapsed reservation is (see ``expire``): its run has not taken it
+    yet, so it goes back to the queue, last, keeping what is left of its timeout (or times out if
+    nothing is left), and the freed slot goes to the next run. Its run never sees a timeout that
+    did not happen."""
     decision = Decision(view)
-    if row.state in ("busy", "reserved"):
+    if row.state == "busy":
         decision.put(row, row._replace(state="released", ended_at=now, reason=reason, reserved_until=None))
+    elif row.state == "reserved":
+        decision.put(row, _requeue(row, decision.view, now))
     return decision
 
 
@@ -154,6 +162,14 @@ def leave(view: LimitView, row: SlotRow, now: int) -> Decision:
     if row.state in ("waiting", "reserved"):
         decision.put(row, row._replace(state="cancelled", ended_at=now, reason="run_ended", reserved_until=None))
     return decision
+
+
+def _requeue(row: SlotRow, view: LimitView, now: int) -> SlotRow:
+    """A reservation its run did not confirm: back to the end of the queue with what is left of its
+    timeout, or timed out if nothing is left."""
+    if row.timeout_at is not None and row.timeout_at <= now:
+        return row._replace(state="timed_out", ended_at=now, reserved_until=None)
+    return row._replace(state="waiting", pos=view.next_pos, reserved_until=None, granted_at=None)
 
 
 def expire(view: LimitView, due: list[SlotRow], now: int) -> Decision:
@@ -167,11 +183,7 @@ def expire(view: LimitView, due: list[SlotRow], now: int) -> Decision:
         if row.state == "busy":
             decision.put(row, row._replace(state="released", ended_at=now, reason="max_hold"))
         elif row.state == "reserved":
-            if row.timeout_at is not None and row.timeout_at <= now:
-                decision.put(row, row._replace(state="timed_out", ended_at=now, reserved_until=None))
-            else:
-                decision.put(row, row._replace(state="waiting", pos=decision.view.next_pos, reserved_until=None,
-                                          granted_at=None))
+            decision.put(row, _requeue(row, decision.view, now))
         elif row.state == "waiting":
             decision.put(row, row._replace(state="timed_out", ended_at=now))
     return decision

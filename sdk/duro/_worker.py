@@ -266,10 +266,11 @@ class Worker:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
+            ended = now()
             if await self.engine.progress.write("finish_run", run.id, self.id, "failed", None,
-                                                describe_error(cause), now()):
-                self.engine.events.emit("run.failed", run.id, now(), run.workflow, error=type(cause).__name__)
-                await self.engine.leave_queues([run.id])
+                                                describe_error(cause), ended):
+                self.engine.events.emit("run.failed", run.id, ended, run.workflow, error=type(cause).__name__)
+                await self.engine.leave_queues([run.id], ended)
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)

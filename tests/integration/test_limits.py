@@ -97,8 +97,11 @@ async def test_a_waiter_in_the_releasing_engine_takes_the_slot_in_the_release_tr
 
 async def test_a_cancelled_waiter_leaves_the_queue(duro_env):
     first, second, third = await started(duro_env, 3)
+    await duro_env.advance("5m")
     await second.cancel()
     assert await duro_env.queue("voice-calls") == [third.id]
+    hook = (await second.steps())[0]  # closed when the run left the queue, not left "waiting"
+    assert (hook.name, hook.status, hook.ended_at) == ("Esperando hueco · voice-calls", "cancelled", duro_env.now)
     await first.signal("done")
     await duro_env.run_until_idle()
     assert await duro_env.busy("voice-calls") == [third.id]

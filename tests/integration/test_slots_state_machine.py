@@ -1,7 +1,8 @@
 """A hypothesis state machine drives the real store's slot transactions (which apply the pure
 decisions of ``duro._slots``) and checks them against a simple reference model, on SQLite and on
 PostgreSQL. Invariants: busy + reserved <= capacity at every grant, FIFO grant order, a second
-release is a no-op, no slot in two states, the limit's counts equal its rows."""
+release is a no-op, a released reservation goes back to the queue as a lapsed one does, no slot in
+two states, the limit's counts equal its rows."""
 
 from __future__ import annotations
 
@@ -63,11 +64,21 @@ class Model:
             self.queue.append(slot_id)
 
     def release(self, slot_id: str, now: int) -> bool:
-        held = self.busy.pop(slot_id, None) is not None or self.reserved.pop(slot_id, None) is not None
-        if held:
+        if self.busy.pop(slot_id, None) is not None:
             self.ended.add(slot_id)
-            self.hand_out(now)
-        return held
+        elif self.reserved.pop(slot_id, None) is not None:
+            self.requeue(slot_id, now)  # a reservation released: as if it had lapsed, never a false timeout
+        else:
+            return False
+        self.hand_out(now)
+        return True
+
+    def requeue(self, slot_id: str, now: int) -> None:
+        if self.timeouts[slot_id] <= now:
+            self.ended.add(slot_id)
+        else:
+            self.queue.append(slot_id)
+            self.place(slot_id)
 
     def confirm(self, slot_id: str, now: int) -> None:
         until = self.reserved.get(slot_id)
@@ -90,11 +101,7 @@ class Model:
                 self.ended.add(slot_id)
             elif state == "reserved":
                 del self.reserved[slot_id]
-                if self.timeouts[slot_id] <= now:
-                    self.ended.add(slot_id)
-                else:
-                    self.queue.append(slot_id)
-                    self.place(slot_id)
+                self.requeue(slot_id, now)
             else:
                 self.queue.remove(slot_id)
                 self.ended.add(slot_id)

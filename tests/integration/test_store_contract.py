@@ -157,6 +157,26 @@ def test_remove_worker_hands_runs_back(store):
     assert store.heartbeat("w", 3000) is None
 
 
+def test_handing_runs_back_and_taking_them_up_change_no_runs_record(store):
+    """Ownership is bookkeeping (a dev server's reload does both): a hand-back, by a worker that
+    stops or joins again, and a claim of a run that had started leave ``updated_at`` as it was; a
+    claim that starts a pending run changes it."""
+    store.register_worker("w1", "default", "h", 1, 1000)
+    store.insert_run(new_run("started", owner="w1"), None)
+    store.insert_run(new_run("pending"), None)
+    store.remove_worker("w1", 2000)
+    assert (store.get_run("started").owner, store.get_run("started").updated_at) == (None, 1000)
+    store.register_worker("w2", "default", "h", 2, 3000)
+    claim = Claim(worker_id="w2", namespace="default", workflows=["wf"], now=3000)
+    claimed = {run.id: run for run in store.claim_runs(claim)}
+    assert (claimed["started"].owner, claimed["started"].updated_at) == ("w2", 1000)
+    assert (claimed["pending"].status, claimed["pending"].updated_at) == ("running", 3000)
+    assert store.get_run("started").updated_at == 1000
+    store.register_worker("w2", "default", "h", 2, 4000)  # joins again: its runs are handed back
+    assert [(r.owner, r.updated_at) for r in map(store.get_run, ("started", "pending"))] == [(None, 1000),
+                                                                                            (None, 3000)]
+
+
 def test_listing_filters_and_pages(store):
     for i in range(5):
         run = new_run(f"r{i}", key="k" if i % 2 else None, workflow="a" if i < 3 else "b")
@@ -488,3 +508,94 @@ def test_ended_runs_leave_every_queue_they_wait_in_and_hand_the_places_on(store)
         assert [(s.id, s.state) for s in store.limit_slots(name)] == [(f"{name}.holder", "busy"),
                                                                       (f"{name}.next", "waiting")]
         assert (store.limit_states()[name].busy, store.limit_states()[name].waiting) == (1, 1)
+
+
+def _queued_with_hook(store, config, run_id, now, timeout_at=None):
+    """A run of worker w1 whose slot request waits in ``config``'s queue, its hook step written with it."""
+    store.insert_run(new_run(run_id, owner="w1"), None)
+    hook = StepRecord(0, "hook", f"Esperando hueco · {config.name}", "waiting", now, wake_at=timeout_at)
+    row = store.slot_request(config, f"{run_id}.0", run_id, None, timeout_at, now, (run_id, "w1", hook))
+    assert row.state == "waiting"
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_a_run_that_ends_while_queued_has_its_hook_step_closed_with_its_end(store, ending):
+    """``slots_leave`` closes the run's waiting hook step in its transaction: ended then, with the
+    run's end as status. A step that is not a waiting hook is left as it is."""
+    from duro._config import LimitConfig
+
+    config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
+    store.slot_request(config, "holder.0", "holder", None, None, 1000)
+    _queued_with_hook(store, config, "leaver", 1000)
+    store.record_step("leaver", "w1", StepRecord(1, "step", "other", "completed", 1000, 1001), now=1001)
+    if ending == "cancelled":
+        assert store.cancel_run("leaver", None, '{"type": "RunCancelled"}', 5000) == ["leaver"]
+    else:
+        assert store.finish_run("leaver", "w1", "failed", None, '{"type": "RuntimeError"}', 5000)
+    assert store.slots_leave({"lines": config}, ["leaver"], 5000) == []
+    hook, other = store.get_steps("leaver")
+    assert (hook.kind, hook.status, hook.ended_at) == ("hook", ending, 5000)
+    assert (other.status, other.ended_at) == ("completed", 1001)
+    assert store.get_slot("leaver.0").state == "cancelled"
+    assert store.slots_leave({"lines": config}, ["leaver"], 9000) == []  # again: nothing changes
+    assert store.get_steps("leaver")[0].ended_at == 5000
+
+
+def test_an_expired_request_still_closes_its_hook_step_when_its_run_gives_up(store):
+    """The expiry pass timed the request out before its run woke: the run's give-up writes its hook
+    step failed all the same (a run that catches SlotTimeoutError goes on with a closed step)."""
+    from duro._config import LimitConfig
+
+    config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
+    store.slot_request(config, "holder.0", "holder", None, None, 1000)
+    _queued_with_hook(store, config, "late", 1000, timeout_at=3000)
+    store.slots_expire({"lines": config}, 3000)
+    assert store.get_slot("late.0").state == "timed_out"
+    failed = StepRecord(0, "hook", "Esperando hueco · lines", "failed", 1000, 3500, wake_at=3000, error='{"a": 1}')
+    assert store.slot_give_up(config, "late.0", 3500, ("late", "w1", failed)).state == "timed_out"
+    (hook,) = store.get_steps("late")
+    assert (hook.status, hook.ended_at) == ("failed", 3500)
+
+
+def test_a_released_reservation_goes_back_to_the_queue_and_the_slot_to_the_next_run(store):
+    """An operator release of a reserved slot (its run has not confirmed) is no timeout: as a
+    lapsed reservation, the run queues last with what is left of its timeout, and the slot goes
+    to the next run; a reservation whose timeout has passed times out."""
+    from duro._config import LimitConfig
+
+    configs = {"lines": LimitConfig("lines", capacity=1, max_hold_ms=60_000)}
+    config = configs["lines"]
+    store.slot_request(config, "holder.0", "holder", None, None, 1000)
+    store.slot_request(config, "first.0", "first", None, 50_000, 1000)
+    store.slot_request(config, "second.0", "second", None, None, 1000)
+    _, released, granted = store.slot_release(configs, "holder.0", 2000)
+    assert released and [(r.id, r.state) for r in granted] == [("first.0", "reserved")]
+    row, released, granted = store.slot_release(configs, "first.0", 3000, "operator")
+    assert released and (row.id, row.state, row.timeout_at) == ("first.0", "waiting", 50_000)
+    assert [(r.id, r.state) for r in granted] == [("second.0", "reserved")]
+    assert [(s.id, s.state) for s in store.limit_slots("lines")] == [("second.0", "reserved"), ("first.0", "waiting")]
+    assert store.slot_release(configs, "first.0", 3001, "operator")[1] is False  # waiting: nothing to release
+    store.slot_confirm(config, "second.0", 3002)
+    store.slot_release(configs, "second.0", 4000)
+    assert store.get_slot("first.0").state == "reserved"
+    row, released, granted = store.slot_release(configs, "first.0", 60_000, "operator")  # past its timeout
+    assert released and row.state == "timed_out" and granted == []
+    counts = store.limit_states()["lines"]
+    assert (counts.busy, counts.reserved, counts.waiting) == (0, 0, 0)
+
+
+def test_a_start_on_another_workflows_run_id_is_a_conflict_and_writes_nothing(store):
+    from duro import RunIdConflictError
+
+    store.insert_run(new_run("parent", owner="w1"), None)
+    store.insert_run(new_run("taken", workflow="echo"), None)
+    step = StepRecord(0, "child", "wf", "waiting", 1000)
+    with pytest.raises(RunIdConflictError) as info:
+        store.insert_run(new_run("taken", workflow="wf", parent="parent"), None, ("parent", "w1", step))
+    assert (info.value.workflow, info.value.existing_workflow) == ("wf", "echo")
+    assert store.get_steps("parent") == [] and store.get_run("parent").status == "running"
+    assert store.get_run("taken").workflow == "echo"
+    for start_quota in (None, quota("k", 5)):  # a top-level start, with a quota or not, is refused alike
+        with pytest.raises(RunIdConflictError):
+            store.insert_run(new_run("taken", workflow="wf", key="k" if start_quota else None), start_quota)
+    assert [r.id for r in store.list_runs(None, "wf", None, None, 10)] == ["parent"]  # no "taken" of wf

@@ -6,8 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import Concurrency, ConcurrencyLimitError, DuroError
-from duro.tooling import check_run_id
+from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
 
 from ._common import ApiError, answer, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
@@ -42,15 +41,16 @@ async def start_run(request: Request) -> Response:
     if body.concurrency is not None:
         quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
     try:
-        existed = body.run_id is not None and await eng.db(eng.store.get_run, check_run_id(body.run_id)) is not None
-        handle = await eng.start(name, body.input, run_id=body.run_id, concurrency=quota)
+        handle, created = await eng.start_run(name, body.input, run_id=body.run_id, concurrency=quota)
     except ConcurrencyLimitError as err:
         raise ApiError(429, str(err), headers={"Retry-After": RETRY_AFTER_SECONDS}, workflow=err.workflow,
                        key=err.key, limit=err.limit, active=err.active) from None
+    except RunIdConflictError as err:
+        raise ApiError(409, str(err)) from None
     except DuroError as err:
         raise ApiError(422, str(err)) from None
     run = RunOut.of(await eng.get_run(handle.id))
-    return answer(RunCreatedOut(run=run, created=not existed), 200 if existed else 201)
+    return answer(RunCreatedOut(run=run, created=created), 201 if created else 200)
 
 
 routes = [

@@ -159,7 +159,8 @@ class Store(Protocol):
     # runs
     def insert_run(self, new: NewRun, quota: QuotaCheck | None,
                    parent_step: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunRecord, bool]:
-        """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError.
+        """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError,
+        and RunIdConflictError when the id is a run of another workflow (nothing written).
 
         The existing-run check, the quota count and the insert are one atomic decision. With
         ``parent_step`` = (parent run id, parent owner, step), the parent's step is written in the

@@ -56,6 +56,11 @@ SLOT_SQL = {
     "limit_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
                    f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
                    f"ELSE 2 END, pos LIMIT :n",
+    # the hook steps still waiting of a run that ended: closed, with the run's end as their status
+    # ("cancelled" or "failed"; "cancelled" for a run that ended any other way)
+    "hook_leave": "UPDATE duro_steps SET ended_at = :now, status = COALESCE((SELECT status FROM duro_runs "
+                  "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
+                  "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
     "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
@@ -224,15 +229,17 @@ class SlotsStoreMixin:
 
     def slot_give_up(self, config: LimitConfig, slot_id: str, now: int,
                      hook: Hook | None = None) -> SlotRow | None:
-        """The waiter's timeout passed: a waiting request times out (a reserved one is kept)."""
+        """The waiter's timeout passed: a waiting request times out (a reserved one is kept), and
+        the run's hook step (``hook``) is written failed, also when the expiry pass timed it out first."""
         with self._write() as conn:
             view, now = self._lock_limit(conn, config, now)
             row = self._slot(conn, slot_id)
-            if row is None or row.state != "waiting":
+            if row is None or row.state not in ("waiting", "timed_out"):
                 return row
-            decision = _slots.give_up(view, row, now)
+            # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
+            decision = _slots.give_up(view, row, now) if row.state == "waiting" else None
             self._settle(conn, decision, now, hook)
-            return decision.writes[-1]
+            return row if decision is None else decision.writes[-1]
 
     def slot_release(self, configs: Mapping[str, LimitConfig], slot_id: str, now: int, reason: str = "release",
                      hook: Hook | None = None, takers: Mapping[str, Hook] | None = None,
@@ -264,10 +271,12 @@ class SlotsStoreMixin:
         return (decision.writes[0] if released else row), released, decision.granted
 
     def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
-        """Runs that ended leave the queues they wait in (busy slots they hold stay held)."""
+        """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
+        hook step is closed alongside: ended now, with the run's end (cancelled, failed) as status."""
         granted: list[SlotRow] = []
         with self._write() as conn:
-            leaving = [_row(found) for run_id in run_ids for found in self._x(conn, "run_slots", {"run_id": run_id})]
+            ended = list(run_ids)
+            leaving = [_row(found) for run_id in ended for found in self._x(conn, "run_slots", {"run_id": run_id})]
             # limits locked in name order, as the expiry pass does: two workers whose ended runs wait
             # in the same limits never hold one lock each while waiting for the other's
             for row in sorted(leaving, key=lambda r: (r.limit, r.pos)):
@@ -279,6 +288,8 @@ class SlotsStoreMixin:
                 self._hand_out(conn, decision, judged)
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
+            for run_id in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
+                self._x(conn, "hook_leave", {"run_id": run_id, "now": now})  # on the run's clock, as its end
         return granted
 
     def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
@@ -357,3 +368,4 @@ class SlotsStoreMixin:
 
 def _slot_json(row: SlotRow) -> str:
     return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+

@@ -29,7 +29,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
 from .._clock import pause
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._durations import Duration, to_ms
-from .._errors import ConcurrencyLimitError, DuroError
+from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
 from .._quota import admit
 from ._dialect import for_dialect, raw_execute
 from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord, WouldWait
@@ -106,13 +106,16 @@ _NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%
 # workflows that have no owner, or whose owner has no row (condemned just now or before), oldest
 # first through duro_runs_active, skipping rows another worker is claiming; returns each run with
 # its status before the claim. The statement's other subqueries see the rows as they were before
-# its DELETE, hence ``owner IN dead``. {clock}: the decisions' clock (for updated_at).
+# its DELETE, hence ``owner IN dead``. {clock}: the decisions' clock (for updated_at, which only a
+# run started by the claim changes).
 _CLAIM_PG_SQL = (
     "WITH clock AS (SELECT {clock} AS now), "
     "dead AS (DELETE FROM duro_workers USING unnest(CAST(%(dead)s AS text[]), CAST(%(stamps)s AS bigint[])) "
     "AS d(id, stamp) WHERE duro_workers.id = d.id AND duro_workers.heartbeat_at = d.stamp "
     "RETURNING duro_workers.id) "
-    "UPDATE duro_runs SET owner = %(owner)s, updated_at = (SELECT now FROM clock), "
+    "UPDATE duro_runs SET owner = %(owner)s, "
+    "updated_at = CASE WHEN duro_runs.status = 'pending' THEN (SELECT now FROM clock) "
+    "ELSE duro_runs.updated_at END, "
     "status = CASE WHEN duro_runs.status = 'pending' THEN 'running' ELSE duro_runs.status END "
     "FROM (SELECT id, status AS was FROM duro_runs "
     f"WHERE namespace = %(namespace)s AND duro_runs.status IN {ACTIVE_SQL} "
@@ -214,6 +217,13 @@ class _CallState(threading.local):
 
 class _RunExists(Exception):
     """A start's insert found its run id taken by another process's start (see insert_run)."""
+
+
+def _same_workflow(existing: RunRecord, new: NewRun) -> RunRecord:
+    """The run a start's id names, which is that start's run only if it is of the same workflow."""
+    if existing.workflow != new.workflow:
+        raise RunIdConflictError(new.id, new.workflow, existing.workflow)
+    return existing
 
 
 def _new_run_values(new: NewRun) -> dict[str, Any]:
@@ -692,7 +702,7 @@ class SqlStore(SlotsStoreMixin):
             existing = self.get_run(new.id)
             if existing is None:
                 raise
-            return existing, False
+            return _same_workflow(existing, new), False
 
     def _insert_run(self, new: NewRun, quota: QuotaCheck | None,
                     parent_step: tuple[str, str | None, StepRecord] | None) -> tuple[RunRecord, bool]:
@@ -701,10 +711,11 @@ class SqlStore(SlotsStoreMixin):
                 self._lock_key(conn, f"duro:quota:{quota.key}")
             row = self._x(conn, "select_run", {"id": new.id}).fetchone()
             if row is not None:
+                existing = _same_workflow(_tuple_to_run(row), new)  # or nothing is written, a parent's step neither
                 if parent_step is not None:
                     self._write_step(conn, parent_step[0], parent_step[1], parent_step[2], None, None,
                                      new.created_at)
-                return _tuple_to_run(row), False
+                return existing, False
             if quota is not None:
                 self._admit(quota, self._count_active(conn, quota.key, quota.statuses, quota.namespace))
             values = _new_run_values(new)
@@ -733,7 +744,7 @@ class SqlStore(SlotsStoreMixin):
                     counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
                 row = found.fetchone()
                 if row is not None:
-                    return _tuple_to_run(row), False
+                    return _same_workflow(_tuple_to_run(row), new), False
                 self._admit(quota, int(counted.fetchone()[0]))
             values = _new_run_values(new)
             if new.owner is None:
@@ -1068,8 +1079,9 @@ class SqlStore(SlotsStoreMixin):
         with self._write() as conn:
             now = self._db_now(conn, now)
             conn.execute(workers.delete().where(workers.c.id == worker_id))
+            # handing back is bookkeeping, not a change to the run: updated_at stays
             handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
-                                       .values(owner=None, updated_at=now)).rowcount
+                                       .values(owner=None)).rowcount
             conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
                                                  started_at=now, heartbeat_at=now))
             if handed_back:
@@ -1088,11 +1100,10 @@ class SqlStore(SlotsStoreMixin):
 
     def remove_worker(self, worker_id: str, now: int) -> None:
         with self._write() as conn:
-            now = self._db_now(conn, now)
             namespace = conn.execute(sa.select(workers.c.namespace).where(workers.c.id == worker_id)).scalar()
             conn.execute(workers.delete().where(workers.c.id == worker_id))
             handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
-                                       .values(owner=None, updated_at=now)).rowcount
+                                       .values(owner=None)).rowcount  # bookkeeping: updated_at stays
             if handed_back:
                 self._notify(conn, ["run", namespace])
 
@@ -1166,7 +1177,10 @@ class SqlStore(SlotsStoreMixin):
             self._lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
         # Each run's status before the claim comes back with it: a run taken from pending never
         # executed (RunRecord.fresh), and its worker skips reading its history.
-        claiming = {"owner": claim.worker_id, "updated_at": now,
+        # a claim changes a run's record (and updated_at) only when it starts it: taking up a run
+        # handed back or left by a dead worker is bookkeeping
+        claiming = {"owner": claim.worker_id,
+                    "updated_at": sa.case((runs.c.status == "pending", now), else_=runs.c.updated_at),
                     "status": sa.case((runs.c.status == "pending", "running"), else_=runs.c.status)}
         if self.dialect == "sqlite":
             # SQLite's RETURNING cannot name an UPDATE's FROM; under BEGIN IMMEDIATE nothing
