@@ -18,6 +18,9 @@ from typing import IO, Any
 
 import click
 
+from duro import DuroError
+from duro.tooling import duration_ms
+
 from .client import ApiError, DuroClient, ServerUnreachable, Target, TargetError, resolve_target
 
 EXIT_REFUSED = 1
@@ -25,7 +28,7 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
 RUN_STATUSES = ("pending", "running", "suspended", "blocked", "completed", "failed", "cancelled")
-INPUT_EXAMPLE = """--input '{"call_id": "a", "to": "+34600000000"}'"""
+INPUT_EXAMPLE = """--input '{"id": "A-1", "qty": 2}' (an object), --input '"acme"' (a string)"""
 PAYLOAD_EXAMPLE = """--payload '{"approved": true}'"""
 
 
@@ -58,23 +61,36 @@ def parse_json_argument(option: str, text: str, example: str) -> Any:
         raise CliFailure(message, EXIT_USAGE) from None
 
 
-def parse_capacity(text: str) -> int | None:
-    """``N`` or ``reset`` (``None``) for ``duro limits capacity``."""
+MAX_CAPACITY = 100_000
+MAX_HOLD_HINT = "a duration such as 90s, 45m, 2h or 1h30m (units ms, s, m, h, d in lowercase, no spaces; at most 30d)"
+
+
+def parse_capacity(text: str, limit: str = "LIMIT") -> int | None:
+    """``N`` (1..100000) or ``reset`` (``None``) for ``duro limits capacity``."""
     if text.strip().lower() == "reset":
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise CliFailure(f"capacity must be a whole number (1 to 100000) or reset, not {text!r}: "
-                         f"e.g. duro limits capacity voice-calls 25", EXIT_USAGE) from None
+        value = None
+    if value is None or not 1 <= value <= MAX_CAPACITY:
+        raise CliFailure(f"capacity must be a whole number from 1 to {MAX_CAPACITY}, or reset, not {text!r}: "
+                         f"e.g. duro limits capacity {limit} 25, or duro limits capacity {limit} reset",
+                         EXIT_USAGE) from None
+    return value
 
 
-def parse_max_hold(text: str) -> str | None:
-    """``DURATION`` or ``reset`` (``None``) for ``duro limits max-hold``; the server checks the duration."""
+def parse_max_hold(text: str, limit: str = "LIMIT") -> str | None:
+    """``DURATION`` or ``reset`` (``None``) for ``duro limits max-hold``. The spelling is checked here;
+    the server judges the range (more than 0, at most 30 days)."""
     if text.strip().lower() == "reset":
         return None
-    if not text.strip():
-        raise CliFailure("max hold must be a duration such as 45m, 2h or 30d, or reset", EXIT_USAGE)
+    try:
+        duration_ms(text.strip(), "max hold")
+    except DuroError:
+        raise CliFailure(f"max hold must be {MAX_HOLD_HINT}, or reset, not {text!r}: "
+                         f"e.g. duro limits max-hold {limit} 2h, or duro limits max-hold {limit} reset",
+                         EXIT_USAGE) from None
     return text.strip()
 
 
@@ -276,11 +292,15 @@ def render_started(answer: dict[str, Any]) -> str:
     return f"run {rid} of {workflow} already exists ({status}): nothing started"
 
 
-def render_cancelled(answer: dict[str, Any]) -> str:
-    """``duro runs cancel``: the run's status afterwards."""
+ENDED_STATUSES = ("completed", "failed", "cancelled")
+
+
+def render_cancelled(answer: dict[str, Any], before: str | None = None) -> str:
+    """``duro runs cancel``: the run's status afterwards; ``before``, its status before the cancel
+    (a run that had already ended, cancelled included, had nothing to cancel)."""
     run = answer.get("run", {})
     rid, status = clean(run.get("id")), clean(run.get("status"))
-    if status == "cancelled":
+    if status == "cancelled" and before not in ENDED_STATUSES:
         return f"cancelled run {rid}"
     return f"run {rid} is {status}: nothing to cancel"
 
@@ -479,8 +499,9 @@ def runs_show(call: Call, run_id: str) -> None:
 @click.argument("run_id")
 @api_command
 def runs_cancel(call: Call, run_id: str) -> None:
-    """Cancel a run (and its unfinished children)."""
-    call.emit(call.client.cancel_run(run_id), render_cancelled)
+    """Cancel a run (and its unfinished children); a run that has ended is left as it is."""
+    before = call.client.get_run(run_id)["run"].get("status")
+    call.emit(call.client.cancel_run(run_id), lambda answer: render_cancelled(answer, before))
 
 
 @click.command("signal")
@@ -543,7 +564,7 @@ def limits_release(call: Call, slot_id: str, yes: bool) -> None:
 @api_command
 def limits_capacity(call: Call, limit: str, capacity: str) -> None:
     """Override a limit's capacity (until `reset`; survives restarts)."""
-    value = parse_capacity(capacity)
+    value = parse_capacity(capacity, limit)
     call.emit(call.client.set_capacity(limit, value), render_capacity)
 
 
@@ -553,7 +574,7 @@ def limits_capacity(call: Call, limit: str, capacity: str) -> None:
 @api_command
 def limits_max_hold(call: Call, limit: str, max_hold: str) -> None:
     """Override a limit's max hold, such as 2h (until `reset`; applies to slots granted afterwards)."""
-    value = parse_max_hold(max_hold)
+    value = parse_max_hold(max_hold, limit)
     call.emit(call.client.set_max_hold(limit, value), render_max_hold)
 
 

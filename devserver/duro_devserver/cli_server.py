@@ -54,6 +54,30 @@ def _fail(err: DuroError) -> None:
     sys.exit(2)
 
 
+def open_store(url: str) -> None:
+    """Open the store once before anything starts: a database that cannot be used (a file that is
+    not SQLite, say) is a :class:`DuroError` that names it and says what to do, not a traceback from
+    deep inside the server's start-up."""
+    import sqlalchemy as sa
+
+    from duro.store import SqlStore
+
+    store = SqlStore(url)
+    try:
+        store.create_schema()
+    except sa.exc.DatabaseError as err:
+        reason = " ".join(str(getattr(err, "orig", None) or err).split())
+        if store.dialect == "sqlite":
+            path = store.url.database
+            raise DuroError(f"{path} is not a usable SQLite database ({reason}): move it away (or delete it, "
+                            f"losing the runs it held) and start again for a fresh one, or pass "
+                            f"--database-url for another store") from None
+        raise DuroError(f"the database at {store.safe_url} cannot be used ({reason}): check --database-url "
+                        f"(or DURO_DATABASE_URL)") from None
+    finally:
+        store.close()
+
+
 def add_commands(main: click.Group) -> None:
     """Add ``dev``, ``serve``, ``worker`` and ``health`` to the ``duro`` group."""
     add_health(main)
@@ -71,8 +95,9 @@ def add_commands(main: click.Group) -> None:
             database_url: str | None, reload: bool) -> None:
         """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
         root = _project_dir(directory)
-        project = DevProject(root, database_url, watch=reload)
         try:
+            open_store(database_url or _default_url(root))
+            project = DevProject(root, database_url, watch=reload)
             app = create_app(project, token=token, allowed_hosts=(host, *allow_hosts))
             run_server(app, host, port, project_dir=root, token=token)
         except DuroError as err:
@@ -95,6 +120,7 @@ def add_commands(main: click.Group) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
         root = _project_dir(directory)
         try:
+            open_store(database_url or _default_url(root))
             engine = Engine.from_project(root, database_url=database_url or _default_url(root), lease=lease,
                                          poll_interval=poll_interval, worker_id=worker_id)
             source = FixedEngine(engine, run_worker=worker, project=str(root))
@@ -113,6 +139,7 @@ def add_commands(main: click.Group) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
         try:
+            open_store(database_url or _default_url(root))
             engine = Engine.from_project(root, database_url=database_url or _default_url(root),
                                          lease=lease, poll_interval=poll_interval, worker_id=worker_id)
             asyncio.run(_work(engine))

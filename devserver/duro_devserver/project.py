@@ -5,8 +5,8 @@ A reload imports the project afresh; when that works, the running engine stops (
 are handed back to the store) and a new engine with the new code starts and recovers them at once:
 running and waiting runs survive every reload, and a step that was executing when the reload came is
 executed again (steps are at-least-once, as after any crash). When the import fails, the previous
-engine keeps running the last good code, and the error (with its traceback) is printed in the
-terminal and shown in Studio until a later save fixes it.
+engine keeps running the last good code (if none ever loaded, the server waits for a fix), and the
+error (with its traceback) is printed in the terminal and shown in Studio until a later save fixes it.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class DevProject:
                     engine.register(spec)
             except Exception as err:  # noqa: BLE001 - any error in user code must not stop the server
                 self.load_error = describe_load_error(err)
-                print_load_error(self.load_error)
+                print_load_error(self.load_error, running=self._engine is not None)
                 self.hub.publish("reload", {"ok": False, "error": self.load_error, "reloads": self.reloads})
                 return False
             await self._retire(self._engine)

@@ -8,6 +8,7 @@ never the token itself); the CLI finds the local server there. The file is remov
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -72,12 +73,36 @@ class _NoQueryStrings(logging.Filter):
         return True
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a port in use (another ``duro dev``?)
+    is a :class:`DuroError` that says to pass ``--port``, not uvicorn's ``[Errno 98]``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if err.errno == errno.EADDRINUSE:
+            raise DuroError(f"port {port} on {host} is in use (another `duro dev` or `duro serve`?): stop that "
+                            f"server, or pass --port N for another port (--port 0 picks a free one)") from None
+        if err.errno == errno.EACCES:
+            raise DuroError(f"not allowed to listen on {where} (ports below 1024 need root): pass --port N "
+                            f"with N from 1024 up, or --port 0 for a free one") from None
+        raise DuroError(f"cannot listen on {where} ({err.strerror or err}): check --host (an address of "
+                        f"this machine, such as 127.0.0.1) and --port") from None
+    return sock
+
+
 def run_server(app: Starlette, host: str, port: int, *, project_dir: Path | None, token: str | None,
                access_log: bool = True) -> None:
     """Serve ``app`` until SIGINT / SIGTERM (a graceful stop: the engine hands its runs back)."""
     check_binding(host, token)
+    sock = bind(host, port)
     config = uvicorn.Config(app, host=host, port=port, lifespan="on", access_log=access_log, log_level="info",
                             timeout_graceful_shutdown=5)
     logging.getLogger("uvicorn.access").addFilter(_NoQueryStrings())
     server = _Server(config, None if project_dir is None else project_dir / SERVER_FILE, token is not None)
-    asyncio.run(server.serve())
+    with sock:
+        asyncio.run(server.serve(sockets=[sock]))

@@ -120,7 +120,15 @@ def describe_load_error(err: BaseException) -> dict[str, str]:
             "traceback": "".join(traceback.format_exception(cause))}
 
 
-def print_load_error(error: dict[str, str]) -> None:
-    print(f"duro: the project failed to load; the server keeps running the last good version.\n"
+def print_load_error(error: dict[str, str], *, running: bool = True) -> None:
+    """Print a load failure: the traceback, and what the server does meanwhile. ``running``: an
+    earlier version loaded and keeps running; otherwise none ever did, and the server waits for a
+    fix (the API answers 503 for what needs the project)."""
+    if running:
+        meanwhile = "the server keeps running the last good version"
+    else:
+        meanwhile = ("no version of it has loaded yet: the server waits for a fix (the API answers 503 "
+                     "for what needs the project)")
+    print(f"duro: the project failed to load; {meanwhile}.\n"
           f"{error['traceback']}{error['message']}\nduro: fix it and save: it reloads at once.",
           file=sys.stderr, flush=True)

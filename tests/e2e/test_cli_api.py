@@ -129,6 +129,26 @@ def test_refusals_of_other_kinds_exit_1_with_the_servers_message(dev_server: Dev
         assert result.stderr.startswith("error: ") and result.stdout == ""
 
 
+def test_error_messages_are_for_people_not_python(dev_server: DevServer):
+    project = dev_server.project
+    invalid = cli(project, "start", "greet", "--input", '{"times": "many"}')
+    assert invalid.exit_code == 1
+    assert invalid.stderr.startswith("error: input of workflow 'greet' is invalid: name: Field required; "
+                                     "times: Input should be a valid integer")
+    assert "pydantic.dev" not in invalid.stderr and "validation error" not in invalid.stderr
+    assert invalid.stderr.count("\n") == 1
+    unknown_slot = cli(project, "limits", "release", "nope.0", "--yes")
+    assert unknown_slot.exit_code == 1 and "duro limits slots LIMIT" in unknown_slot.stderr
+    assert "engine.limits" not in unknown_slot.stderr
+    with dev_server.client() as client:  # over HTTP: the body's JSON values, never Python's
+        refused = client.put("/api/limits/partner-api/max-hold", json={"max_hold": "2H"})
+        assert refused.status_code == 422
+        message = refused.json()["message"]
+        assert "a JSON integer of milliseconds, or null to reset" in message and "timedelta" not in message
+        missing = client.post("/api/slots/nope.0/release")
+        assert missing.status_code == 404 and "GET /api/limits/{name}/slots" in missing.json()["message"]
+
+
 def test_limits_slots_release_and_a_signal(dev_server: DevServer):
     project = dev_server.project
     first = run_id_of(ok_json(project, "start", "hold", "--input", '{"tenant": "a", "job": "1"}'))
@@ -170,9 +190,13 @@ def test_limits_slots_release_and_a_signal(dev_server: DevServer):
     assert wait_run(project, second, "completed")["run"]["output"] == "job 2 done"
     wait_slots(project, [])
 
-    cancelled = ok_json(project, "runs", "cancel", first)
-    assert cancelled["run"]["status"] == "cancelled"
-    assert cli(project, "runs", "cancel", first).stdout == f"cancelled run {first}\n"
+    cancelled = cli(project, "runs", "cancel", first)
+    assert cancelled.exit_code == 0 and cancelled.stdout == f"cancelled run {first}\n"
+    again = cli(project, "runs", "cancel", first)  # docs/cli.md: a run that had ended is left as it is
+    assert again.exit_code == 0 and again.stdout == f"run {first} is cancelled: nothing to cancel\n"
+    assert ok_json(project, "runs", "cancel", first)["run"]["status"] == "cancelled"
+    finished = cli(project, "runs", "cancel", second)
+    assert finished.exit_code == 0 and finished.stdout == f"run {second} is completed: nothing to cancel\n"
 
 
 def test_capacity_and_max_hold_overrides_reset_and_survive_a_restart(e2e_project: Path):
@@ -186,12 +210,19 @@ def test_capacity_and_max_hold_overrides_reset_and_survive_a_restart(e2e_project
         row = cli(project, "limits", "list").stdout.splitlines()[1]
         assert "3 (config 1)" in row and row.endswith("2h (config 1h)")
 
-        for args in (["capacity", "partner-api", "0"], ["max-hold", "partner-api", "forever"],
-                     ["max-hold", "partner-api", "31d"], ["capacity", "nope", "2"]):
-            result = cli(project, "limits", *args)
+        for args in (["max-hold", "partner-api", "31d"], ["capacity", "nope", "2"], ["max-hold", "nope", "2h"]):
+            result = cli(project, "limits", *args)  # what only the server can judge: refused, exit 1
             assert result.exit_code == 1, (args, result.output)
             assert result.stderr.startswith("error: ")
-        assert cli(project, "limits", "capacity", "partner-api", "many").exit_code == 2
+        for args in (["capacity", "partner-api", "0"], ["capacity", "partner-api", "many"],
+                     ["max-hold", "partner-api", "forever"], ["max-hold", "partner-api", "2H"]):
+            result = cli(project, "limits", *args)  # what the CLI can judge itself: a bad argument, exit 2
+            assert result.exit_code == 2, (args, result.output)
+            assert result.stderr.startswith("error: ") and "reset" in result.stderr
+        for args in (["capacity", "partner-api", "0"], ["max-hold", "partner-api", "forever"],
+                     ["max-hold", "partner-api", "31d"]):
+            message = cli(project, "limits", *args).stderr  # in the CLI the word is reset, not null
+            assert "null" not in message and "timedelta" not in message and "int of milliseconds" not in message
 
     with running_dev_server(project):  # a new process on a new port: found again through server.json
         (limit,) = ok_json(project, "limits", "list")["limits"]

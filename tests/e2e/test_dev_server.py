@@ -128,6 +128,47 @@ def test_a_saved_change_is_live_at_once_and_running_runs_survive_the_reload(dev_
         assert wait_status(client, waiting, "completed")["run"]["output"] == "job 1 done"
 
 
+def test_a_reload_changes_no_runs_record(dev_server: DevServer):
+    """Handing runs back and taking them up again is bookkeeping: after a reload a holding run, a
+    queued one and their steps read exactly as before, ``updated_at`` included."""
+    source = dev_server.project / "workflows" / "jobs.py"
+    with dev_server.client() as client:
+        holding = start(client, "hold", {"tenant": "a", "job": "1"}).json()["run"]["id"]
+        queued = start(client, "hold", {"tenant": "b", "job": "2"}).json()["run"]["id"]
+        wait_until(lambda: [s["state"] for s in client.get("/api/limits/partner-api/slots").json()["slots"]]
+                   == ["busy", "waiting"], 15, "one slot busy and one run in the queue")
+        wait_status(client, holding, "suspended")
+        before = {run_id: run_of(client, run_id) for run_id in (holding, queued)}
+        for _ in range(2):  # the second reload stops the engine that recovered the runs in the first
+            reloads = client.get("/api/status").json()["reloads"]
+            source.write_text(source.read_text() + "\n# touched\n")
+            wait_until(lambda: client.get("/api/status").json()["reloads"] > reloads, 10, "the reload")  # noqa: B023
+            # a run started after the reload has completed: the worker took up the runs before it
+            greeted = start(client, "greet", {"name": "after"}).json()["run"]["id"]
+            wait_status(client, greeted, "completed")
+            assert {run_id: run_of(client, run_id) for run_id in (holding, queued)} == before
+        client.post(f"/api/runs/{holding}/signals/done")  # they were taken up: they go on
+        assert wait_status(client, holding, "completed")["run"]["output"] == "job 1 done"
+        client.post(f"/api/runs/{queued}/signals/done")
+        assert wait_status(client, queued, "completed")["run"]["output"] == "job 2 done"
+
+
+def test_a_project_that_never_loaded_waits_for_a_fix(e2e_project: Path):
+    broken = e2e_project / "workflows" / "broken.py"
+    broken.write_text("raise RuntimeError('not yet')\n")
+    with running_dev_server(e2e_project) as server, server.client() as client:
+        assert "RuntimeError: not yet" in client.get("/api/status").json()["load_error"]["message"]
+        log = server.log()
+        assert "no version of it has loaded yet: the server waits for a fix" in log
+        assert "last good version" not in log
+        assert client.get("/api/workflows").status_code == 503
+        broken.unlink()
+        wait_until(lambda: client.get("/api/status").json()["load_error"] is None, 10, "the fixed reload")
+        broken.write_text("raise RuntimeError('again')\n")
+        wait_until(lambda: "RuntimeError: again" in server.log(), 10, "the second load error")
+        assert "the server keeps running the last good version" in server.log()
+
+
 def test_a_workflow_that_fails_to_import_is_reported_and_the_server_keeps_going(dev_server: DevServer):
     broken = dev_server.project / "workflows" / "broken.py"
     with dev_server.client() as client:

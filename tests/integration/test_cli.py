@@ -1,9 +1,13 @@
-"""The `duro run` command against a project on disk (CliRunner: in-process, real SQLite file)."""
+"""The `duro` commands that run things against a project on disk (CliRunner: in-process, real SQLite
+file): `duro run`, and what `duro dev`, `serve` and `worker` say when they cannot start."""
 
 from __future__ import annotations
 
 import json
+import socket
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from duro_devserver.cli import main
@@ -52,3 +56,51 @@ def test_failures_and_bad_arguments_exit_non_zero_with_a_message(tmp_path):
     assert unknown.exit_code == 2 and "unknown workflow 'nope'" in unknown.output
     bad_json = CliRunner().invoke(main, ["run", "echo", "--input", "{bad", "--project", str(root)])
     assert bad_json.exit_code == 2 and "--input is not JSON" in bad_json.output
+
+
+# -- a newcomer's first hour: what `duro dev`, `serve` and `worker` say before anything runs ---------
+
+
+def test_a_busy_port_says_so_and_to_pass_port(tmp_path):
+    root = project(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in ("dev", "serve"):
+            result = CliRunner().invoke(main, [command, str(root), "--port", str(port)])
+            assert result.exit_code == 2, result.output
+            assert result.stderr == (f"error: port {port} on 127.0.0.1 is in use (another `duro dev` or `duro "
+                                     f"serve`?): stop that server, or pass --port N for another port (--port 0 "
+                                     f"picks a free one)\n")
+            assert "Errno" not in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["dev", "serve", "worker"])
+def test_a_file_that_is_not_a_sqlite_database_is_named_with_what_to_do(tmp_path, command):
+    root = project(tmp_path)
+    (root / ".duro").mkdir()
+    db = root / ".duro" / "dev.db"
+    db.write_text("these are not the runs you are looking for\n" * 100)
+    result = CliRunner().invoke(main, [command, str(root), "--port", "0"] if command != "worker" else
+                                [command, str(root)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {db} is not a usable SQLite database (file is not a database): "
+                                    f"move it away (or delete it, losing the runs it held)")
+    assert "--database-url" in result.stderr and "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1
+
+
+def test_the_readmes_say_how_to_put_duro_on_the_path(tmp_path):
+    """README's "Start a project" begins by putting `duro` on the PATH (`make dev` installs it in
+    .venv/bin), and so does the README of a scaffolded project."""
+    repo = Path(__file__).resolve().parents[2]
+    readme = (repo / "README.md").read_text()
+    start = readme.split("## Start a project", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    first = start.strip().splitlines()[0]
+    assert first.startswith("source .venv/bin/activate") and "PATH" in first
+    assert "VENV ?= .venv" in (repo / "Makefile").read_text()
+    created = CliRunner().invoke(main, ["init", str(tmp_path / "myapp")])
+    assert created.exit_code == 0, created.output
+    scaffolded = (tmp_path / "myapp" / "README.md").read_text()
+    assert "`duro: command not found`?" in scaffolded and ".venv/bin/activate" in scaffolded

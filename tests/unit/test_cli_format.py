@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from duro_devserver.cli import main
 from duro_devserver.cli_api import (
+    INPUT_EXAMPLE,
     CliFailure,
     describe_api_error,
     dump_json,
@@ -17,6 +18,7 @@ from duro_devserver.cli_api import (
     parse_capacity,
     parse_json_argument,
     parse_max_hold,
+    render_cancelled,
     render_capacity,
     render_limits,
     render_max_hold,
@@ -162,6 +164,14 @@ def run(**over):
     return {**base, **over}
 
 
+def test_cancel_says_nothing_was_cancelled_when_the_run_had_already_ended():
+    cancelled = {"run": {"id": "r1", "status": "cancelled"}}
+    assert render_cancelled(cancelled, "running") == "cancelled run r1"
+    assert render_cancelled(cancelled, "cancelled") == "run r1 is cancelled: nothing to cancel"
+    assert render_cancelled({"run": {"id": "r1", "status": "completed"}}, "completed") == (
+        "run r1 is completed: nothing to cancel")
+
+
 def test_runs_list_is_a_table_with_the_next_page_hint():
     text = render_runs({"runs": [run(), run(id="r0", status="completed")], "next_cursor": "abc"})
     lines = text.splitlines()
@@ -248,10 +258,40 @@ def test_a_bare_word_is_shown_how_to_quote():
 
 def test_capacity_and_max_hold_arguments():
     assert parse_capacity("25") == 25 and parse_capacity("reset") is None and parse_capacity("RESET") is None
-    assert parse_max_hold("2h") == "2h" and parse_max_hold("reset") is None
+    assert parse_max_hold("2h") == "2h" and parse_max_hold("reset") is None and parse_max_hold("1h30m") == "1h30m"
     with pytest.raises(CliFailure) as caught:
         parse_capacity("lots")
     assert caught.value.exit_code == 2 and "whole number" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "100001", "-3", "2.5"])
+def test_a_capacity_out_of_range_names_the_range_the_limit_and_reset(text):
+    with pytest.raises(CliFailure) as caught:
+        parse_capacity(text, "partner-api")
+    assert caught.value.exit_code == 2
+    assert str(caught.value) == (f"capacity must be a whole number from 1 to 100000, or reset, not {text!r}: "
+                                 f"e.g. duro limits capacity partner-api 25, or duro limits capacity partner-api reset")
+
+
+@pytest.mark.parametrize("text", ["forever", "2H", "5000", "2 h", "1.5.2h"])
+def test_a_max_hold_that_is_not_a_duration_says_what_the_cli_accepts(text):
+    with pytest.raises(CliFailure) as caught:
+        parse_max_hold(text, "partner-api")
+    message = str(caught.value)
+    assert caught.value.exit_code == 2 and message.startswith("max hold must be a duration such as 90s, 45m")
+    assert "or reset" in message and "duro limits max-hold partner-api 2h" in message
+    # words for Python callers or JSON bodies have no place in the CLI
+    for python_word in ("timedelta", "int of milliseconds", "null"):
+        assert python_word not in message
+
+
+def test_no_example_names_a_limit_or_workflow_the_project_may_not_have():
+    with pytest.raises(CliFailure) as caught:
+        parse_capacity("lots", "my-limit")
+    assert "voice-calls" not in str(caught.value) and "my-limit" in str(caught.value)
+    with pytest.raises(CliFailure) as caught:
+        parse_json_argument("--input", "{bad", INPUT_EXAMPLE)
+    assert "call_id" not in str(caught.value) and "voice" not in str(caught.value)
 
 
 # -- bad arguments are refused before any server is looked for (exit 2) ---------------------------
@@ -262,6 +302,8 @@ def test_capacity_and_max_hold_arguments():
     (["signal", "r1", "go", "--payload", "yes please"], "error: --payload is not valid JSON"),
     (["start", "place_call", "--concurrency-key", "t:a"], "--concurrency-key and --concurrency-limit go"),
     (["limits", "capacity", "calls", "lots"], "error: capacity must be a whole number"),
+    (["limits", "capacity", "calls", "0"], "error: capacity must be a whole number from 1 to 100000, or reset"),
+    (["limits", "max-hold", "calls", "forever"], "error: max hold must be a duration such as 90s"),
     (["limits", "release", "calls:1"], "error: add --yes to release slot calls:1 (it frees the slot for the "
                                        "next run in the queue)"),
     (["runs", "list", "--status", "sleeping"], "Invalid value for '--status'"),
@@ -276,5 +318,6 @@ def test_bad_arguments_exit_2_with_a_message(tmp_path, args, expected):
 
 def test_the_json_example_is_shown_on_stderr(tmp_path):
     result = CliRunner().invoke(main, ["start", "place_call", "--input", "{bad", "--project", str(tmp_path)])
-    assert "e.g. --input '{\"call_id\": \"a\"" in result.stderr
-    json.loads('{"call_id": "a", "to": "+34600000000"}')  # the example itself is valid JSON
+    assert "e.g. --input '{\"id\": \"A-1\", \"qty\": 2}' (an object), --input '\"acme\"' (a string)" in result.stderr
+    json.loads('{"id": "A-1", "qty": 2}')  # the examples themselves are valid JSON
+    json.loads('"acme"')

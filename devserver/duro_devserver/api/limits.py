@@ -23,6 +23,9 @@ from .models import (
     SlotsOut,
 )
 
+_PYTHON_DURATIONS = "an int of milliseconds or a timedelta"
+_JSON_DURATIONS = "a JSON integer of milliseconds, or null to reset to duro.config.py"
+
 
 async def _limit(eng: Engine, name: str) -> LimitInfo:
     for info in await eng.limits.list():
@@ -65,8 +68,9 @@ async def release_slot(request: Request) -> Response:
     slot_id = request.path_params["id"]
     try:
         outcome = await engine(request).limits.release(slot_id)
-    except DuroError as err:
-        raise ApiError(404, str(err)) from None
+    except DuroError:
+        raise ApiError(404, f"slot {slot_id!r} does not exist; list a limit's slots with GET "
+                            f"/api/limits/{{name}}/slots (the CLI: duro limits slots LIMIT)") from None
     _changed(request)
     return answer(ReleasedOut(released=outcome.released, slot_id=slot_id))
 
@@ -102,8 +106,9 @@ async def set_max_hold(request: Request) -> Response:
                             f"milliseconds, or null to reset to duro.config.py ({err.message})") from None
     try:
         updated = await eng.limits.set_max_hold(info.name, body.max_hold)
-    except DuroError as err:
-        raise ApiError(422, str(err)) from None
+    except DuroError as err:  # the SDK's hint names Python values; over HTTP the body's are meant
+        message = str(err).replace(_PYTHON_DURATIONS, _JSON_DURATIONS)
+        raise ApiError(422, message) from None
     _changed(request)
     return answer(LimitOnlyOut(limit=LimitOut.of(updated)))
 
