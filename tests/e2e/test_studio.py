@@ -14,6 +14,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -88,19 +89,20 @@ def api(server: DevServer, method: str, path: str, **kwargs: Any) -> Any:
     return answer.json()
 
 
-def screenshot(page: Any, name: str) -> None:
-    """docs/screenshots/NAME.png: the whole page, as tall as its content (no empty space below).
-    Taken always (a broken page fails here too); written to docs/ only with DURO_SCREENSHOTS=1, so
-    that an ordinary test run leaves the checkout clean."""
+def screenshot(page: Any, name: str, *, toasts: bool = False) -> None:
+    """docs/screenshots/NAME.png: the whole page, as tall as its content (no empty space below),
+    without its toasts unless ``toasts``. Taken always (a broken page fails here too); written to
+    docs/ only with DURO_SCREENSHOTS=1, so that an ordinary test run leaves the checkout clean."""
     if os.environ.get("DURO_SCREENSHOTS") != "1":
         page.screenshot(animations="disabled")
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     size = page.viewport_size
     page.set_viewport_size({"width": size["width"], "height": 240})
+    page.evaluate("scrollTo(0, 0)")  # else the sticky top bar is drawn where the window was scrolled
     try:
         page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True, animations="disabled",
-                        style=".toasts { display: none; }")
+                        style=None if toasts else ".toasts { display: none; }")
     finally:
         page.set_viewport_size(size)
 
@@ -193,7 +195,7 @@ def test_a_start_over_the_quota_shows_the_refusal(page: Any, dev_server: DevServ
     # Invalid JSON never reaches the server.
     form.get_by_test_id("input-json").fill("{tenant")
     form.get_by_test_id("start-submit").click()
-    expect(form.get_by_test_id("start-error")).to_contain_text("not valid JSON")
+    expect(form.get_by_test_id("start-error")).to_have_text(re.compile(r"^the input is not valid JSON: "))
     assert len(api(dev_server, "GET", "/api/runs")["runs"]) == 2
 
 
@@ -247,6 +249,22 @@ async def tick() -> str:
 async def total(inp: list[int]) -> int:
     return sum(inp)
 """
+
+
+# The controls of Studio's screen that something else covers at their centre (a toast, say); those
+# scrolled under the sticky top bar or out of the window do not count.
+COVERED_CONTROLS = """() => {
+  const bar = document.querySelector('header').getBoundingClientRect();
+  const covered = [];
+  for (const el of document.querySelectorAll('main :is(a, button, input, select, textarea)')) {
+    const r = el.getBoundingClientRect();
+    const [x, y] = [r.left + r.width / 2, r.top + r.height / 2];
+    if (!r.width || !r.height || y < bar.bottom || y > innerHeight || x < 0 || x > innerWidth) continue;
+    const top = document.elementFromPoint(x, y);
+    if (!top || !(el === top || el.contains(top))) covered.push(el.dataset.testid || el.textContent);
+  }
+  return covered;
+}"""
 
 
 def test_start_forms_follow_the_input_schema(browser: Any, tmp_path: Path) -> None:
@@ -308,6 +326,75 @@ def test_start_forms_follow_the_input_schema(browser: Any, tmp_path: Path) -> No
         expect(page.get_by_test_id("run-output")).to_have_text("6")
 
 
+SCALAR_WORKFLOWS = """
+from duro import workflow
+
+
+@workflow(name="shout")
+async def shout(name: str) -> str:
+    return name.upper()
+
+
+@workflow(name="double")
+async def double(n: int) -> int:
+    return 2 * n
+
+
+@workflow(name="flip")
+async def flip(on: bool) -> bool:
+    return not on
+
+
+@workflow(name="note")
+async def note(text: str | None) -> str:
+    return "nothing" if text is None else text
+"""
+
+
+def test_scalar_inputs_get_one_field_of_their_type(browser: Any, tmp_path: Path) -> None:
+    project = tmp_path / "scalars"
+    (project / "workflows").mkdir(parents=True)
+    (project / "duro.config.py").write_text(FORMS_CONFIG)
+    (project / "workflows" / "scalars.py").write_text(SCALAR_WORKFLOWS)
+    with running_dev_server(project) as server, browsing(browser, server.url) as context:
+        page = context.new_page()
+
+        def started(workflow: str, fill: Any) -> Any:
+            """Fills the workflow's one field, starts it; the input the run got."""
+            page.goto("/#/workflows")
+            form = page.get_by_test_id(f"start-form-{workflow}")
+            expect(form.get_by_test_id("input-json")).to_have_count(0)
+            fill(form.get_by_test_id("input-value"))
+            form.get_by_test_id("start-submit").click()
+            expect(page.get_by_test_id("run-status")).to_have_text("completed")
+            with server.client() as client:
+                return client.get(f"/api/runs/{page.get_by_test_id('run-id').inner_text()}").json()["run"]
+
+        # A str: a text field, required; what is typed is the input (no JSON quoting).
+        page.goto("/#/workflows")
+        value = page.get_by_test_id("start-form-shout").get_by_test_id("input-value")
+        expect(value).to_have_attribute("type", "text")
+        expect(value).to_have_attribute("required", "")
+        expect(page.get_by_test_id("start-form-double").get_by_test_id("input-value")).to_have_attribute(
+            "type", "number")
+        expect(page.get_by_test_id("start-form-flip").get_by_test_id("input-value")).to_have_attribute(
+            "type", "checkbox")
+        expect(page.get_by_test_id("start-form-note").get_by_test_id("input-value")).not_to_have_attribute(
+            "required", "")
+        value.fill("acme")
+        screenshot(page, "workflows-scalar-inputs")
+
+        run = started("shout", lambda field: field.fill("acme"))
+        assert (run["input"], run["output"]) == ("acme", "ACME")
+        run = started("double", lambda field: field.fill("21"))
+        assert (run["input"], run["output"]) == (21, 42)
+        run = started("flip", lambda field: field.check())
+        assert (run["input"], run["output"]) == (True, False)
+        # An optional one left empty sends null.
+        run = started("note", lambda field: expect(field).to_have_value(""))
+        assert (run["input"], run["output"]) == (None, "nothing")
+
+
 def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: Any, dev_server: DevServer) -> None:
     api(dev_server, "PUT", f"/api/limits/{LIMIT}/max-hold", json={"max_hold": "2h"})
     first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
@@ -320,6 +407,8 @@ def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: A
     expect(hook).to_contain_text(f"Esperando hueco · {LIMIT}")
     expect(hook.get_by_test_id("hook-badge")).to_have_text("waiting for a slot")
     expect(hook.get_by_test_id("hook-limit-link")).to_have_attribute("href", f"#/limits/{LIMIT}")
+    # ...and the page's head says so next to the status.
+    expect(page.get_by_test_id("run-waiting-hint")).to_have_text(f"waiting for a slot · {LIMIT}")
     screenshot(page, "run-hook-step")
 
     page.goto("/#/limits")
@@ -372,6 +461,31 @@ def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: A
     # The second run got its slot: its hook step is closed.
     page.goto(f"/#/runs/{second}")
     expect(page.locator("[data-testid=step-row][data-kind=hook] [data-testid=step-status]")).to_have_text("completed")
+    expect(page.get_by_test_id("run-waiting-hint")).to_have_count(0)
+
+
+def test_runs_waiting_in_a_limits_queue_say_so_in_the_runs_list(page: Any, dev_server: DevServer) -> None:
+    first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    second = start(dev_server, "hold", {"tenant": "b", "job": "2"})
+    page.goto("/#/runs")
+    expect(page.get_by_test_id("live-indicator")).to_have_attribute("data-state", "live")
+    row = page.locator(f"[data-testid=run-row][data-run-id='{second}']")
+    hint = row.get_by_test_id("run-waiting-hint")
+    expect(hint).to_have_text(f"waiting for a slot · {LIMIT}")
+    expect(hint).to_have_attribute("href", f"#/limits/{LIMIT}")
+    expect(page.locator(f"[data-testid=run-row][data-run-id='{first}']").get_by_test_id("run-waiting-hint")
+           ).to_have_count(0)  # it holds the slot
+    screenshot(page, "runs-waiting")
+
+    # The first gives the slot back: the second takes it, and the list, never reloaded, drops the hint.
+    api(dev_server, "POST", f"/api/runs/{first}/signals/done", json=None)
+    expect(page.locator(f"[data-testid=run-row][data-run-id='{first}']")).to_have_attribute(
+        "data-status", "completed")
+    expect(hint).to_have_count(0)
+
+    page.goto(f"/#/runs/{second}")
+    expect(page.get_by_test_id("run-status")).to_have_text(re.compile("running|suspended"))
+    expect(page.get_by_test_id("run-waiting-hint")).to_have_count(0)
 
 
 def test_the_limits_screens_follow_live_events(context: Any, dev_server: DevServer) -> None:
@@ -446,13 +560,44 @@ def test_editing_capacity_and_max_hold_shows_the_override_and_reset_clears_it(
     page.get_by_test_id("max-hold-input").fill("40d")
     page.get_by_test_id("max-hold-save").click()
     expect(page.get_by_test_id("max-hold-error")).to_contain_text("at most 30 days")
+    # Saved with the Reset at the window's bottom right, where toasts used to cover it: the toast
+    # saying so sits in the top bar and covers no control.
+    size = page.viewport_size
+    page.set_viewport_size({"width": 900, "height": 600})
+    reset = page.get_by_test_id("max-hold-reset")
+    reset.evaluate("(el) => scrollBy(0, el.getBoundingClientRect().bottom - (innerHeight - 20))")
     page.get_by_test_id("max-hold-input").fill("2h")
-    page.get_by_test_id("max-hold-save").click()
+    page.get_by_test_id("max-hold-input").press("Enter")
     expect(max_hold.locator(".stat-value")).to_contain_text(re.compile("^2h"))
     expect(max_hold.get_by_test_id("max-hold-override-badge")).to_contain_text("config 1h")
+    toast = page.get_by_test_id("toast").first
+    expect(toast).to_have_text(f"Max hold of {LIMIT} is now 2h")
+    expect(reset).to_be_enabled()
+    assert page.evaluate(COVERED_CONTROLS) == []
+    page.set_viewport_size(size)
+    screenshot(page, "limit-settings-toast", toasts=True)
     page.get_by_test_id("max-hold-reset").click()
     expect(max_hold.get_by_test_id("max-hold-override-badge")).to_have_count(0)
     expect(max_hold.locator(".stat-value")).to_have_text("1h")
+
+
+def test_the_limit_chart_has_whole_evenly_spaced_y_ticks(page: Any, dev_server: DevServer) -> None:
+    api(dev_server, "PUT", f"/api/limits/{LIMIT}/capacity", json={"capacity": 5})
+    start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    page.goto(f"/#/limits/{LIMIT}")
+    ticks = page.get_by_test_id("chart-y-tick")
+
+    def evenly_spaced() -> None:
+        ys = [float(tick.get_attribute("y") or "nan") for tick in ticks.all()]
+        gaps = {round(a - b, 3) for a, b in pairwise(ys)}
+        assert len(gaps) == 1 and gaps.pop() > 0, ys  # downwards from 0 at the bottom, one step apart
+
+    # 5 was 0, 3, 5: now every count; larger scales step by 2, 5, 10...
+    for capacity, expected in [(5, ["0", "1", "2", "3", "4", "5"]), (7, ["0", "2", "4", "6", "8"]),
+                               (20, ["0", "5", "10", "15", "20"])]:
+        api(dev_server, "PUT", f"/api/limits/{LIMIT}/capacity", json={"capacity": capacity})
+        expect(ticks).to_have_text(expected)
+        evenly_spaced()
 
 
 def test_a_run_page_sends_a_signal_and_cancels_with_confirmation(page: Any, dev_server: DevServer) -> None:
@@ -473,6 +618,10 @@ def test_a_run_page_sends_a_signal_and_cancels_with_confirmation(page: Any, dev_
     page.get_by_test_id("run-cancel").click()
     page.get_by_test_id("confirm-cancel-run").click()
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
+    # The error's short name, never a private module path.
+    expect(page.get_by_test_id("run-error")).to_contain_text(re.compile(r"^RunCancelled: "))
+    expect(page.get_by_test_id("run-error")).not_to_contain_text("duro.")
+    screenshot(page, "run-cancelled")
 
     page.goto("/#/runs/no-such-run")
     expect(page.get_by_test_id("run-not-found")).to_be_visible()

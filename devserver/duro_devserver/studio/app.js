@@ -17,22 +17,24 @@
  *               confirm-cancel-run
  *   #/runs      runs-filters, filter-workflow, filter-status, filter-tag, filter-clear,
  *               runs-table, run-row (data-run-id, data-status), run-link, run-status,
+ *               run-waiting-hint (data-limit: the run waits in that limit's queue),
  *               runs-empty, runs-load-more, runs-error
- *   #/runs/{id} run-detail, run-id, run-status (data-status), run-workflow, run-input,
+ *   #/runs/{id} run-detail, run-id, run-status (data-status), run-waiting-hint, run-workflow, run-input,
  *               run-output, run-error, run-traceback, run-cancel, signal-form, signal-name,
  *               signal-payload, signal-send, signal-error, steps-table,
  *               step-row (data-seq, data-kind, data-status), step-status, hook-badge,
  *               hook-limit-link, run-not-found
  *   #/workflows workflows-list, workflows-empty, workflow-<name>, start-form-<name>, and inside
- *               each form: input-<property> (one per generated field), input-json (the whole
- *               input as JSON), run-id-input, start-submit, start-error, start-refused
+ *               each form: input-<property> (one per generated field), input-value (the one
+ *               field of a str, int, float, bool or Literal input), input-json (the whole input
+ *               as JSON), run-id-input, start-submit, start-error, start-refused
  *   #/limits    limits-table, limit-row-<name> (data-limit), limit-link, limit-capacity,
  *               limit-busy, limit-reserved, limit-waiting, limit-max-hold,
  *               capacity-override-badge, max-hold-override-badge, limits-empty, limits-error
  *   #/limits/n  limit-detail, limit-error, limit-not-found, stat-capacity, stat-busy,
  *               stat-reserved, stat-waiting, stat-max-hold (each with the override badges above),
  *               limit-chart, limit-chart-svg (data-busy, data-waiting: the latest sample),
- *               chart-busy-line, chart-waiting-line, chart-legend, chart-minutes,
+ *               chart-busy-line, chart-waiting-line, chart-y-tick, chart-legend, chart-minutes,
  *               slots-table, slot-row (data-slot-id, data-state), slot-run-link,
  *               release-<slot id>, slots-empty, queue-table, queue-row (data-slot-id,
  *               data-position), queue-run-link, queue-empty, capacity-form, capacity-input,

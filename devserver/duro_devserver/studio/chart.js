@@ -38,15 +38,17 @@ export function chart(points, capacity, width = 760, now = Date.now()) {
   const last = samples[samples.length - 1];
   root.dataset.busy = last.busy; // the latest sample, for tests and scripts
   root.dataset.waiting = last.waiting;
-  const top = Math.max(1, capacity || 0, ...samples.map((s) => Math.max(s.busy, s.waiting)));
+  const ticks = yTicks(Math.max(1, capacity || 0, ...samples.map((s) => Math.max(s.busy, s.waiting))));
+  const top = ticks[ticks.length - 1];
   const x = (t) => PAD.left + ((t - t0) / (t1 - t0)) * plotW;
   const y = (v) => PAD.top + plotH - (v / top) * plotH;
 
-  // y axis: 0, the middle and the top, with light grid lines
-  for (const v of [...new Set([0, Math.round(top / 2), top])]) {
+  // y axis: whole numbers at an even step from 0 to at least the highest value, with grid lines
+  for (const v of ticks) {
     root.append(
       svg('line', {x1: PAD.left, x2: W - PAD.right, y1: y(v), y2: y(v), class: 'grid-line'}),
-      svg('text', {x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'axis'}, String(v)));
+      svg('text', {x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'axis', testid: 'chart-y-tick'},
+        String(v)));
   }
   // time axis: five labels in local time
   let previous = null;
@@ -69,4 +71,19 @@ export function chart(points, capacity, width = 760, now = Date.now()) {
     root.append(svg('path', {d, class: series.className, testid: series.testid, fill: 'none'}));
   }
   return root;
+}
+
+/** 0, step, 2 step ... up to the first multiple of step at or above `max`: at most six intervals, the
+ *  step a whole 1, 2 or 5 times a power of ten (counts are whole, so are the ticks). */
+export function yTicks(max, intervals = 6) {
+  let step = 1;
+  for (let power = 1; step * intervals < max; power *= 10) {
+    step = [1, 2, 5, 10].map((m) => m * power).find((s) => s * intervals >= max) ?? 10 * power;
+  }
+  const ticks = [];
+  for (let v = 0; v < max + step; v += step) {
+    ticks.push(v);
+    if (v >= max) break;
+  }
+  return ticks;
 }

@@ -244,8 +244,9 @@ export function showError(box, err) {
     box.replaceChildren();
     return;
   }
+  // replaceChildren, unlike h(), writes a null child as the text "null": build the list without it
   const status = err.status ? `${err.status} ${err.body.error || ''}`.trim() : '';
-  box.replaceChildren(status ? h('strong', {}, status, ': ') : null, err.message);
+  box.replaceChildren(...(status ? [h('strong', {}, status, ': ')] : []), err.message);
   box.hidden = false;
 }
 
@@ -268,9 +269,20 @@ export function confirmDialog({title, message, details = [], confirmLabel = 'Con
   });
 }
 
-/** A short message in the corner; `kind` is ok, error or reloaded (also its data-kind). */
+/** The short name of an error type: `RunCancelled` for `duro._errors.RunCancelled`. */
+export function errorName(type) {
+  return String(type ?? 'Error').split('.').pop();
+}
+
+const TOASTS_SHOWN = 2;
+
+/** A short message in the top bar, where it covers no control; `kind` is ok, error or reloaded
+ *  (also its data-kind). The newest comes first; at most two show at once. */
 export function toast(message, kind = 'ok') {
-  const el = h('div', {class: `toast toast-${kind}`, testid: 'toast', 'data-kind': kind, role: 'status'}, message);
-  document.getElementById('toasts').append(el);
+  const el = h('div', {class: `toast toast-${kind}`, testid: 'toast', 'data-kind': kind, role: 'status',
+    title: message}, message);
+  const box = document.getElementById('toasts');
+  box.prepend(el);
+  while (box.children.length > TOASTS_SHOWN) box.lastElementChild.remove();
   setTimeout(() => el.remove(), kind === 'error' ? 6000 : 3000);
 }

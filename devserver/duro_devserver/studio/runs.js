@@ -1,7 +1,7 @@
 // The runs list (#/runs) and one run's detail (#/runs/{id}).
 
 import {
-  api, badge, confirmDialog, enc, errorBox, h, json, showError, statusBadge, timeEl, toast,
+  api, badge, confirmDialog, enc, errorBox, errorName, h, json, showError, statusBadge, timeEl, toast,
 } from './lib.js';
 
 const STATUSES = ['pending', 'running', 'suspended', 'blocked', 'completed', 'failed', 'cancelled'];
@@ -17,7 +17,7 @@ export function renderRuns(root, scope, _args, query) {
     status: query.get('status') || '',
     tag: query.get('tag') || '',
   };
-  const state = {runs: [], next: null};
+  const state = {runs: [], next: null, waiting: new Map()};
 
   const go = (change) => {
     const params = new URLSearchParams();
@@ -65,7 +65,7 @@ export function renderRuns(root, scope, _args, query) {
   };
 
   const draw = () => {
-    tbody.replaceChildren(...state.runs.map(runRow));
+    tbody.replaceChildren(...state.runs.map((run) => runRow(run, state.waiting.get(run.id))));
     table.hidden = state.runs.length === 0;
     empty.hidden = state.runs.length !== 0;
     more.hidden = !state.next;
@@ -78,7 +78,8 @@ export function renderRuns(root, scope, _args, query) {
   const refresh = scope.refresher(async () => {
     try {
       const seen = pages;
-      const {data} = await api('GET', path(Math.min(500, Math.max(PAGE, state.runs.length))));
+      const [{data}, waiting] = await Promise.all([
+        api('GET', path(Math.min(500, Math.max(PAGE, state.runs.length)))), waitingRuns()]);
       if (!scope.alive) return;
       if (loadingMore || seen !== pages) {
         refresh();
@@ -86,6 +87,7 @@ export function renderRuns(root, scope, _args, query) {
       }
       state.runs = data.runs;
       state.next = data.next_cursor;
+      state.waiting = waiting;
       showError(error, null);
       draw();
     } catch (err) {
@@ -115,6 +117,7 @@ export function renderRuns(root, scope, _args, query) {
   scope.on('run', (event) => {
     if (!filters.workflow || event.workflow === filters.workflow) refresh();
   });
+  scope.on('limits', refresh); // a run joins or leaves a limit's queue
   scope.on('live', refresh);
   refresh();
 
@@ -125,12 +128,38 @@ export function renderRuns(root, scope, _args, query) {
   }, () => {});
 }
 
-function runRow(run) {
+/** Which runs wait in a limit's queue: run id -> limit name. The runs list API does not say, so
+ *  this reads the queues of the limits that have waiting runs (none answered: no hints). */
+async function waitingRuns() {
+  const waiting = new Map();
+  try {
+    const {data} = await api('GET', '/api/limits');
+    const queues = await Promise.all(data.limits.filter((l) => l.waiting > 0)
+      .map((l) => api('GET', `/api/limits/${enc(l.name)}/slots`)));
+    for (const {data: answer} of queues) {
+      for (const slot of answer.slots) {
+        if (slot.state === 'waiting' && slot.run_id) waiting.set(slot.run_id, slot.limit);
+      }
+    }
+  } catch {
+    // the hints are extra: the runs themselves still show
+  }
+  return waiting;
+}
+
+/** "waiting for a slot · <limit>", linking to the limit. */
+function waitingHint(limit) {
+  return h('a', {href: `#/limits/${enc(limit)}`, class: 'waiting-hint small', testid: 'run-waiting-hint',
+    'data-limit': limit, title: `waiting in the queue of the limit ${limit}`}, `waiting for a slot · ${limit}`);
+}
+
+function runRow(run, waitingFor) {
   const href = `#/runs/${enc(run.id)}`;
+  const waits = waitingFor && !TERMINAL.has(run.status);
   return h('tr', {testid: 'run-row', 'data-run-id': run.id, 'data-status': run.status},
     h('td', {}, h('a', {href, testid: 'run-link', class: 'mono'}, run.id)),
     h('td', {}, run.workflow),
-    h('td', {}, statusBadge(run.status)),
+    h('td', {}, statusBadge(run.status), waits ? [' ', waitingHint(waitingFor)] : null),
     h('td', {}, timeEl(run.created_at)),
     h('td', {}, timeEl(run.updated_at)));
 }
@@ -249,17 +278,22 @@ function runView(run, steps) {
   if (run.error) {
     outcome = h('section', {},
       h('h2', {}, 'Error'),
-      h('div', {class: 'error-box', testid: 'run-error'}, h('strong', {}, run.error.type), ': ', run.error.message),
+      h('div', {class: 'error-box', testid: 'run-error'}, h('strong', {}, errorName(run.error.type)), ': ',
+        run.error.message),
       run.error.traceback ? h('details', {}, h('summary', {}, 'Traceback'),
         h('pre', {testid: 'run-traceback'}, run.error.traceback)) : null);
   } else if (run.status === 'completed') {
     outcome = h('section', {}, h('h2', {}, 'Output'), h('pre', {testid: 'run-output'}, json(run.output)));
   }
 
+  // An open hook step: the run waits in that limit's queue.
+  const hook = TERMINAL.has(run.status) ? null
+    : steps.find((step) => step.kind === 'hook' && step.status === 'waiting');
   return [
     h('div', {},
       h('div', {class: 'page-head'},
-        h('h1', {}, 'Run ', h('span', {class: 'mono', testid: 'run-id'}, run.id)), statusBadge(run.status)),
+        h('h1', {}, 'Run ', h('span', {class: 'mono', testid: 'run-id'}, run.id)), statusBadge(run.status),
+        hook ? waitingHint(hookLimit(hook)) : null),
       meta),
     h('div', {class: 'columns'},
       h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),
@@ -280,7 +314,7 @@ function stepRow(step) {
   const waiting = step.status === 'waiting';
   const name = [h('span', {}, step.name)];
   if (isHook) {
-    const limit = (step.detail && step.detail.limit) || step.name.split(' · ').pop();
+    const limit = hookLimit(step);
     name.push(' ', badge(waiting ? 'waiting for a slot' : step.status === 'completed' ? 'got a slot' : 'no slot',
       waiting ? 'hook' : 'muted', {testid: 'hook-badge'}),
     ' ', h('a', {href: `#/limits/${enc(limit)}`, testid: 'hook-limit-link', class: 'small'}, `limit ${limit} →`));
@@ -302,9 +336,13 @@ function stepRow(step) {
   h('td', {class: 'result'}, step.error ? stepError(step.error) : valueCell(step.result, step.status)));
 }
 
+function hookLimit(step) {
+  return (step.detail && step.detail.limit) || step.name.split(' · ').pop();
+}
+
 function stepError(error) {
   return h('div', {},
-    h('span', {class: 'err'}, `${error.type}: ${error.message}`),
+    h('span', {class: 'err'}, `${errorName(error.type)}: ${error.message}`),
     error.traceback ? h('details', {}, h('summary', {}, 'traceback'), h('pre', {}, error.traceback)) : null);
 }
 

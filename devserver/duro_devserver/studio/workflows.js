@@ -97,7 +97,7 @@ function showRefusal(box, body) {
     'Key ', h('code', {}, String(body.key)), ' allows ', h('strong', {}, String(body.limit)),
     ` active run${body.limit === 1 ? '' : 's'} and has `, h('strong', {}, String(body.active)),
     '. Nothing was created; start again when one of them ends.',
-    body.message ? h('div', {class: 'small muted'}, body.message) : null);
+    ...(body.message ? [h('div', {class: 'small muted'}, body.message)] : []));
   box.hidden = false;
 }
 
@@ -124,6 +124,21 @@ function buildFields(schema) {
       },
     };
   }
+  const kind = primitive(top, root);
+  if (kind) {
+    // A str, int, float, bool or Literal input: one field of its type, whose value is the input.
+    const nullable = allowsNull(top, root);
+    const only = field('input', top, !nullable, root, {testid: 'input-value', label: 'Input'});
+    return {
+      nodes: [h('div', {class: 'fields'}, only.node)],
+      collect: () => {
+        const value = only.read();
+        if (value !== undefined) return value;
+        if (nullable) return null;
+        throw new Error(kind.type === 'enum' ? 'Choose the input.' : `Enter the input: ${article(kind.type)}.`);
+      },
+    };
+  }
   const area = jsonArea('input-json', initialJson(top), 'Input (JSON)');
   return {
     nodes: [h('label', {class: 'field wide'}, h('span', {}, 'Input (JSON)'), area)],
@@ -131,12 +146,12 @@ function buildFields(schema) {
   };
 }
 
-function field(name, prop, required, root) {
+/** One labelled input for a property (or, with `testid` and `label`, for the whole input). */
+function field(name, prop, required, root, {testid = `input-${name}`, label: text = name} = {}) {
   const spec = resolve(prop, root);
   const kind = primitive(spec, root);
-  const testid = `input-${name}`;
   const title = spec.title || '';
-  const label = h('span', {}, name, required ? h('abbr', {class: 'req', title: 'required'}, ' *') : null);
+  const label = h('span', {}, text, required ? h('abbr', {class: 'req', title: 'required'}, ' *') : null);
   const def = spec.default;
   let control;
   let read;
@@ -193,6 +208,18 @@ function primitive(spec, root) {
     type = rest.length === 1 ? rest[0] : null;
   }
   return ['string', 'integer', 'number', 'boolean'].includes(type) ? {type} : null;
+}
+
+/** Whether a schema accepts null (`str | None`, `Optional[int]`). */
+function allowsNull(spec, root) {
+  const variants = spec.anyOf || spec.oneOf;
+  if (variants) return variants.some((v) => resolve(v, root).type === 'null');
+  if (Array.isArray(spec.type)) return spec.type.includes('null');
+  return Array.isArray(spec.enum) && spec.enum.includes(null);
+}
+
+function article(type) {
+  return {integer: 'an integer', number: 'a number', string: 'a string', boolean: 'true or false'}[type] || type;
 }
 
 function resolve(spec, root) {
