@@ -47,7 +47,7 @@ def test_init_then_the_whole_dev_loop(tmp_path: Path):
                    == ["busy"] * 3, 15, "the queued run to get the third session")
         assert as_json("limits", "max-hold", "partner-api", "20m", project=project)["limit"]["max_hold_override"] == "20m"
         refused = duro("limits", "capacity", "partner-api", "0", project=project, check=False)
-        assert refused.returncode == 1 and "1 to 100000" in refused.stderr
+        assert refused.returncode == 2 and "1 to 100000" in refused.stderr  # the CLI checks it itself
 
         welcome = dict(email="ada@example.com", name="Ada")
         first = as_json("start", "welcome", "--input", json.dumps(welcome), project=project)["run"]["id"]
