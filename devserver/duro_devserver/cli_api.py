@@ -236,8 +236,9 @@ def render_runs(answer: dict[str, Any]) -> str:
 
 
 def _error_text(error: Any) -> str:
+    """``ValueError: ...``: the error type's own name, as Studio shows it (``--json`` keeps the path)."""
     if isinstance(error, dict):
-        return f"{error.get('type')}: {error.get('message')}"
+        return f"{str(error.get('type')).rsplit('.', 1)[-1]}: {error.get('message')}"
     return str(error)
 
 

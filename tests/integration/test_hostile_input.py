@@ -291,3 +291,29 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records
                        if not r.name.startswith(("httpx", "httpcore")))
     assert SECRET not in logged and "DataError" not in logged
+
+
+@pytest.mark.parametrize("limit", [True, False, "3", 3.0])
+async def test_http_a_quota_limit_of_the_wrong_json_type_is_422_and_starts_nothing(database_url, limit):
+    """A per-start quota's limit (and a schedule's) is a JSON integer: ``true`` is not 1."""
+    async with served(database_url) as (_engine, client):
+        before = rows(database_url)
+        answer = await client.post("/api/workflows/echo/runs",
+                                   json={"input": 1, "concurrency": {"key": "k", "limit": limit}})
+        assert answer.status_code == 422, answer.text
+        answer = await client.post("/api/schedules", json={"name": "nightly", "workflow": "echo", "cron": "0 3 * * *",
+                                                            "input": 1, "concurrency": {"key": "k", "limit": limit}})
+        assert answer.status_code == 422, answer.text
+        assert rows(database_url) == before
+
+
+@pytest.mark.parametrize("raw", [b'{"input": NaN}', b'{"input": Infinity}', b'{"input": -Infinity}',
+                                 b'{"input": 1e999}', b'{"input": {"x": -1e999}}'])
+async def test_http_numbers_json_cannot_hold_are_400_not_null(database_url, raw):
+    """NaN, Infinity and numbers too large for a float are refused, not stored as null."""
+    async with served(database_url) as (_engine, client):
+        before = rows(database_url)
+        answer = await client.post("/api/workflows/echo/runs", content=raw,
+                                   headers={"Content-Type": "application/json"})
+        refused(answer, 400, "number")
+        assert rows(database_url) == before

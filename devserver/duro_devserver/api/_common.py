@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 from typing import Any, TypeVar
 
@@ -112,7 +113,7 @@ async def read_json(request: Request) -> Any:
     too_deep = ApiError(400, f"the request body nests JSON arrays and objects more than {MAX_JSON_DEPTH} deep, "
                              f"the maximum; flatten it")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_constant=_not_a_number, parse_float=_finite)
     except RecursionError:
         raise too_deep from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -121,6 +122,20 @@ async def read_json(request: Request) -> Any:
     if json_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise too_deep
     return data
+
+
+def _not_a_number(name: str) -> Any:
+    """``NaN`` and ``Infinity`` are not JSON (Python reads them): refused, not stored as null."""
+    raise ApiError(400, f"the request body holds {name}, which is not a JSON number; send a finite number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number too large for a float (``1e999``) is refused, not turned into null."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ApiError(400, f"the request body holds the number {text[:40]}, too large to keep; send a "
+                            f"smaller one, or a string")
+    return value
 
 
 def json_depth(data: Any, stop: int) -> int:

@@ -21,7 +21,7 @@ class QuotaBody(Body):
     """A per-start quota: replaces the workflow's own entirely. ``key`` null = unlimited."""
 
     key: str | None = Field(max_length=256)
-    limit: int = Field(ge=-1_000_000, le=1_000_000)
+    limit: StrictInt = Field(ge=-1_000_000, le=1_000_000)  # true or "3" is a 422, not 1 or 3
 
 
 class StartBody(Body):
