@@ -317,3 +317,21 @@ async def test_http_numbers_json_cannot_hold_are_400_not_null(database_url, raw)
                                    headers={"Content-Type": "application/json"})
         refused(answer, 400, "number")
         assert rows(database_url) == before
+
+
+@pytest.mark.parametrize("raw", [b'{"input": "\\ud800"}', b'{"input": {"\\udc00": 1}}', b'{"input": ["a\\ud83d"]}'])
+async def test_http_a_lone_surrogate_is_400_not_stored(database_url, raw):
+    """An escape such as \\ud800 without its pair is no character: refused, in an input or a signal
+    payload; a proper pair (an emoji) is text like any other."""
+    async with served(database_url) as (engine, client):
+        waiting = await settled(engine)
+        before = rows(database_url)
+        headers = {"Content-Type": "application/json"}
+        refused(await client.post("/api/workflows/echo/runs", content=raw, headers=headers), 400, "surrogate")
+        signal = raw.replace(b'{"input": ', b"")[:-1]
+        refused(await client.post(f"/api/runs/{waiting}/signals/poke", content=signal, headers=headers), 400,
+                "surrogate")
+        assert rows(database_url) == before
+        answer = await client.post("/api/workflows/echo/runs", content=b'{"input": "\\ud83d\\ude00"}', headers=headers)
+        assert answer.status_code == 201, answer.text
+        assert await engine.handle(answer.json()["run"]["id"]).result(timeout="10s") == "\U0001F600"

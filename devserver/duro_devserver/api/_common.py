@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sqlite3
 from typing import Any, TypeVar
 
@@ -121,7 +122,23 @@ async def read_json(request: Request) -> Any:
                             f"with Content-Type: application/json") from None
     if json_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise too_deep
+    if _SURROGATE_ESCAPE.search(raw) and _lone_surrogate(data):
+        raise ApiError(400, "the request body holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+                            "pair), which is not text; send valid Unicode")
     return data
+
+
+# a \uD800-\uDFFF escape: half of a pair (an emoji, say), or a lone one, which is no character at all
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(data: Any) -> bool:
+    """Whether a string of ``data`` (keys included) holds a surrogate that json.loads could not pair."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _not_a_number(name: str) -> Any:
