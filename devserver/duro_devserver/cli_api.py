@@ -447,7 +447,8 @@ def api_command(fn: Callable[..., None]) -> Callable[..., None]:
 @click.option("--input", "input_json", metavar="JSON", default=None,
               help="The run's input as JSON (default null).")
 @click.option("--run-id", metavar="ID", default=None,
-              help="The run's id; starting an id that exists returns that run and starts nothing.")
+              help="The run's id; an id that a run of this workflow has returns that run and starts nothing; "
+                   "another workflow's is refused (409).")
 @click.option("--concurrency-key", metavar="KEY", default=None,
               help="Quota key for this start (replaces the workflow's quota); needs --concurrency-limit.")
 @click.option("--concurrency-limit", metavar="N", type=int, default=None,

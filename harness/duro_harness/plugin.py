@@ -26,8 +26,9 @@ CONFIG_FILE = "duro.config.py"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "duro(project=None, start=None, config=None): the project directory (relative to the rootdir), "
-        "the simulated start instant and config overrides ({'limits': {...}}) for the duro_env fixture",
+        "duro(project=None, start=None, config=None, directory=None): the project directory (relative to "
+        "the rootdir), the simulated start instant, config overrides ({'limits': {...}}) and a directory "
+        "for the store's file (default: in memory) for the duro_env fixture",
     )
 
 
