@@ -156,3 +156,18 @@ def test_a_slot_label_with_nul_fails_its_run_clearly_and_takes_no_slot(live: Liv
         slots = client.get("/api/limits/partner-api/slots").json()["slots"]
         assert [(s["id"], s["state"], s["run_id"]) for s in slots] == [(live.slot_id, "busy", live.holding)]
         assert_log_is_clean(live.server.log()[mark:])
+
+
+def test_a_start_with_another_workflows_run_id_is_409_and_the_same_workflows_is_200(live: Live):
+    """A run id names one run of one workflow: another workflow's start with it is refused (409,
+    naming both workflows) and stores nothing; the same workflow's is the idempotent 200."""
+    with live.server.client() as client:
+        before = store_rows(live.url)
+        answer = client.post("/api/workflows/hold/runs",
+                             json={"input": {"tenant": "c", "job": "9"}, "run_id": live.finished})
+        message = refused(answer, 409, "greet", "hold")
+        assert answer.json()["error"] == "conflict", message
+        assert store_rows(live.url) == before
+        again = client.post("/api/workflows/greet/runs", json={"input": {"name": "bob"}, "run_id": live.finished})
+        assert again.status_code == 200 and again.json()["run"]["id"] == live.finished, again.text
+        assert store_rows(live.url) == before
