@@ -529,6 +529,8 @@ def test_editing_capacity_and_max_hold_shows_the_override_and_reset_clears_it(
     page.get_by_test_id("capacity-input").fill("0")
     page.get_by_test_id("capacity-save").click()
     expect(page.get_by_test_id("capacity-error")).to_contain_text("greater than or equal to 1")
+    expect(page.get_by_test_id("capacity-error")).to_contain_text("or Reset to go back to duro.config.py")
+    expect(page.get_by_test_id("capacity-error")).not_to_contain_text("null")  # the API's word, not Studio's
     expect(capacity.get_by_test_id("capacity-override-badge")).to_have_count(0)
 
     # A raise: the badge shows the config's value, and the waiting run gets a slot at once.

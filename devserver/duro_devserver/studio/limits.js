@@ -253,6 +253,13 @@ function runLink(id, testid) {
   return id ? h('a', {href: `#/runs/${enc(id)}`, class: 'mono', testid}, id) : h('span', {class: 'muted'}, '—');
 }
 
+/** The API's message speaks JSON ("or null to reset"); here the word is the Reset button. */
+function forPeople(err) {
+  const text = String(err && err.message || err).replace(/,? or null to reset to duro\.config\.py/g,
+    ', or Reset to go back to duro.config.py');
+  return Object.assign(new Error(text), {status: err && err.status, body: err && err.body});
+}
+
 /** A one-field form that PUTs a value, with a Reset (PUT null) and the 422 message under it.
  *  The input keeps what the user types: live updates fill it only while it is untouched. */
 function settingForm(o) {
@@ -276,7 +283,7 @@ function settingForm(o) {
       o.onSaved(data.limit);
       toast(value === null ? `${o.label} reset to duro.config.py` : o.saved(data.limit));
     } catch (err) {
-      showError(error, err);
+      showError(error, forPeople(err));
     } finally {
       save.disabled = false;
       reset.disabled = !overridden;
