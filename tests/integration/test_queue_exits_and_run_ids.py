@@ -123,6 +123,27 @@ async def test_a_cancelled_waiter_has_its_hook_step_closed(database_url):
         assert await _queue(engine) == [(holder, "busy")]  # the queue and the step agree
 
 
+async def test_a_waiter_cancelled_by_a_client_that_knows_no_limits_leaves_the_queue_too(database_url):
+    """A client engine with no workspace cannot take the run out of the queues it does not know: the
+    worker executing the run does, when it sees the cancel, so no dead waiter holds up the queue."""
+    async with engine_for(database_url) as engine:
+        holder, waiter = await _holding_and_waiting(engine)
+        client = Engine(database_url)
+        try:
+            await client.cancel(waiter)
+        finally:
+            client.close()
+        await eventually(lambda: _queue_is(engine, [(holder, "busy")]), what="the waiter to leave the queue")
+        hook = await _hook(engine, waiter)
+        assert (hook.status, hook.ended_at is not None) == ("cancelled", True)
+        await engine.signal(holder, "done")
+        assert await engine.handle(holder).result(timeout="10s") == "holder.0"
+
+
+async def _queue_is(engine: Engine, expected: list[tuple[str | None, str]]) -> bool:
+    return await _queue(engine) == expected
+
+
 async def test_a_waiter_that_fails_has_its_hook_step_closed_as_failed(database_url):
     async with engine_for(database_url) as engine:
         holder = (await engine.start("caller", {}, run_id="holder")).id
