@@ -480,7 +480,7 @@ class Engine:
         for cancelled_id in cancelled:
             self.events.emit("run.cancelled", cancelled_id, now)
         if self.worker is not None:
-            self.worker.notify_cancelled(cancelled, here=True)
+            self.worker.notify_cancelled(cancelled)
         await self.leave_queues(cancelled, now)
 
     async def leave_queues(self, run_ids: list[str], now: int | None = None) -> None:

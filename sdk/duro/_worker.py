@@ -209,13 +209,11 @@ class Worker:
         if deadline is None or (due is not None and due < deadline):
             self._limits_changed.set()
 
-    def notify_cancelled(self, run_ids: list[str], here: bool = False) -> None:
-        """These runs were cancelled: by this engine (``here``: it took them out of the limits'
-        queues itself), or by another process, which may not know the limits (see _execute)."""
+    def notify_cancelled(self, run_ids: list[str]) -> None:
         for run_id in run_ids:
             live = self.live.get(run_id)
             if live is not None:
-                live[1].cancel_reason = "cancelled here" if here else "cancelled"
+                live[1].cancel_reason = "cancelled"
                 live[0].cancel()
             self.notify_done(run_id)
 
@@ -262,10 +260,9 @@ class Worker:
         except (LostRun, EngineCrash):
             pass
         except asyncio.CancelledError:
-            if ctx.cancel_reason == "cancelled":
-                await self._leave_queues_of_cancelled(run.id)
-            elif ctx.cancel_reason != "cancelled here":
+            if ctx.cancel_reason != "cancelled":
                 raise  # engine shutdown: the run stays unfinished and is recovered later
+            await self._leave_queues_of_cancelled(run.id)
         except RunCancelled:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
@@ -284,7 +281,8 @@ class Worker:
     async def _leave_queues_of_cancelled(self, run_id: str) -> None:
         """A run cancelled from elsewhere (a client engine, which may not know the project's limits,
         so could not take it out of their queues) leaves them here: a dead waiter must not hold up
-        the queue. A no-op when the canceller already did it."""
+        the queue. When the canceller did it already, nothing is left to leave (the hook step keeps
+        the run's own end time, whoever closes it)."""
         try:
             await self.engine.leave_queues([run_id])
         except Exception as err:  # noqa: BLE001 - the store out of reach: the waiter times out in the end

@@ -57,8 +57,10 @@ SLOT_SQL = {
                    f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
                    f"ELSE 2 END, pos LIMIT :n",
     # the hook steps still waiting of a run that ended: closed, with the run's end as their status
-    # ("cancelled" or "failed"; "cancelled" for a run that ended any other way)
-    "hook_leave": "UPDATE duro_steps SET ended_at = :now, status = COALESCE((SELECT status FROM duro_runs "
+    # ("cancelled" or "failed"; "cancelled" for a run that ended any other way) and its end time
+    # (whoever closes them, and however late: a second close finds nothing waiting)
+    "hook_leave": "UPDATE duro_steps SET ended_at = COALESCE((SELECT ended_at FROM duro_runs WHERE id = :run_id), "
+                  ":now), status = COALESCE((SELECT status FROM duro_runs "
                   "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
                   "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
@@ -272,7 +274,7 @@ class SlotsStoreMixin:
 
     def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
-        hook step is closed alongside: ended now, with the run's end (cancelled, failed) as status."""
+        hook step is closed alongside, with the run's end (cancelled, failed) as status and end time."""
         granted: list[SlotRow] = []
         with self._write() as conn:
             ended = list(run_ids)
@@ -289,7 +291,7 @@ class SlotsStoreMixin:
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
             for run_id in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
-                self._x(conn, "hook_leave", {"run_id": run_id, "now": now})  # on the run's clock, as its end
+                self._x(conn, "hook_leave", {"run_id": run_id, "now": now})
         return granted
 
     def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
