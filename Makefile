@@ -18,7 +18,8 @@ dev: $(STAMP)
 	$(BIN)/duro dev examples/voice
 
 lint: $(STAMP)
-	$(BIN)/ruff check sdk devserver harness tests examples bench
+	$(BIN)/ruff check sdk devserver harness tests examples bench templates
+	$(BIN)/ruff format --check sdk devserver harness tests examples bench templates
 
 test: $(STAMP) lint
 	bash scripts/install-system-deps.sh

@@ -15,7 +15,9 @@ from typing import Any
 def export_tree(commit: str, paths: list[str], dest: Path) -> None:
     """``paths`` of ``commit`` written under ``dest`` (git archive), to measure that commit's code."""
     root = Path(__file__).resolve().parents[1]
-    archive = subprocess.run(["git", "archive", commit, *paths], cwd=root, capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", commit, *paths], cwd=root, capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 

@@ -55,14 +55,14 @@ WORKFLOW = "bench.one_step"
 DBOS_SETTINGS = ("wal", "wal_normal", "default")
 DBOS_FORMS = ("async", "sync")
 MODES = ("seq", "conc")
-MISSING_PEER = ("peer missing: the 'dbos' package (DBOS Transact) is not importable; "
-                "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)")
-
-
-
+MISSING_PEER = (
+    "peer missing: the 'dbos' package (DBOS Transact) is not importable; "
+    "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)"
+)
 
 
 # -- 1. raw floor ----------------------------------------------------------------------------------
+
 
 def bench_floor(rows: int, synchronous: str) -> float:
     """stdlib sqlite3 transactions per second: one INSERT + COMMIT each, fresh WAL file."""
@@ -86,6 +86,7 @@ def bench_floor(rows: int, synchronous: str) -> float:
 
 
 # -- 2 and 3. duro ---------------------------------------------------------------------------------
+
 
 def _duro_workflow() -> Any:
     from duro import step, workflow
@@ -127,8 +128,9 @@ async def bench_duro_starts(runs: int, warmup: int) -> float:
     return runs / elapsed
 
 
-async def bench_duro_e2e(runs: int, warmup: int, synchronous: str | None, mode: str,
-                         profiler: Any = None) -> tuple[float, dict]:
+async def bench_duro_e2e(
+    runs: int, warmup: int, synchronous: str | None, mode: str, profiler: Any = None
+) -> tuple[float, dict]:
     """End-to-end one-step workflows per second on an entered engine."""
     from duro import Engine
 
@@ -184,13 +186,16 @@ def profile_duro(runs: int, warmup: int, top: int) -> None:
 
     profiler = cProfile.Profile()
     rate, seen = asyncio.run(bench_duro_e2e(runs, warmup, None, "conc", profiler))
-    print(f"duro default conc under cProfile: {rate:,.0f} runs/s (profiled, slower than unprofiled); "
-          f"{seen['transactions'] / runs:.1f} transactions per run "
-          f"({seen['write_transactions'] / runs:.1f} write, BEGIN IMMEDIATE)\n")
+    print(
+        f"duro default conc under cProfile: {rate:,.0f} runs/s (profiled, slower than unprofiled); "
+        f"{seen['transactions'] / runs:.1f} transactions per run "
+        f"({seen['write_transactions'] / runs:.1f} write, BEGIN IMMEDIATE)\n"
+    )
     pstats.Stats(profiler).strip_dirs().sort_stats("cumulative").print_stats(top)
 
 
 # -- 4. DBOS (runs in a subprocess: DBOS is a process-wide singleton) ------------------------------
+
 
 def dbos_worker(spec: dict) -> dict:
     """One repeat of every requested DBOS case; returns {case: runs/s} and the pragmas seen."""
@@ -263,8 +268,14 @@ def dbos_worker(spec: dict) -> dict:
                         conn.close()
                         assert mode_set == "wal", mode_set
                     normal_sync["on"] = setting == "wal_normal"
-                    dbos = DBOS(config={"name": "duro-bench", "system_database_url": f"sqlite:///{path}",
-                                 "log_level": "WARNING", "console_log_level": "WARNING"})
+                    dbos = DBOS(
+                        config={
+                            "name": "duro-bench",
+                            "system_database_url": f"sqlite:///{path}",
+                            "log_level": "WARNING",
+                            "console_log_level": "WARNING",
+                        }
+                    )
                     try:
                         DBOS.launch()
                         engine = dbos._sys_db.engine
@@ -285,8 +296,12 @@ def dbos_worker(spec: dict) -> dict:
 
 def run_dbos_repeat(spec: dict) -> dict:
     """One DBOS repeat in a fresh interpreter."""
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--dbos-worker", json.dumps(spec)],
-                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--dbos-worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     marker = [line for line in proc.stdout.splitlines() if line.startswith("DBOS-RESULT ")]
     if proc.returncode != 0 or not marker:
         raise RuntimeError(f"DBOS subprocess failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -295,14 +310,16 @@ def run_dbos_repeat(spec: dict) -> dict:
 
 # -- driver ----------------------------------------------------------------------------------------
 
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -310,19 +327,34 @@ def git_commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1000, help="workflow runs per timed case (default 1000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per case; medians reported (default 3)")
-    parser.add_argument("--ref-runs", type=int, default=400,
-                        help="runs per timed case for the DBOS reference settings (wal_normal, default)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats per case; medians reported (default 3)"
+    )
+    parser.add_argument(
+        "--ref-runs",
+        type=int,
+        default=400,
+        help="runs per timed case for the DBOS reference settings (wal_normal, default)",
+    )
     parser.add_argument("--warmup", type=int, default=20, help="untimed runs before each timed case")
     parser.add_argument("--floor-rows", type=int, default=20000, help="inserts per raw-floor repeat")
-    parser.add_argument("--dbos-settings", default=",".join(DBOS_SETTINGS),
-                        help=f"comma list of DBOS settings among {','.join(DBOS_SETTINGS)}")
+    parser.add_argument(
+        "--dbos-settings",
+        default=",".join(DBOS_SETTINGS),
+        help=f"comma list of DBOS settings among {','.join(DBOS_SETTINGS)}",
+    )
     parser.add_argument("--dbos-forms", default=",".join(DBOS_FORMS), help="comma list: async,sync")
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS peer")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
-    parser.add_argument("--profile", type=int, metavar="TOP", nargs="?", const=25,
-                        help="instead: profile duro's default concurrent e2e case, print the TOP (25) "
-                             "cumulative entries and the transactions per run")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="TOP",
+        nargs="?",
+        const=25,
+        help="instead: profile duro's default concurrent e2e case, print the TOP (25) "
+        "cumulative entries and the transactions per run",
+    )
     parser.add_argument("--dbos-worker", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -349,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         samples.setdefault(case, []).append(value)
 
     duro_cases: list[tuple[str, str | None, str]] = [
-        (f"duro/{label}/{mode}", sync, mode) for label, sync in (("default", None), ("full", "FULL"))
-        for mode in MODES]
+        (f"duro/{label}/{mode}", sync, mode)
+        for label, sync in (("default", None), ("full", "FULL"))
+        for mode in MODES
+    ]
     started = time.perf_counter()
     for rep in range(args.repeats):
         print(f"round {rep + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
@@ -364,8 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         if have_dbos:
             runs = {s: args.runs if s == "wal" else args.ref_runs for s in settings}
             try:
-                result = run_dbos_repeat({"runs": runs, "warmup": args.warmup, "settings": settings,
-                                          "forms": forms})
+                result = run_dbos_repeat(
+                    {"runs": runs, "warmup": args.warmup, "settings": settings, "forms": forms}
+                )
             except RuntimeError as err:  # report duro's figures anyway
                 print(f"DBOS peer skipped from now on: {err}", file=sys.stderr)
                 peer_error, have_dbos = str(err), False
@@ -399,17 +434,29 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:  # same-mode ratios (duro mode vs DBOS's best form in that mode)
             peer_mode = [med[c] for c in med if c.startswith("dbos/wal/") and c.endswith("/" + mode)]
             if peer_mode:
-                ratios[f"duro_{label}_{mode}_over_dbos_wal_{mode}"] = med[f"duro/{label}/{mode}"] / max(peer_mode)
+                ratios[f"duro_{label}_{mode}_over_dbos_wal_{mode}"] = med[f"duro/{label}/{mode}"] / max(
+                    peer_mode
+                )
 
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "sqlite": sqlite3.sqlite_version},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+        },
         "duro_commit": git_commit(),
         "dbos_version": _dbos_version() if peer_installed else None,
-        "params": {"runs": args.runs, "ref_runs": args.ref_runs, "repeats": args.repeats, "warmup": args.warmup,
-                   "floor_rows": args.floor_rows, "dbos_settings": settings if peer_installed else [],
-                   "dbos_forms": forms if peer_installed else []},
+        "params": {
+            "runs": args.runs,
+            "ref_runs": args.ref_runs,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "floor_rows": args.floor_rows,
+            "dbos_settings": settings if peer_installed else [],
+            "dbos_forms": forms if peer_installed else [],
+        },
         "wall_seconds": wall,
         "pragmas": pragmas,
         "samples": samples,
@@ -453,34 +500,54 @@ LABELS: dict[str, tuple[str, str]] = {
 
 def print_table(report: dict) -> None:
     med, samples, head = report["medians"], report["samples"], report["headline"]
-    print(f"\n{report['date']}  cpus={report['machine']['cpus']}  python {report['machine']['python']}  "
-          f"sqlite {report['machine']['sqlite']}  duro {report['duro_commit']}  dbos {report['dbos_version']}")
-    print(f"runs={report['params']['runs']} (DBOS reference settings: {report['params']['ref_runs']}) "
-          f"repeats={report['params']['repeats']}  "
-          f"(wall {report['wall_seconds']:.0f}s)\n")
+    print(
+        f"\n{report['date']}  cpus={report['machine']['cpus']}  python {report['machine']['python']}  "
+        f"sqlite {report['machine']['sqlite']}  duro {report['duro_commit']}  dbos {report['dbos_version']}"
+    )
+    print(
+        f"runs={report['params']['runs']} (DBOS reference settings: {report['params']['ref_runs']}) "
+        f"repeats={report['params']['repeats']}  "
+        f"(wall {report['wall_seconds']:.0f}s)\n"
+    )
     params = report["params"]
     rows = [("system", "setting", "variant", "median/s", "samples/s", "n")]
 
     def count(case: str) -> str:
         if case.startswith("floor"):
             return str(params["floor_rows"])
-        return str(params["ref_runs"] if case.startswith(("dbos/wal_normal", "dbos/default")) else params["runs"])
+        return str(
+            params["ref_runs"] if case.startswith(("dbos/wal_normal", "dbos/default")) else params["runs"]
+        )
 
     def fmt(values: list[float]) -> str:
         return " ".join(f"{v:,.0f}" for v in values)
 
     for case in ("floor/normal", "floor/full", "duro/starts"):
-        rows.append((*LABELS[case], "tx/s" if case.startswith("floor") else "starts/s",
-                     f"{med[case]:,.0f}", fmt(samples[case]), count(case)))
+        rows.append(
+            (
+                *LABELS[case],
+                "tx/s" if case.startswith("floor") else "starts/s",
+                f"{med[case]:,.0f}",
+                fmt(samples[case]),
+                count(case),
+            )
+        )
     for system in ("duro/default", "duro/full", "dbos/wal", "dbos/wal_normal", "dbos/default"):
         cases = sorted(c for c in med if c.startswith(system + "/"))
         for case in cases:
             variant = case.removeprefix(system + "/")
             mark = " *" if head.get(system, {}).get("case") == case else ""
-            rows.append((*LABELS[system], variant + mark, f"{med[case]:,.0f}", fmt(samples[case]), count(case)))
+            rows.append(
+                (*LABELS[system], variant + mark, f"{med[case]:,.0f}", fmt(samples[case]), count(case))
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
-        print("  ".join(cell.rjust(w) if j in (3, 5) else cell.ljust(w) for j, (cell, w) in enumerate(zip(row, widths, strict=True))))
+        print(
+            "  ".join(
+                cell.rjust(w) if j in (3, 5) else cell.ljust(w)
+                for j, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
     print("\n* = the system's headline (its best variant); runs/s = end-to-end workflows per second")

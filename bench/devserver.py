@@ -50,7 +50,9 @@ def reload_samples(client: httpx.Client, source: Path, count: int) -> list[float
         began = wall()
         source.write_text(text.replace('f"hello {name}"', f'f"{word} {{name}}"'))
         while True:
-            run_id = client.post("/api/workflows/greet/runs", json={"input": {"name": "x"}}).json()["run"]["id"]
+            run_id = client.post("/api/workflows/greet/runs", json={"input": {"name": "x"}}).json()["run"][
+                "id"
+            ]
             if output_of(client, run_id) == f"{word} x":
                 break
         samples.append(wall() - began)
@@ -87,13 +89,21 @@ def main() -> int:
             reloads = reload_samples(client, project / "workflows" / "jobs.py", args.reloads)
             http_rate = http_starts(client, args.starts)
         inproc_rate = asyncio.run(engine_starts(project, args.starts))
-    result = {"reload_seconds": reloads, "median_reload_seconds": statistics.median(reloads),
-              "max_reload_seconds": max(reloads), "http_starts_per_second": http_rate,
-              "in_process_starts_per_second": inproc_rate}
-    print(f"save -> live: median {result['median_reload_seconds'] * 1000:.0f} ms, "
-          f"max {result['max_reload_seconds'] * 1000:.0f} ms over {len(reloads)} saves")
-    print(f"starts over HTTP (one client, sequential): {http_rate:,.0f}/s; in-process engine.start: "
-          f"{inproc_rate:,.0f}/s (HTTP at {http_rate / inproc_rate:.2f}x)")
+    result = {
+        "reload_seconds": reloads,
+        "median_reload_seconds": statistics.median(reloads),
+        "max_reload_seconds": max(reloads),
+        "http_starts_per_second": http_rate,
+        "in_process_starts_per_second": inproc_rate,
+    }
+    print(
+        f"save -> live: median {result['median_reload_seconds'] * 1000:.0f} ms, "
+        f"max {result['max_reload_seconds'] * 1000:.0f} ms over {len(reloads)} saves"
+    )
+    print(
+        f"starts over HTTP (one client, sequential): {http_rate:,.0f}/s; in-process engine.start: "
+        f"{inproc_rate:,.0f}/s (HTTP at {http_rate / inproc_rate:.2f}x)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

@@ -84,6 +84,7 @@ HARNESS_DAYS = 30
 
 # -- the child: one sample ---------------------------------------------------------------------------
 
+
 class _NoBarrier:
     """quota.py's client waits at a barrier shared by its clients; alone, there is nothing to wait for."""
 
@@ -157,6 +158,7 @@ def one_case(tree: str, case: str, store: str, url: str) -> float:
 
 # -- the parent ----------------------------------------------------------------------------------------
 
+
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -166,10 +168,15 @@ def select(spec: str | None, postgres: bool) -> list[tuple[str, str]]:
     every = [(c, s) for s in STORES for c, (_, _, sizes) in CASES.items() if s in sizes]
     if spec:
         wanted = [w.strip() for w in spec.split(",") if w.strip()]
-        unknown = [w for w in wanted if w.split("/")[0] not in CASES
-                   or ("/" in w and w.split("/", 1)[1] not in STORES)]
+        unknown = [
+            w
+            for w in wanted
+            if w.split("/")[0] not in CASES or ("/" in w and w.split("/", 1)[1] not in STORES)
+        ]
         if unknown:
-            raise SystemExit(f"unknown cases {unknown}; cases: {', '.join(CASES)}, stores: {', '.join(STORES)}")
+            raise SystemExit(
+                f"unknown cases {unknown}; cases: {', '.join(CASES)}, stores: {', '.join(STORES)}"
+            )
         every = [(c, s) for c, s in every if c in wanted or f"{c}/{s}" in wanted]
     return [(c, s) for c, s in every if postgres or s != "postgresql"]
 
@@ -199,26 +206,34 @@ def _fmt(unit: str, value: float | None) -> str:
 
 
 def table(samples: dict, cases: list[tuple[str, str]], label_a: str, label_b: str) -> str:
-    lines = [f"| case | store | unit | better | {label_a} | {label_b} | B / A | samples A | samples B |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = [
+        f"| case | store | unit | better | {label_a} | {label_b} | B / A | samples A | samples B |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |",
+    ]
     for case, store in cases:
         unit, higher, _ = CASES[case]
         got = samples[f"{case}/{store}"]
         a = statistics.median(got["A"]) if got["A"] else None
         b = statistics.median(got["B"]) if got["B"] else None
         ratio = f"{b / a:.2f}" if a and b else "-"
-        lines.append(f"| {case} | {store} | {unit} | {'higher' if higher else 'lower'} | {_fmt(unit, a)} | "
-                     f"{_fmt(unit, b)} | {ratio} | {' '.join(_fmt(unit, v) for v in got['A'])} | "
-                     f"{' '.join(_fmt(unit, v) for v in got['B'])} |")
+        lines.append(
+            f"| {case} | {store} | {unit} | {'higher' if higher else 'lower'} | {_fmt(unit, a)} | "
+            f"{_fmt(unit, b)} | {ratio} | {' '.join(_fmt(unit, v) for v in got['A'])} | "
+            f"{' '.join(_fmt(unit, v) for v in got['B'])} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", help="A: the commit to compare with (required)")
-    parser.add_argument("--head", help="B: a commit, exported like --base (default: the working tree as it is)")
+    parser.add_argument(
+        "--head", help="B: a commit, exported like --base (default: the working tree as it is)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="samples per case and tree (default 3)")
-    parser.add_argument("--cases", help=f"comma list of cases or case/store (default all: {', '.join(CASES)})")
+    parser.add_argument(
+        "--cases", help=f"comma list of cases or case/store (default all: {', '.join(CASES)})"
+    )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--json", type=Path, help="write every sample here")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per sample (default 600)")
@@ -259,8 +274,12 @@ def main() -> int:
             dest.mkdir()
             _support.export_tree(commit, TREE_PATHS, dest)
             trees[name] = str(dest)
-        print(f"A = {label_a} ({trees['A']}), B = {label_b} ({trees['B']}); {len(cases)} cases x 2 trees x "
-              f"{args.rounds} rounds", file=sys.stderr, flush=True)
+        print(
+            f"A = {label_a} ({trees['A']}), B = {label_b} ({trees['B']}); {len(cases)} cases x 2 trees x "
+            f"{args.rounds} rounds",
+            file=sys.stderr,
+            flush=True,
+        )
         for rnd in range(args.rounds):
             pg = start_server() if pg_needed else None
             try:
@@ -279,27 +298,54 @@ def main() -> int:
                         clock = f"[{done}/{total} {time.perf_counter() - began:5.0f}s]"
                         if value is None:
                             failures.setdefault(f"{key} {name}", err)
-                            print(f"{clock} round {rnd + 1} {case:8s} {store:10s} {name}: FAILED\n{err}",
-                                  file=sys.stderr, flush=True)
+                            print(
+                                f"{clock} round {rnd + 1} {case:8s} {store:10s} {name}: FAILED\n{err}",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                             continue
                         samples[key][name].append(value)
-                        print(f"{clock} round {rnd + 1} {case:8s} {store:10s} {name}: "
-                              f"{_fmt(CASES[case][0], value)} {CASES[case][0]}", file=sys.stderr, flush=True)
+                        print(
+                            f"{clock} round {rnd + 1} {case:8s} {store:10s} {name}: "
+                            f"{_fmt(CASES[case][0], value)} {CASES[case][0]}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
             finally:
                 if pg is not None:
                     pg.stop()
     wall = time.perf_counter() - began
-    print(f"\nA = {label_a}, B = {label_b}; medians of {args.rounds} round{'s' if args.rounds != 1 else ''}, interleaved; {wall:.0f} s wall\n")
+    print(
+        f"\nA = {label_a}, B = {label_b}; medians of {args.rounds} round{'s' if args.rounds != 1 else ''}, interleaved; {wall:.0f} s wall\n"
+    )
     print(table(samples, cases, label_a, label_b))
     if failures:
         print(f"\nfailed: {', '.join(failures)} (the first error of each above, on stderr)")
     if args.json:
-        args.json.write_text(json.dumps({
-            "A": base, "B": head or checkout, "B_is_working_tree": head is None, "B_dirty": dirty,
-            "rounds": args.rounds, "wall_seconds": wall, "poll_interval": POLL,
-            "cases": {f"{c}/{s}": {"unit": CASES[c][0], "higher_is_better": CASES[c][1],
-                                   "size": CASES[c][2][s], **samples[f"{c}/{s}"]} for c, s in cases},
-            "failures": failures}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "A": base,
+                    "B": head or checkout,
+                    "B_is_working_tree": head is None,
+                    "B_dirty": dirty,
+                    "rounds": args.rounds,
+                    "wall_seconds": wall,
+                    "poll_interval": POLL,
+                    "cases": {
+                        f"{c}/{s}": {
+                            "unit": CASES[c][0],
+                            "higher_is_better": CASES[c][1],
+                            "size": CASES[c][2][s],
+                            **samples[f"{c}/{s}"],
+                        }
+                        for c, s in cases
+                    },
+                    "failures": failures,
+                },
+                indent=1,
+            )
+        )
     return 1 if failures else 0
 
 

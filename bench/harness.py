@@ -66,9 +66,12 @@ def row_floor(runs: int, days: int, repeat: int) -> float:
     schema.close()
     ids = [f"{index:012x}{'0' * 20}" for index in range(runs)]
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO duro_runs (id, namespace, workflow, version, status, tags, owner, wake_at, "
-                     "created_at, updated_at) VALUES (?, 'default', 'bench.hourly', '1', 'suspended', '[]', "
-                     "'worker', 0, 0, 0)", [(run_id,) for run_id in ids])
+    conn.executemany(
+        "INSERT INTO duro_runs (id, namespace, workflow, version, status, tags, owner, wake_at, "
+        "created_at, updated_at) VALUES (?, 'default', 'bench.hourly', '1', 'suspended', '[]', "
+        "'worker', 0, 0, 0)",
+        [(run_id,) for run_id in ids],
+    )
     conn.execute("COMMIT")
     marks = ", ".join("?" * runs)
     began = wall()
@@ -76,11 +79,15 @@ def row_floor(runs: int, days: int, repeat: int) -> float:
         now = hour * 3_600_000
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(f"SELECT id, owner, status FROM duro_runs WHERE id IN ({marks})", ids).fetchall()
-        conn.executemany("UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?",
-                         [(now, now + 3_600_000, run_id) for run_id in ids])
-        conn.executemany("INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, wake_at) "
-                         "VALUES (?, ?, 'sleep', 'sleep', 'waiting', ?, ?)",
-                         [(run_id, hour, now, now + 3_600_000) for run_id in ids])
+        conn.executemany(
+            "UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?",
+            [(now, now + 3_600_000, run_id) for run_id in ids],
+        )
+        conn.executemany(
+            "INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, wake_at) "
+            "VALUES (?, ?, 'sleep', 'sleep', 'waiting', ?, ?)",
+            [(run_id, hour, now, now + 3_600_000) for run_id in ids],
+        )
         conn.execute("COMMIT")
     elapsed = wall() - began
     conn.close()
@@ -94,23 +101,38 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
-    samples = [asyncio.run(one_repeat(args.runs, args.days))
-               | {"row_floor_seconds": row_floor(args.runs, args.days, repeat)} for repeat in range(args.repeats)]
+    samples = [
+        asyncio.run(one_repeat(args.runs, args.days))
+        | {"row_floor_seconds": row_floor(args.runs, args.days, repeat)}
+        for repeat in range(args.repeats)
+    ]
     seconds = [s["seconds"] for s in samples]
     idle = [s["idle_seconds"] for s in samples]
     rows = [s["row_floor_seconds"] for s in samples]
     wakeups = samples[0]["wakeups"]
-    result = {"runs": args.runs, "days": args.days, "repeats": args.repeats, "wakeups": wakeups,
-              "seconds": seconds, "median_seconds": statistics.median(seconds),
-              "idle_seconds": idle, "median_idle_seconds": statistics.median(idle),
-              "wakeups_per_second": wakeups / statistics.median(seconds),
-              "row_floor_seconds": rows, "median_row_floor_seconds": statistics.median(rows)}
+    result = {
+        "runs": args.runs,
+        "days": args.days,
+        "repeats": args.repeats,
+        "wakeups": wakeups,
+        "seconds": seconds,
+        "median_seconds": statistics.median(seconds),
+        "idle_seconds": idle,
+        "median_idle_seconds": statistics.median(idle),
+        "wakeups_per_second": wakeups / statistics.median(seconds),
+        "row_floor_seconds": rows,
+        "median_row_floor_seconds": statistics.median(rows),
+    }
     print(f"{args.runs} runs x {args.days} days, hourly wake-ups: {wakeups:,}")
-    print(f"advance {args.days}d: median {result['median_seconds']:.3f} s wall "
-          f"(samples {', '.join(f'{s:.3f}' for s in seconds)}); {result['wakeups_per_second']:,.0f} wake-ups/s")
+    print(
+        f"advance {args.days}d: median {result['median_seconds']:.3f} s wall "
+        f"(samples {', '.join(f'{s:.3f}' for s in seconds)}); {result['wakeups_per_second']:,.0f} wake-ups/s"
+    )
     print(f"floor, the same advance with no runs: median {result['median_idle_seconds'] * 1000:.2f} ms")
-    print(f"floor, the same rows through bare sqlite3: median {result['median_row_floor_seconds']:.3f} s "
-          f"(duro: {result['median_seconds'] / result['median_row_floor_seconds']:.2f}x)")
+    print(
+        f"floor, the same rows through bare sqlite3: median {result['median_row_floor_seconds']:.3f} s "
+        f"(duro: {result['median_seconds'] / result['median_row_floor_seconds']:.2f}x)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

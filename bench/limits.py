@@ -93,7 +93,12 @@ EVENTS: list[tuple[str, float]] = []  # ("rel", t) just before release_slot, ("a
 @workflow
 async def cycler(inp: dict) -> int:
     """Loop ``n`` acquire+release pairs on ``limit``; record what the case asks for."""
-    limit, n, record, events = inp.get("limit", "bench"), inp["n"], inp.get("record", False), inp.get("events", False)
+    limit, n, record, events = (
+        inp.get("limit", "bench"),
+        inp["n"],
+        inp.get("record", False),
+        inp.get("events", False),
+    )
     begin = time.perf_counter()
     for i in range(n):
         slot = await acquire_slot(limit, label=f"{inp['tag']}-{i}")
@@ -120,11 +125,16 @@ async def holder(inp: dict) -> bool:
 
 
 def workspace(bench_capacity: int) -> Any:
-    return define_workspace(limits={"bench": Limit(capacity=bench_capacity, max_hold="1h"),
-                                    "crowd": Limit(capacity=1, max_hold="1h")})
+    return define_workspace(
+        limits={
+            "bench": Limit(capacity=bench_capacity, max_hold="1h"),
+            "crowd": Limit(capacity=1, max_hold="1h"),
+        }
+    )
 
 
 # -- stores ----------------------------------------------------------------------------------------
+
 
 class Stores(_support.Stores):
     prefix = "limits"
@@ -143,8 +153,10 @@ async def _until(engine: Engine, name: str, waiting: int, busy: int, timeout: fl
         if (b, r, w) == (busy, 0, waiting):
             return
         if time.perf_counter() > deadline:
-            raise AssertionError(f"limit {name!r}: busy={b} reserved={r} waiting={w}, "
-                                 f"expected busy={busy} waiting={waiting} within {timeout:.0f} s")
+            raise AssertionError(
+                f"limit {name!r}: busy={b} reserved={r} waiting={w}, "
+                f"expected busy={busy} waiting={waiting} within {timeout:.0f} s"
+            )
         await asyncio.sleep(0.02)
 
 
@@ -161,6 +173,7 @@ async def _warm(engine: Engine) -> None:
 
 
 # -- cases -----------------------------------------------------------------------------------------
+
 
 async def case_uncontended(url: str, poll: str, runs: int, pairs: int) -> dict:
     SPANS.clear()
@@ -187,7 +200,9 @@ async def case_queue(url: str, poll: str, capacity: int, waiters: int, rounds: i
         holders = [await engine.start(holder, {"tag": f"h{i}"}) for i in range(capacity)]
         await _until(engine, "bench", waiting=0, busy=capacity)
         setup = time.perf_counter()
-        cyclers = [await engine.start(cycler, {"n": rounds, "tag": f"q{i}", "record": True}) for i in range(waiters)]
+        cyclers = [
+            await engine.start(cycler, {"n": rounds, "tag": f"q{i}", "record": True}) for i in range(waiters)
+        ]
         await _until(engine, "bench", waiting=waiters, busy=capacity)
         setup = time.perf_counter() - setup
         go = time.perf_counter()
@@ -202,9 +217,18 @@ async def case_queue(url: str, poll: str, capacity: int, waiters: int, rounds: i
     steady = waiters * (rounds - 1)
     wall = grants[steady - 1] - grants[0]
     drain = grants[-1] - grants[steady - 1]
-    return {"rate": (steady - 1) / wall, "wall": wall, "grants": steady,
-            "drain_rate": waiters / drain, "drain_wall": drain, "first_grant_after_go_ms": (grants[0] - go) * 1e3,
-            "setup_seconds": setup, "capacity": capacity, "waiters": waiters, "rounds": rounds}
+    return {
+        "rate": (steady - 1) / wall,
+        "wall": wall,
+        "grants": steady,
+        "drain_rate": waiters / drain,
+        "drain_wall": drain,
+        "first_grant_after_go_ms": (grants[0] - go) * 1e3,
+        "setup_seconds": setup,
+        "capacity": capacity,
+        "waiters": waiters,
+        "rounds": rounds,
+    }
 
 
 def _handoffs(events: list[tuple[str, float]]) -> list[float]:
@@ -262,8 +286,13 @@ async def case_latency_pingpong(url: str, poll: str, handoffs: int) -> dict:
 def _latency_summary(lat: list[float]) -> dict:
     ordered = sorted(lat)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {"median_ms": statistics.median(lat), "p99_ms": p99, "max_ms": ordered[-1], "n": len(lat),
-            "mean_ms": statistics.fmean(lat)}
+    return {
+        "median_ms": statistics.median(lat),
+        "p99_ms": p99,
+        "max_ms": ordered[-1],
+        "n": len(lat),
+        "mean_ms": statistics.fmean(lat),
+    }
 
 
 def _fill_crowd(engine: Engine, size: int, chunk: int = 1000) -> dict:
@@ -281,8 +310,12 @@ def _fill_crowd(engine: Engine, size: int, chunk: int = 1000) -> dict:
             store.slot_request(config, f"crowd.{i}", None, None, None, now)
         chunks.append((min(size, start + chunk) - start) / (time.perf_counter() - t))
     wall = time.perf_counter() - begin
-    return {"seconds": wall, "rate": size / wall if size else None,
-            "first_chunk_rate": chunks[0] if chunks else None, "last_chunk_rate": chunks[-1] if chunks else None}
+    return {
+        "seconds": wall,
+        "rate": size / wall if size else None,
+        "first_chunk_rate": chunks[0] if chunks else None,
+        "last_chunk_rate": chunks[-1] if chunks else None,
+    }
 
 
 async def case_flat(url: str, poll: str, size: int, pairs: int, repeats: int) -> dict:
@@ -304,8 +337,13 @@ async def case_flat(url: str, poll: str, size: int, pairs: int, repeats: int) ->
             samples.append((end - begin) / pairs * 1e6)
         await _check_idle(engine)
         assert await _limit_counts(engine, "crowd") == (1, 0, size)
-    return {"us_per_pair": samples, "median_us": statistics.median(samples), "fill": fill, "size": size,
-            "pairs": pairs}
+    return {
+        "us_per_pair": samples,
+        "median_us": statistics.median(samples),
+        "fill": fill,
+        "size": size,
+        "pairs": pairs,
+    }
 
 
 def floor_sqlite(path: str, pairs: int) -> dict:
@@ -316,8 +354,10 @@ def floor_sqlite(path: str, pairs: int) -> dict:
         conn.execute("PRAGMA busy_timeout=30000")
         conn.execute("CREATE TABLE counter (name TEXT PRIMARY KEY, busy INTEGER NOT NULL)")
         conn.execute("INSERT INTO counter VALUES ('bench', 0)")
-        up, down = ("UPDATE counter SET busy = busy + 1 WHERE name = 'bench'",
-                    "UPDATE counter SET busy = busy - 1 WHERE name = 'bench'")
+        up, down = (
+            "UPDATE counter SET busy = busy + 1 WHERE name = 'bench'",
+            "UPDATE counter SET busy = busy - 1 WHERE name = 'bench'",
+        )
         begin = time.perf_counter()
         for _ in range(pairs):
             conn.execute("BEGIN IMMEDIATE")
@@ -328,7 +368,10 @@ def floor_sqlite(path: str, pairs: int) -> dict:
             conn.execute("COMMIT")
         wall = time.perf_counter() - begin
         assert conn.execute("SELECT busy FROM counter").fetchone()[0] == 0
-        pragmas = (conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0])
+        pragmas = (
+            conn.execute("PRAGMA journal_mode").fetchone()[0],
+            conn.execute("PRAGMA synchronous").fetchone()[0],
+        )
     finally:
         conn.close()
     return {"rate": pairs / wall, "wall": wall, "pairs": pairs, "pragmas": pragmas}
@@ -388,8 +431,10 @@ def floor_pg(dsn: str, pairs: int) -> dict:
         conn.execute("CREATE TABLE counter (name TEXT PRIMARY KEY, busy INTEGER NOT NULL)")
         conn.execute("INSERT INTO counter VALUES ('bench', 0)")
         conn.commit()
-        up, down = ("UPDATE counter SET busy = busy + 1 WHERE name = 'bench'",
-                    "UPDATE counter SET busy = busy - 1 WHERE name = 'bench'")
+        up, down = (
+            "UPDATE counter SET busy = busy + 1 WHERE name = 'bench'",
+            "UPDATE counter SET busy = busy - 1 WHERE name = 'bench'",
+        )
         begin = time.perf_counter()
         for _ in range(pairs):
             conn.execute(up)
@@ -402,6 +447,7 @@ def floor_pg(dsn: str, pairs: int) -> dict:
 
 
 # -- running ---------------------------------------------------------------------------------------
+
 
 def run_case(stores: Stores, store: str, case: str, args: argparse.Namespace) -> dict:
     with stores.database(store) as db:
@@ -416,11 +462,17 @@ def run_case(stores: Stores, store: str, case: str, args: argparse.Namespace) ->
         if case == "uncontended-8":
             return asyncio.run(case_uncontended(db["url"], args.poll_interval, 8, args.pairs))
         if case == "queue":
-            return asyncio.run(case_queue(db["url"], args.poll_interval, args.queue_capacity, args.waiters,
-                                          args.queue_rounds))
+            return asyncio.run(
+                case_queue(
+                    db["url"], args.poll_interval, args.queue_capacity, args.waiters, args.queue_rounds
+                )
+            )
         if case == "queue-poll-ref":  # the same case with another poll interval (reference, SQLite only)
-            return asyncio.run(case_queue(db["url"], args.queue_poll_ref, args.queue_capacity, args.waiters,
-                                          args.queue_rounds))
+            return asyncio.run(
+                case_queue(
+                    db["url"], args.queue_poll_ref, args.queue_capacity, args.waiters, args.queue_rounds
+                )
+            )
         if case == "latency-queue":
             return asyncio.run(case_latency_queue(db["url"], args.poll_interval, args.handoffs))
         if case == "latency-pingpong":
@@ -428,7 +480,16 @@ def run_case(stores: Stores, store: str, case: str, args: argparse.Namespace) ->
         raise ValueError(case)
 
 
-CASES = ("floor", "floor-rows", "uncontended-1", "uncontended-8", "queue", "queue-poll-ref", "latency-queue", "latency-pingpong")
+CASES = (
+    "floor",
+    "floor-rows",
+    "uncontended-1",
+    "uncontended-8",
+    "queue",
+    "queue-poll-ref",
+    "latency-queue",
+    "latency-pingpong",
+)
 
 
 def _fmt(x: float) -> str:
@@ -447,105 +508,166 @@ def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespa
         return statistics.median(s[key] for s in results[(store, case)])
 
     out.append("Throughput (pairs/s, medians):\n")
-    out.append("| store | case | pairs/s | samples | share of the counter floor | share of the slot-row floor "
-               "| x Prefect top (43) | x Prefect low (17) | >= 4,300 | >= 20% counter floor "
-               "| >= 20% slot-row floor |")
+    out.append(
+        "| store | case | pairs/s | samples | share of the counter floor | share of the slot-row floor "
+        "| x Prefect top (43) | x Prefect low (17) | >= 4,300 | >= 20% counter floor "
+        "| >= 20% slot-row floor |"
+    )
     out.append("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |")
-    labels = {"uncontended-1": "uncontended, 1 run", "uncontended-8": "uncontended, 8 runs",
-              "queue": f"{args.waiters:,} waiters, capacity {args.queue_capacity} (steady)"}
+    labels = {
+        "uncontended-1": "uncontended, 1 run",
+        "uncontended-8": "uncontended, 8 runs",
+        "queue": f"{args.waiters:,} waiters, capacity {args.queue_capacity} (steady)",
+    }
     for store in stores_:
         floor, rows_floor = med(store, "floor"), med(store, "floor-rows")
-        for case, label in (("floor", "floor: a counter row, 2 tx per pair"),
-                            ("floor-rows", "floor: a slot row inserted, then deleted, 2 tx per pair")):
-            out.append(f"| {store} | {label} | {_fmt(med(store, case))} | "
-                       f"{' '.join(_fmt(s['rate']) for s in results[(store, case)])} | | | | | | | |")
+        for case, label in (
+            ("floor", "floor: a counter row, 2 tx per pair"),
+            ("floor-rows", "floor: a slot row inserted, then deleted, 2 tx per pair"),
+        ):
+            out.append(
+                f"| {store} | {label} | {_fmt(med(store, case))} | "
+                f"{' '.join(_fmt(s['rate']) for s in results[(store, case)])} | | | | | | | |"
+            )
         for case, label in labels.items():
             rate = med(store, case)
             share, rows_share = rate / floor, rate / rows_floor
-            row = {"store": store, "case": case, "pairs_per_s": rate, "floor": floor, "share_of_floor": share,
-                   "rows_floor": rows_floor, "share_of_rows_floor": rows_share,
-                   "x_prefect_top": rate / PREFECT_ANCHOR[1], "x_prefect_low": rate / PREFECT_ANCHOR[0],
-                   "target_pairs_met": rate >= TARGET_PAIRS, "target_floor_met": share >= TARGET_FLOOR_SHARE,
-                   "target_rows_floor_met": rows_share >= TARGET_FLOOR_SHARE}
+            row = {
+                "store": store,
+                "case": case,
+                "pairs_per_s": rate,
+                "floor": floor,
+                "share_of_floor": share,
+                "rows_floor": rows_floor,
+                "share_of_rows_floor": rows_share,
+                "x_prefect_top": rate / PREFECT_ANCHOR[1],
+                "x_prefect_low": rate / PREFECT_ANCHOR[0],
+                "target_pairs_met": rate >= TARGET_PAIRS,
+                "target_floor_met": share >= TARGET_FLOOR_SHARE,
+                "target_rows_floor_met": rows_share >= TARGET_FLOOR_SHARE,
+            }
             rows.append(row)
-            out.append(f"| {store} | {label} | **{_fmt(rate)}** | "
-                       f"{' '.join(_fmt(s['rate']) for s in results[(store, case)])} | {share:.1%} | "
-                       f"{rows_share:.1%} | {row['x_prefect_top']:,.0f}x | {row['x_prefect_low']:,.0f}x | "
-                       f"{_verdict(row['target_pairs_met'])} | {_verdict(row['target_floor_met'])} | "
-                       f"{_verdict(row['target_rows_floor_met'])} |")
+            out.append(
+                f"| {store} | {label} | **{_fmt(rate)}** | "
+                f"{' '.join(_fmt(s['rate']) for s in results[(store, case)])} | {share:.1%} | "
+                f"{rows_share:.1%} | {row['x_prefect_top']:,.0f}x | {row['x_prefect_low']:,.0f}x | "
+                f"{_verdict(row['target_pairs_met'])} | {_verdict(row['target_floor_met'])} | "
+                f"{_verdict(row['target_rows_floor_met'])} |"
+            )
     out.append("")
     out.append(f"Queue case, the final round (queue draining from ~{args.waiters:,} to 0; not a target):\n")
     out.append("| store | drain grants/s (median) | samples | first grant after the holders' signal (ms) |")
     out.append("| --- | ---: | --- | --- |")
     for store in stores_:
         ss = results[(store, "queue")]
-        out.append(f"| {store} | {_fmt(med(store, 'queue', 'drain_rate'))} | "
-                   f"{' '.join(_fmt(s['drain_rate']) for s in ss)} | "
-                   f"{' '.join(format(s['first_grant_after_go_ms'], '.1f') for s in ss)} |")
+        out.append(
+            f"| {store} | {_fmt(med(store, 'queue', 'drain_rate'))} | "
+            f"{' '.join(_fmt(s['drain_rate']) for s in ss)} | "
+            f"{' '.join(format(s['first_grant_after_go_ms'], '.1f') for s in ss)} |"
+        )
     if ("sqlite", "queue-poll-ref") in results:
         ss = results[("sqlite", "queue-poll-ref")]
         out.append("")
-        out.append(f"Reference: the queue case on SQLite with poll_interval={args.queue_poll_ref} instead of "
-                   f"{args.poll_interval}: steady {_fmt(med('sqlite', 'queue-poll-ref'))} pairs/s "
-                   f"(samples {' '.join(_fmt(s['rate']) for s in ss)}), drain "
-                   f"{_fmt(med('sqlite', 'queue-poll-ref', 'drain_rate'))} grants/s.")
+        out.append(
+            f"Reference: the queue case on SQLite with poll_interval={args.queue_poll_ref} instead of "
+            f"{args.poll_interval}: steady {_fmt(med('sqlite', 'queue-poll-ref'))} pairs/s "
+            f"(samples {' '.join(_fmt(s['rate']) for s in ss)}), drain "
+            f"{_fmt(med('sqlite', 'queue-poll-ref', 'drain_rate'))} grants/s."
+        )
     out.append("")
-    out.append(f"Release-to-resume latency (ms; {args.handoffs} hand-offs per sample, medians over samples):\n")
+    out.append(
+        f"Release-to-resume latency (ms; {args.handoffs} hand-offs per sample, medians over samples):\n"
+    )
     out.append("| store | variant | median | p99 | max | samples: median / p99 | < 2 ms median |")
     out.append("| --- | --- | ---: | ---: | ---: | --- | --- |")
     for store in stores_:
-        for case, label in (("latency-queue", f"queue of {args.handoffs} waiters"),
-                            ("latency-pingpong", "2 runs alternating (depth 1)")):
+        for case, label in (
+            ("latency-queue", f"queue of {args.handoffs} waiters"),
+            ("latency-pingpong", "2 runs alternating (depth 1)"),
+        ):
             ss = results[(store, case)]
             m, p = med(store, case, "median_ms"), med(store, case, "p99_ms")
-            rows.append({"store": store, "case": case, "median_ms": m, "p99_ms": p,
-                         "target_latency_met": m < TARGET_LATENCY_MS})
-            out.append(f"| {store} | {label} | **{m:.2f}** | {p:.2f} | {med(store, case, 'max_ms'):.2f} | "
-                       f"{' '.join(format(s['median_ms'], '.2f') + '/' + format(s['p99_ms'], '.2f') for s in ss)} | "
-                       f"{_verdict(m < TARGET_LATENCY_MS)} |")
+            rows.append(
+                {
+                    "store": store,
+                    "case": case,
+                    "median_ms": m,
+                    "p99_ms": p,
+                    "target_latency_met": m < TARGET_LATENCY_MS,
+                }
+            )
+            out.append(
+                f"| {store} | {label} | **{m:.2f}** | {p:.2f} | {med(store, case, 'max_ms'):.2f} | "
+                f"{' '.join(format(s['median_ms'], '.2f') + '/' + format(s['p99_ms'], '.2f') for s in ss)} | "
+                f"{_verdict(m < TARGET_LATENCY_MS)} |"
+            )
     out.append("")
-    out.append(f"Flatness (µs per uncontended pair, {args.flat_pairs} pairs x {args.repeats} per size, "
-               "while K requests wait in another limit's queue):\n")
+    out.append(
+        f"Flatness (µs per uncontended pair, {args.flat_pairs} pairs x {args.repeats} per size, "
+        "while K requests wait in another limit's queue):\n"
+    )
     sizes = sorted({k[1] for k in flat})
-    out.append("| store | " + " | ".join(f"K={s:,}" for s in sizes) + " | max/min | within 2x | crowd insert/s "
-               "(first / last 1,000) |")
+    out.append(
+        "| store | " + " | ".join(f"K={s:,}" for s in sizes) + " | max/min | within 2x | crowd insert/s "
+        "(first / last 1,000) |"
+    )
     out.append("| --- | " + " | ".join("---:" for _ in sizes) + " | ---: | --- | --- |")
     for store in stores_:
         meds = [flat[(store, s)]["median_us"] for s in sizes]
         ratio = max(meds) / min(meds)
-        rows.append({"store": store, "case": "flatness", "sizes": sizes, "median_us": meds, "max_over_min": ratio,
-                     "target_flat_met": ratio <= TARGET_FLAT})
+        rows.append(
+            {
+                "store": store,
+                "case": "flatness",
+                "sizes": sizes,
+                "median_us": meds,
+                "max_over_min": ratio,
+                "target_flat_met": ratio <= TARGET_FLAT,
+            }
+        )
         big = flat[(store, sizes[-1])]["fill"]
-        out.append(f"| {store} | " + " | ".join(f"{m:,.0f}" for m in meds) + f" | {ratio:.2f} | "
-                   f"{_verdict(ratio <= TARGET_FLAT)} | "
-                   f"{_fmt(big['first_chunk_rate'] or 0)} / {_fmt(big['last_chunk_rate'] or 0)} |")
+        out.append(
+            f"| {store} | " + " | ".join(f"{m:,.0f}" for m in meds) + f" | {ratio:.2f} | "
+            f"{_verdict(ratio <= TARGET_FLAT)} | "
+            f"{_fmt(big['first_chunk_rate'] or 0)} / {_fmt(big['last_chunk_rate'] or 0)} |"
+        )
     return "\n".join(out), rows
 
 
 def environment(pg: Any) -> dict:
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return "?"
 
-    env = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-           "sqlite": sqlite3.sqlite_version, "duro_imported_from": str(Path(duro.__file__).parent),
-           "duro_commit": git("rev-parse", "--short", "HEAD"),
-           "sdk_uncommitted_changes": git("status", "--porcelain", "sdk").splitlines()}
+    env = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+        "duro_imported_from": str(Path(duro.__file__).parent),
+        "duro_commit": git("rev-parse", "--short", "HEAD"),
+        "sdk_uncommitted_changes": git("status", "--porcelain", "sdk").splitlines(),
+    }
     import psycopg
 
     env["psycopg"] = psycopg.__version__
     if pg is not None:
         with psycopg.connect(pg.admin_dsn) as conn:
             env["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
-            env["pg_settings"] = {name: conn.execute(f"SHOW {name}").fetchone()[0]
-                                  for name in ("fsync", "synchronous_commit", "full_page_writes")}
+            env["pg_settings"] = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("fsync", "synchronous_commit", "full_page_writes")
+            }
     return env
 
 
 # -- profile ---------------------------------------------------------------------------------------
+
 
 def sql_split(pairs: int) -> None:
     """SQLite: one uncontended run of ``pairs`` pairs with duro's sqlite3 connections made from a
@@ -593,8 +715,11 @@ def sql_split(pairs: int) -> None:
     async def loop(url: str) -> float:
         SPANS.clear()
         engine = Engine(url, workspace=workspace(8), poll_interval="50ms")
-        event.listen(engine.store._engine, "do_connect",
-                     lambda dialect, rec, cargs, cparams: cparams.__setitem__("factory", TimedConnection))
+        event.listen(
+            engine.store._engine,
+            "do_connect",
+            lambda dialect, rec, cargs, cparams: cparams.__setitem__("factory", TimedConnection),
+        )
         async with engine:
             engine.register(cycler)
             await _warm(engine)
@@ -608,9 +733,11 @@ def sql_split(pairs: int) -> None:
     with scratch("limits-sql") as tmp:
         duro_us = asyncio.run(loop(f"sqlite:///{tmp / 'duro.db'}"))
     inside = sum(spent.values()) / pairs * 1e6
-    print(f"SQLite, 1 run, {pairs} pairs: {duro_us:.0f} µs/pair ({1e6 / duro_us:,.0f} pairs/s), of which "
-          f"{inside:.0f} µs inside sqlite3 calls ({inside / duro_us:.0%}) and {duro_us - inside:.0f} µs in Python; "
-          f"{sum(count.values()) / pairs:.1f} statements per pair (the run's start and finish included)\n")
+    print(
+        f"SQLite, 1 run, {pairs} pairs: {duro_us:.0f} µs/pair ({1e6 / duro_us:,.0f} pairs/s), of which "
+        f"{inside:.0f} µs inside sqlite3 calls ({inside / duro_us:.0%}) and {duro_us - inside:.0f} µs in Python; "
+        f"{sum(count.values()) / pairs:.1f} statements per pair (the run's start and finish included)\n"
+    )
     for kind, seconds in spent.most_common():
         print(f"{seconds / pairs * 1e6:8.1f} µs/pair  {count[kind] / pairs:4.1f} per pair  {kind}")
 
@@ -635,44 +762,69 @@ def profile(args: argparse.Namespace, top: int = 20) -> None:
                 profiler.enable()
                 out = asyncio.run(case_flat(url, poll, size, args.flat_pairs, 1))
             else:
-                coro = {"uncontended": lambda: case_uncontended(url, poll, 1, args.pairs),
-                        "uncontended-8": lambda: case_uncontended(url, poll, 8, args.pairs),
-                        "queue": lambda: case_queue(url, poll, args.queue_capacity, args.waiters, args.queue_rounds),
-                        "latency": lambda: case_latency_pingpong(url, poll, args.handoffs)}[args.profile]()
+                coro = {
+                    "uncontended": lambda: case_uncontended(url, poll, 1, args.pairs),
+                    "uncontended-8": lambda: case_uncontended(url, poll, 8, args.pairs),
+                    "queue": lambda: case_queue(
+                        url, poll, args.queue_capacity, args.waiters, args.queue_rounds
+                    ),
+                    "latency": lambda: case_latency_pingpong(url, poll, args.handoffs),
+                }[args.profile]()
                 profiler.enable()
                 out = asyncio.run(coro)
             profiler.disable()
     finally:
         if pg is not None:
             pg.destroy()
-    print(f"{args.profile} on {args.profile_store} under cProfile (whole case incl. setup): "
-          f"{json.dumps({k: v for k, v in out.items() if not isinstance(v, (list, dict))})}\n")
+    print(
+        f"{args.profile} on {args.profile_store} under cProfile (whole case incl. setup): "
+        f"{json.dumps({k: v for k, v in out.items() if not isinstance(v, (list, dict))})}\n"
+    )
     pstats.Stats(profiler).strip_dirs().sort_stats("tottime").print_stats(top)
 
 
 # -- main ------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=2000, help="pairs per uncontended case (default 2000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per case, median reported (default 3)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats per case, median reported (default 3)"
+    )
     parser.add_argument("--json", type=Path, help="write every sample, the medians and the setup here")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
-    parser.add_argument("--sizes", default="100,1000,10000,100000", help="flatness: waiting requests in the "
-                        "other limit's queue (default 100,1000,10000,100000)")
-    parser.add_argument("--flat-pairs", type=int, default=1000, help="flatness: pairs per measured loop (1000)")
+    parser.add_argument(
+        "--sizes",
+        default="100,1000,10000,100000",
+        help="flatness: waiting requests in the other limit's queue (default 100,1000,10000,100000)",
+    )
+    parser.add_argument(
+        "--flat-pairs", type=int, default=1000, help="flatness: pairs per measured loop (1000)"
+    )
     parser.add_argument("--waiters", type=int, default=1000, help="queue case: runs in the queue (1000)")
     parser.add_argument("--queue-capacity", type=int, default=8, help="queue case: capacity (8)")
-    parser.add_argument("--queue-rounds", type=int, default=2, help="queue case: pairs per waiting run (2: "
-                        "1 steady round + the drain)")
-    parser.add_argument("--queue-poll-ref", default="1s", help="queue case: also run it on SQLite with this "
-                        "poll_interval, as a reference ('' to skip; default 1s, the engine's default)")
+    parser.add_argument(
+        "--queue-rounds",
+        type=int,
+        default=2,
+        help="queue case: pairs per waiting run (2: 1 steady round + the drain)",
+    )
+    parser.add_argument(
+        "--queue-poll-ref",
+        default="1s",
+        help="queue case: also run it on SQLite with this "
+        "poll_interval, as a reference ('' to skip; default 1s, the engine's default)",
+    )
     parser.add_argument("--handoffs", type=int, default=500, help="latency: hand-offs per sample (500)")
     parser.add_argument("--floor-pairs", type=int, default=10000, help="floors: pairs per sample (10000)")
     parser.add_argument("--poll-interval", default="50ms", help="the engines' poll_interval (50ms)")
-    parser.add_argument("--profile", choices=("uncontended", "uncontended-8", "queue", "latency", "flat", "sql"),
-                        help="run one case under cProfile (top 20 by tottime) instead of the benchmark; 'sql' "
-                        "times the uncontended loop's sqlite3 calls per statement against the pair's whole time")
+    parser.add_argument(
+        "--profile",
+        choices=("uncontended", "uncontended-8", "queue", "latency", "flat", "sql"),
+        help="run one case under cProfile (top 20 by tottime) instead of the benchmark; 'sql' "
+        "times the uncontended loop's sqlite3 calls per statement against the pair's whole time",
+    )
     parser.add_argument("--profile-store", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
     if args.profile == "sql":
@@ -699,20 +851,30 @@ def main() -> None:
                     t = time.perf_counter()
                     sample = run_case(stores, store, case, args)
                     results.setdefault((store, case), []).append(sample)
-                    shown = {k: round(v, 3) if isinstance(v, float) else v for k, v in sample.items()
-                             if k in ("rate", "median_ms", "p99_ms", "drain_rate", "wall")}
-                    print(f"round {r + 1}/{args.repeats}  {store:10} {case:16} {shown}  "
-                          f"({time.perf_counter() - t:.1f} s)", flush=True)
+                    shown = {
+                        k: round(v, 3) if isinstance(v, float) else v
+                        for k, v in sample.items()
+                        if k in ("rate", "median_ms", "p99_ms", "drain_rate", "wall")
+                    }
+                    print(
+                        f"round {r + 1}/{args.repeats}  {store:10} {case:16} {shown}  "
+                        f"({time.perf_counter() - t:.1f} s)",
+                        flush=True,
+                    )
         for store in stores_:
             for size in sizes:
                 t = time.perf_counter()
                 with stores.database(store) as db:
-                    flat[(store, size)] = asyncio.run(case_flat(db["url"], args.poll_interval, size,
-                                                                args.flat_pairs, args.repeats))
+                    flat[(store, size)] = asyncio.run(
+                        case_flat(db["url"], args.poll_interval, size, args.flat_pairs, args.repeats)
+                    )
                 f = flat[(store, size)]
-                print(f"flat  {store:10} K={size:<7} {f['median_us']:.0f} µs/pair  "
-                      f"samples {[round(x) for x in f['us_per_pair']]}  fill {f['fill']['seconds']:.1f} s  "
-                      f"({time.perf_counter() - t:.1f} s)", flush=True)
+                print(
+                    f"flat  {store:10} K={size:<7} {f['median_us']:.0f} µs/pair  "
+                    f"samples {[round(x) for x in f['us_per_pair']]}  fill {f['fill']['seconds']:.1f} s  "
+                    f"({time.perf_counter() - t:.1f} s)",
+                    flush=True,
+                )
     finally:
         if pg is not None:
             pg.destroy()
@@ -724,16 +886,30 @@ def main() -> None:
     print(f"\nsetup: {json.dumps(env)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "environment": env, "wall_seconds": total,
-            "anchors": {"prefect_3_9_gcl_pairs_per_s": PREFECT_ANCHOR, "bare_sqlite3_pairs_per_s": SQLITE_ANCHOR},
-            "targets": {"pairs_per_s": TARGET_PAIRS, "share_of_floor": TARGET_FLOOR_SHARE,
-                        "latency_median_ms": TARGET_LATENCY_MS, "flat_max_over_min": TARGET_FLAT},
-            "summary": rows,
-            "samples": [{"store": k[0], "case": k[1], "samples": v} for k, v in results.items()],
-            "flatness": [{"store": k[0], **v} for k, v in flat.items()],
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                    "environment": env,
+                    "wall_seconds": total,
+                    "anchors": {
+                        "prefect_3_9_gcl_pairs_per_s": PREFECT_ANCHOR,
+                        "bare_sqlite3_pairs_per_s": SQLITE_ANCHOR,
+                    },
+                    "targets": {
+                        "pairs_per_s": TARGET_PAIRS,
+                        "share_of_floor": TARGET_FLOOR_SHARE,
+                        "latency_median_ms": TARGET_LATENCY_MS,
+                        "flat_max_over_min": TARGET_FLAT,
+                    },
+                    "summary": rows,
+                    "samples": [{"store": k[0], "case": k[1], "samples": v} for k, v in results.items()],
+                    "flatness": [{"store": k[0], **v} for k, v in flat.items()],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.json}")
 
 

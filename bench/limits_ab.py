@@ -27,8 +27,13 @@ from pathlib import Path
 import _support
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = (("pairs", "sqlite"), ("queue", "sqlite"), ("pairs", "postgresql"), ("queue", "postgresql"),
-         ("pingpong", "postgresql"))
+CASES = (
+    ("pairs", "sqlite"),
+    ("queue", "sqlite"),
+    ("pairs", "postgresql"),
+    ("queue", "postgresql"),
+    ("pingpong", "postgresql"),
+)
 UNITS = {"pairs": "pairs/s", "queue": "ms median", "pingpong": "ms median"}
 
 
@@ -68,10 +73,12 @@ def main() -> None:
         print(json.dumps(one_case(*args.child)))
         return
     cases = [c for c in CASES if not (args.no_postgres and c[1] == "postgresql")]
-    commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     samples: dict[str, dict[str, list[float]]] = {f"{c}/{s}": {"base": [], "head": []} for c, s in cases}
     with tempfile.TemporaryDirectory(prefix="duro-limits-ab-") as tmp:
         _support.export_tree(commit, ["sdk", "harness", "bench"], Path(tmp))
@@ -80,13 +87,20 @@ def main() -> None:
             for case, store in cases:
                 order = list(trees.items()) if rnd % 2 == 0 else list(reversed(trees.items()))
                 for name, tree in order:
-                    out = subprocess.run([sys.executable, __file__, "--base", commit, "--child", tree, case, store],
-                                         capture_output=True, text=True, timeout=900, env=os.environ)
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--base", commit, "--child", tree, case, store],
+                        capture_output=True,
+                        text=True,
+                        timeout=900,
+                        env=os.environ,
+                    )
                     if out.returncode != 0:
                         raise SystemExit(f"{name} {case} {store} failed:\n{out.stderr[-3000:]}")
                     value = json.loads(out.stdout.strip().splitlines()[-1])
                     samples[f"{case}/{store}"][name].append(value)
-                    print(f"round {rnd + 1}/{args.rounds} {case:8s} {store:10s} {name}: {value:.2f}", flush=True)
+                    print(
+                        f"round {rnd + 1}/{args.rounds} {case:8s} {store:10s} {name}: {value:.2f}", flush=True
+                    )
     print(f"\nbase {commit} vs checkout {head}; medians of {args.rounds}, interleaved\n")
     print("| case | store | unit | base | checkout | checkout / base | samples base | samples checkout |")
     print("| --- | --- | --- | ---: | ---: | ---: | --- | --- |")
@@ -94,8 +108,10 @@ def main() -> None:
         got = samples[f"{case}/{store}"]
         b, h = statistics.median(got["base"]), statistics.median(got["head"])
         fmt = (lambda v: f"{v:,.0f}") if case == "pairs" else (lambda v: f"{v:.2f}")
-        print(f"| {case} | {store} | {UNITS[case]} | {fmt(b)} | {fmt(h)} | {h / b:.2f} | "
-              f"{' '.join(fmt(v) for v in got['base'])} | {' '.join(fmt(v) for v in got['head'])} |")
+        print(
+            f"| {case} | {store} | {UNITS[case]} | {fmt(b)} | {fmt(h)} | {h / b:.2f} | "
+            f"{' '.join(fmt(v) for v in got['base'])} | {' '.join(fmt(v) for v in got['head'])} |"
+        )
     if args.json:
         args.json.write_text(json.dumps({"base": commit, "head": head, "samples": samples}, indent=1))
 

@@ -82,6 +82,7 @@ BARRIER_TIMEOUT = 300.0
 
 # -- client processes ------------------------------------------------------------------------------
 
+
 async def _duro_client(url: str, key: str, limit: int, n: int, barrier: Any, expect_reject: bool) -> dict:
     from duro import Concurrency, ConcurrencyLimitError, Engine
 
@@ -89,8 +90,9 @@ async def _duro_client(url: str, key: str, limit: int, n: int, barrier: Any, exp
     try:
         engine.register_remote(WORKFLOW)
         # Untimed warm-up on a key of this client's own: schema, connection, statement caches.
-        await engine.start(WORKFLOW, -1, concurrency=Concurrency(key=f"warmup:{uuid.uuid4().hex}",
-                                                                 limit=ADMIT_LIMIT))
+        await engine.start(
+            WORKFLOW, -1, concurrency=Concurrency(key=f"warmup:{uuid.uuid4().hex}", limit=ADMIT_LIMIT)
+        )
         if key is not None and key.startswith("rotate:"):
             # many tenants: each key ends with at most ROTATE_ACTIVE active runs, as under a real quota
             _, prefix, count = key.split(":")
@@ -156,11 +158,28 @@ def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_HOT_SQL["select_run"], {"id": run_id}).fetchone()
             conn.execute(count, (key,)).fetchone()
-            conn.execute(_HOT_SQL["insert_run"], {
-                "id": run_id, "namespace": "default", "workflow": WORKFLOW, "version": "1", "status": "pending",
-                "input": str(i), "output": None, "error": None, "tags": f'["concurrency:{key}"]',
-                "concurrency_key": key, "parent_id": None, "parent_seq": None, "owner": None, "wake_at": None,
-                "created_at": i, "updated_at": i, "ended_at": None})
+            conn.execute(
+                _HOT_SQL["insert_run"],
+                {
+                    "id": run_id,
+                    "namespace": "default",
+                    "workflow": WORKFLOW,
+                    "version": "1",
+                    "status": "pending",
+                    "input": str(i),
+                    "output": None,
+                    "error": None,
+                    "tags": f'["concurrency:{key}"]',
+                    "concurrency_key": key,
+                    "parent_id": None,
+                    "parent_seq": None,
+                    "owner": None,
+                    "wake_at": None,
+                    "created_at": i,
+                    "updated_at": i,
+                    "ended_at": None,
+                },
+            )
             conn.execute("COMMIT")
 
         start(-1)
@@ -204,14 +223,19 @@ def _client_main(index: int, tasks: Any, results: Any, barriers: dict[int, Any])
         barrier = barriers[parties]
         try:
             if kind == "duro":
-                out = asyncio.run(_duro_client(task["url"], task["key"], task["limit"], task["n"], barrier,
-                                               task["expect_reject"]))
+                out = asyncio.run(
+                    _duro_client(
+                        task["url"], task["key"], task["limit"], task["n"], barrier, task["expect_reject"]
+                    )
+                )
             elif kind == "floor_sqlite":
                 out = _floor_sqlite_client(task["path"], task["n"], barrier)
             elif kind == "floor_pg":
                 out = _floor_pg_client(task["dsn"], task["n"], barrier)
             elif kind == "statements_sqlite":
-                out = _statements_sqlite_client(task["path"], task["n"], barrier, task["prefix"], task["keys"])
+                out = _statements_sqlite_client(
+                    task["path"], task["n"], barrier, task["prefix"], task["keys"]
+                )
             else:
                 raise ValueError(f"unknown task {kind!r}")
             results.put((index, "ok", out))
@@ -228,8 +252,10 @@ class Clients:
         self.results = ctx.Queue()
         self.barriers = {n: ctx.Barrier(n) for n in CLIENT_COUNTS}
         self.queues = [ctx.Queue() for _ in range(count)]
-        self.procs = [ctx.Process(target=_client_main, args=(i, q, self.results, self.barriers), daemon=True)
-                      for i, q in enumerate(self.queues)]
+        self.procs = [
+            ctx.Process(target=_client_main, args=(i, q, self.results, self.barriers), daemon=True)
+            for i, q in enumerate(self.queues)
+        ]
         for proc in self.procs:
             proc.start()
 
@@ -266,6 +292,7 @@ class Clients:
 
 # -- cases -----------------------------------------------------------------------------------------
 
+
 def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
@@ -273,9 +300,6 @@ def _split(total: int, parts: int) -> list[int]:
 def _rate(outs: list[dict], total: int) -> tuple[float, float]:
     wall = max(o["end"] for o in outs) - min(o["begin"] for o in outs)
     return total / wall, wall
-
-
-
 
 
 ROTATE_ACTIVE = 8
@@ -342,8 +366,9 @@ class Stores(_support.Stores):
             conn.execute(sql)
 
 
-def run_case(clients: Clients, stores: Stores, store: str, kind: str, n_clients: int, keys: str,
-             total: int) -> dict:
+def run_case(
+    clients: Clients, stores: Stores, store: str, kind: str, n_clients: int, keys: str, total: int
+) -> dict:
     if kind == "floor":
         total *= FLOOR_FACTOR
     parts = _split(total, n_clients)
@@ -354,23 +379,50 @@ def run_case(clients: Clients, stores: Stores, store: str, kind: str, n_clients:
             schema = SqlStore(db["url"])
             schema.create_schema()
             schema.close()
-            tasks = [{"kind": "statements_sqlite", "path": db["path"], "n": n, "prefix": f"tenant-{c}",
-                      "keys": max(1, max(parts) // ROTATE_ACTIVE)} for c, n in enumerate(parts)]
+            tasks = [
+                {
+                    "kind": "statements_sqlite",
+                    "path": db["path"],
+                    "n": n,
+                    "prefix": f"tenant-{c}",
+                    "keys": max(1, max(parts) // ROTATE_ACTIVE),
+                }
+                for c, n in enumerate(parts)
+            ]
         elif kind == "floor":
             stores.execute(store, db, FLOOR_TABLE)
             task_kind = "floor_sqlite" if store == "sqlite" else "floor_pg"
             tasks = [{"kind": task_kind, "path": db.get("path"), "dsn": db.get("dsn"), "n": n} for n in parts]
         elif kind == "duro":
-            tasks = [{"kind": "duro", "url": db["url"], "key": key, "limit": ADMIT_LIMIT, "n": n,
-                      "expect_reject": False}
-                     for key, n in zip(_keys(keys, n_clients, max(parts)), parts, strict=True)]
+            tasks = [
+                {
+                    "kind": "duro",
+                    "url": db["url"],
+                    "key": key,
+                    "limit": ADMIT_LIMIT,
+                    "n": n,
+                    "expect_reject": False,
+                }
+                for key, n in zip(_keys(keys, n_clients, max(parts)), parts, strict=True)
+            ]
         elif kind == "noquota":
-            tasks = [{"kind": "duro", "url": db["url"], "key": None, "limit": None, "n": n,
-                      "expect_reject": False} for n in parts]
+            tasks = [
+                {"kind": "duro", "url": db["url"], "key": None, "limit": None, "n": n, "expect_reject": False}
+                for n in parts
+            ]
         else:  # rejected
             asyncio.run(_fill_to_limit(db["url"]))
-            tasks = [{"kind": "duro", "url": db["url"], "key": "tenant:full", "limit": FULL_LIMIT, "n": n,
-                      "expect_reject": True} for n in parts]
+            tasks = [
+                {
+                    "kind": "duro",
+                    "url": db["url"],
+                    "key": "tenant:full",
+                    "limit": FULL_LIMIT,
+                    "n": n,
+                    "expect_reject": True,
+                }
+                for n in parts
+            ]
         outs = clients.run(tasks)
         rate, wall = _rate(outs, total)
         # Check what the case left in the store.
@@ -378,16 +430,22 @@ def run_case(clients: Clients, stores: Stores, store: str, kind: str, n_clients:
             found = stores.query(store, db, "SELECT count(*) FROM floor")
             assert found == total + n_clients, (found, total)
         elif kind == "duro":
-            found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key LIKE 'tenant%'")
+            found = stores.query(
+                store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key LIKE 'tenant%'"
+            )
             assert found == total and sum(o["started"] for o in outs) == total, (found, total)
         elif kind == "noquota":
             found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key IS NULL")
             assert found == total and sum(o["started"] for o in outs) == total, (found, total)
         elif kind == "statements":
-            found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key LIKE 'tenant%'")
+            found = stores.query(
+                store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key LIKE 'tenant%'"
+            )
             assert found == total + n_clients, (found, total)
         else:
-            found = stores.query(store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key = 'tenant:full'")
+            found = stores.query(
+                store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key = 'tenant:full'"
+            )
             assert found == FULL_LIMIT and sum(o["rejected"] for o in outs) == total, (found, total)
     return {"rate": rate, "wall": wall}
 
@@ -397,7 +455,7 @@ def case_list(stores_: list[str]) -> list[tuple[str, str, int, str]]:
     for store in stores_:
         for n in CLIENT_COUNTS:
             cases.append((store, "floor", n, "-"))
-            for keys in (("same", "many") if n == 1 else ("same", "own", "many")):
+            for keys in ("same", "many") if n == 1 else ("same", "own", "many"):
                 cases.append((store, "duro", n, keys))
             cases.append((store, "rejected", n, "same"))
             cases.append((store, "noquota", n, "-"))
@@ -408,6 +466,7 @@ def case_list(stores_: list[str]) -> list[tuple[str, str, int, str]]:
 
 # -- report ----------------------------------------------------------------------------------------
 
+
 def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
@@ -416,79 +475,123 @@ def report(results: dict, stores_: list[str]) -> tuple[str, str, list[dict]]:
     med = {k: statistics.median(s["rate"] for s in v) for k, v in results.items()}
     samples = {k: " ".join(_fmt(s["rate"]) for s in v) for k, v in results.items()}
     rows = []
-    lines = ["| store | clients | keys | duro starts/s (quota) | floor tx/s | duro / floor | target (>= 0.50 on SQLite) "
-             "| ref: duro starts/s, no quota | ref: no quota / floor |",
-             "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = [
+        "| store | clients | keys | duro starts/s (quota) | floor tx/s | duro / floor | target (>= 0.50 on SQLite) "
+        "| ref: duro starts/s, no quota | ref: no quota / floor |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
     for store in stores_:
         for n in CLIENT_COUNTS:
             floor = med[(store, "floor", n, "-")]
-            for keys in (("same", "many") if n == 1 else ("same", "own", "many")):
+            for keys in ("same", "many") if n == 1 else ("same", "own", "many"):
                 duro = med[(store, "duro", n, keys)]
                 ratio = duro / floor
-                verdict = ("**met**" if ratio >= TARGET else "**not met**") if store == "sqlite" else \
-                    ("(would be met)" if ratio >= TARGET else "(would not be met)")
-                label = (f"many: each key <= {ROTATE_ACTIVE} active" if keys == "many" else
-                         "one (same = own)" if n == 1 else ("same" if keys == "same" else "own per client"))
+                verdict = (
+                    ("**met**" if ratio >= TARGET else "**not met**")
+                    if store == "sqlite"
+                    else ("(would be met)" if ratio >= TARGET else "(would not be met)")
+                )
+                label = (
+                    f"many: each key <= {ROTATE_ACTIVE} active"
+                    if keys == "many"
+                    else "one (same = own)"
+                    if n == 1
+                    else ("same" if keys == "same" else "own per client")
+                )
                 plain = med[(store, "noquota", n, "-")]
-                lines.append(f"| {store} | {n} | {label} | {_fmt(duro)} | {_fmt(floor)} | {ratio:.2f} | {verdict} "
-                             f"| {_fmt(plain)} | {plain / floor:.2f} |")
-                rows.append({"store": store, "clients": n, "keys": keys, "duro_starts_per_s": duro,
-                             "floor_tx_per_s": floor, "ratio": ratio, "duro_no_quota_starts_per_s": plain,
-                             "duro_samples": samples[(store, "duro", n, keys)],
-                             "floor_samples": samples[(store, "floor", n, "-")],
-                             "target_met": ratio >= TARGET if store == "sqlite" else None})
-    rej = ["| store | clients | key at its limit | rejections/s | samples | vs floor tx/s |",
-           "| --- | ---: | --- | ---: | --- | ---: |"]
+                lines.append(
+                    f"| {store} | {n} | {label} | {_fmt(duro)} | {_fmt(floor)} | {ratio:.2f} | {verdict} "
+                    f"| {_fmt(plain)} | {plain / floor:.2f} |"
+                )
+                rows.append(
+                    {
+                        "store": store,
+                        "clients": n,
+                        "keys": keys,
+                        "duro_starts_per_s": duro,
+                        "floor_tx_per_s": floor,
+                        "ratio": ratio,
+                        "duro_no_quota_starts_per_s": plain,
+                        "duro_samples": samples[(store, "duro", n, keys)],
+                        "floor_samples": samples[(store, "floor", n, "-")],
+                        "target_met": ratio >= TARGET if store == "sqlite" else None,
+                    }
+                )
+    rej = [
+        "| store | clients | key at its limit | rejections/s | samples | vs floor tx/s |",
+        "| --- | ---: | --- | ---: | --- | ---: |",
+    ]
     for store in stores_:
         for n in CLIENT_COUNTS:
             r = med[(store, "rejected", n, "same")]
-            rej.append(f"| {store} | {n} | tenant:full ({FULL_LIMIT}/{FULL_LIMIT}) | {_fmt(r)} | "
-                       f"{samples[(store, 'rejected', n, 'same')]} | {r / med[(store, 'floor', n, '-')]:.2f} |")
+            rej.append(
+                f"| {store} | {n} | tenant:full ({FULL_LIMIT}/{FULL_LIMIT}) | {_fmt(r)} | "
+                f"{samples[(store, 'rejected', n, 'same')]} | {r / med[(store, 'floor', n, '-')]:.2f} |"
+            )
     return "\n".join(lines), "\n".join(rej), rows
 
 
 def ceiling_table(results: dict) -> str:
     med = {k: statistics.median(s["rate"] for s in v) for k, v in results.items()}
-    lines = ["| clients | statements bare, starts/s | / floor | duro (many keys) / statements bare |",
-             "| ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| clients | statements bare, starts/s | / floor | duro (many keys) / statements bare |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
     for n in CLIENT_COUNTS:
         bare = med[("sqlite", "statements", n, "many")]
-        lines.append(f"| {n} | {_fmt(bare)} | {bare / med[('sqlite', 'floor', n, '-')]:.2f} | "
-                     f"{med[('sqlite', 'duro', n, 'many')] / bare:.2f} |")
+        lines.append(
+            f"| {n} | {_fmt(bare)} | {bare / med[('sqlite', 'floor', n, '-')]:.2f} | "
+            f"{med[('sqlite', 'duro', n, 'many')] / bare:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def samples_table(results: dict) -> str:
-    lines = ["| store | case | clients | keys | samples (per s) | walls (s) |", "| --- | --- | ---: | --- | --- | --- |"]
+    lines = [
+        "| store | case | clients | keys | samples (per s) | walls (s) |",
+        "| --- | --- | ---: | --- | --- | --- |",
+    ]
     for (store, kind, n, keys), v in results.items():
-        lines.append(f"| {store} | {kind} | {n} | {keys} | {' '.join(_fmt(s['rate']) for s in v)} | "
-                     f"{' '.join(format(s['wall'], '.3f') for s in v)} |")
+        lines.append(
+            f"| {store} | {kind} | {n} | {keys} | {' '.join(_fmt(s['rate']) for s in v)} | "
+            f"{' '.join(format(s['wall'], '.3f') for s in v)} |"
+        )
     return "\n".join(lines)
 
 
 def environment(pg: Any) -> dict:
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+            ).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return "?"
 
-    env = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-           "sqlite": sqlite3.sqlite_version, "duro_commit": git("rev-parse", "--short", "HEAD"),
-           "sdk_uncommitted_changes": bool(git("status", "--porcelain", "sdk"))}
+    env = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+        "duro_commit": git("rev-parse", "--short", "HEAD"),
+        "sdk_uncommitted_changes": bool(git("status", "--porcelain", "sdk")),
+    }
     import psycopg
 
     env["psycopg"] = psycopg.__version__
     if pg is not None:
         with psycopg.connect(pg.admin_dsn) as conn:
             env["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
-            env["pg_settings"] = {name: conn.execute(f"SHOW {name}").fetchone()[0]
-                                  for name in ("fsync", "synchronous_commit", "full_page_writes")}
+            env["pg_settings"] = {
+                name: conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("fsync", "synchronous_commit", "full_page_writes")
+            }
     return env
 
 
 # -- profile ---------------------------------------------------------------------------------------
+
 
 def profile(starts: int, top: int = 20) -> None:
     """One client's start loop (SQLite, one key, admitted) under cProfile, in this process."""
@@ -517,8 +620,11 @@ def profile(starts: int, top: int = 20) -> None:
             raw = conn.driver_connection
         finally:
             conn.close()
-        raw.set_trace_callback(lambda sql: seen.__setitem__(" ".join(sql.split()[:4]),
-                                                            seen.get(" ".join(sql.split()[:4]), 0) + 1))
+        raw.set_trace_callback(
+            lambda sql: seen.__setitem__(
+                " ".join(sql.split()[:4]), seen.get(" ".join(sql.split()[:4]), 0) + 1
+            )
+        )
         try:
             for i in range(runs):
                 await engine.start(WORKFLOW, i, concurrency=conc)
@@ -536,24 +642,39 @@ def profile(starts: int, top: int = 20) -> None:
             seen = asyncio.run(count_statements(engine, counted))
         finally:
             engine.close()
-    print(f"SQLite, 1 client, one key, {starts} admitted starts under cProfile: {starts / elapsed:,.0f} starts/s "
-          f"(profiled, slower than unprofiled)")
-    print(f"statements per start (SQLite trace, {counted} starts): " +
-          ", ".join(f"{sql!r} x{count / counted:g}" for sql, count in seen.items()) + "\n")
+    print(
+        f"SQLite, 1 client, one key, {starts} admitted starts under cProfile: {starts / elapsed:,.0f} starts/s "
+        f"(profiled, slower than unprofiled)"
+    )
+    print(
+        f"statements per start (SQLite trace, {counted} starts): "
+        + ", ".join(f"{sql!r} x{count / counted:g}" for sql, count in seen.items())
+        + "\n"
+    )
     pstats.Stats(profiler).strip_dirs().sort_stats("tottime").print_stats(top)
 
 
 # -- main ------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--starts", type=int, default=2000, help="starts (or transactions) per case, split "
-                        "across the clients (default 2000)")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per case, median reported (default 3)")
+    parser.add_argument(
+        "--starts",
+        type=int,
+        default=2000,
+        help="starts (or transactions) per case, split across the clients (default 2000)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats per case, median reported (default 3)"
+    )
     parser.add_argument("--json", type=Path, help="write every sample, the medians and the setup here")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
-    parser.add_argument("--profile", action="store_true", help="profile one SQLite client's start loop "
-                        "(cProfile, top 20 by tottime) instead of the benchmark")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one SQLite client's start loop (cProfile, top 20 by tottime) instead of the benchmark",
+    )
     args = parser.parse_args()
     if args.profile:
         profile(args.starts)
@@ -571,8 +692,11 @@ def main() -> None:
             for case in cases:
                 sample = run_case(clients, Stores(pg), *case, args.starts)
                 results.setdefault(case, []).append(sample)
-                print(f"round {r + 1}/{args.repeats}  {case[0]:10} {case[1]:8} clients={case[2]} keys={case[3]:4} "
-                      f"{sample['rate']:>9,.0f}/s  ({sample['wall']:.3f} s)", flush=True)
+                print(
+                    f"round {r + 1}/{args.repeats}  {case[0]:10} {case[1]:8} clients={case[2]} keys={case[3]:4} "
+                    f"{sample['rate']:>9,.0f}/s  ({sample['wall']:.3f} s)",
+                    flush=True,
+                )
     finally:
         clients.close()
         if pg is not None:
@@ -580,13 +704,17 @@ def main() -> None:
 
     main_table, rej_table, rows = report(results, stores_)
     total = time.perf_counter() - wall_begin
-    print(f"\n{args.starts} operations per case split across the clients, medians of {args.repeats}; "
-          f"{total:.0f} s wall\n")
+    print(
+        f"\n{args.starts} operations per case split across the clients, medians of {args.repeats}; "
+        f"{total:.0f} s wall\n"
+    )
     print(main_table)
     if "sqlite" in stores_:
-        print("\nThe ceiling on duro's schema: duro's own statements for a quota-checked start (BEGIN "
-              "IMMEDIATE; the existing-run SELECT; the count; the INSERT; COMMIT) through bare sqlite3, "
-              "many keys:\n")
+        print(
+            "\nThe ceiling on duro's schema: duro's own statements for a quota-checked start (BEGIN "
+            "IMMEDIATE; the existing-run SELECT; the count; the INSERT; COMMIT) through bare sqlite3, "
+            "many keys:\n"
+        )
         print(ceiling_table(results))
     print("\nKey at its limit (every start raises ConcurrencyLimitError, creates nothing):\n")
     print(rej_table)
@@ -595,13 +723,30 @@ def main() -> None:
     print(f"\nsetup: {json.dumps(env)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "args": {"starts": args.starts, "repeats": args.repeats, "postgres": pg is not None},
-            "environment": env, "wall_seconds": total, "target": f"duro / floor >= {TARGET} on SQLite",
-            "summary": rows,
-            "samples": [{"store": k[0], "case": k[1], "clients": k[2], "keys": k[3], "samples": v,
-                         "median": statistics.median(s["rate"] for s in v)} for k, v in results.items()],
-        }, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {"starts": args.starts, "repeats": args.repeats, "postgres": pg is not None},
+                    "environment": env,
+                    "wall_seconds": total,
+                    "target": f"duro / floor >= {TARGET} on SQLite",
+                    "summary": rows,
+                    "samples": [
+                        {
+                            "store": k[0],
+                            "case": k[1],
+                            "clients": k[2],
+                            "keys": k[3],
+                            "samples": v,
+                            "median": statistics.median(s["rate"] for s in v),
+                        }
+                        for k, v in results.items()
+                    ],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.json}")
 
 

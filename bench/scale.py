@@ -87,8 +87,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_TWO_OVER_ONE = 1.6
 TARGET_FOUR_OVER_TWO = 1.0
 TARGET_OVER_DBOS = 3.0
-MISSING_PEER = ("peer missing: the 'dbos' package (DBOS Transact) is not importable; "
-                "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)")
+MISSING_PEER = (
+    "peer missing: the 'dbos' package (DBOS Transact) is not importable; "
+    "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)"
+)
 
 CONFIG_PY = '''"""bench/scale.py's scratch project."""
 from duro import Limit, define_workspace
@@ -96,7 +98,7 @@ from duro import Limit, define_workspace
 workspace = define_workspace(limits={"handoff": Limit(capacity=1, max_hold="1h")})
 '''
 
-ONE_STEP_PY = '''
+ONE_STEP_PY = """
 from duro import step, workflow
 
 
@@ -108,9 +110,9 @@ async def add_one(x: int) -> int:
 @workflow(name="one_step")
 async def one_step(x: int) -> int:
     return await add_one(x)
-'''
+"""
 
-HANDOFF_PY = '''
+HANDOFF_PY = """
 import asyncio
 import random
 import time
@@ -134,7 +136,7 @@ async def {name}(inp: dict) -> list:
         if not released.released:
             raise AssertionError("release_slot returned released=False")
     return marks
-'''
+"""
 
 
 def write_project(root: Path, files: dict[str, str]) -> Path:
@@ -146,6 +148,7 @@ def write_project(root: Path, files: dict[str, str]) -> Path:
 
 
 # -- CPU time from /proc ---------------------------------------------------------------------------
+
 
 def _stat(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (index 0 = state, 1 = ppid, 11 = utime)."""
@@ -194,9 +197,13 @@ class CpuWindow:
         self.begin = self._snap()
 
     def _snap(self) -> dict[str, Any]:
-        return {"t": time.perf_counter(), "workers": [process_ticks(p) for p in self.workers],
-                "server": server_ticks(self.postmaster), "script": process_ticks(os.getpid()),
-                "machine": machine_ticks()}
+        return {
+            "t": time.perf_counter(),
+            "workers": [process_ticks(p) for p in self.workers],
+            "server": server_ticks(self.postmaster),
+            "script": process_ticks(os.getpid()),
+            "machine": machine_ticks(),
+        }
 
     def stop(self) -> dict[str, Any]:
         end, begin = self._snap(), self.begin
@@ -209,14 +216,21 @@ class CpuWindow:
         busy = end["machine"][0] - begin["machine"][0]
         total = max(1, end["machine"][1] - begin["machine"][1])
         steal = end["machine"][2] - begin["machine"][2]
-        return {"wall_s": wall, "workers_pct": workers, "workers_sum_pct": sum(workers),
-                "server_pct": pct(end["server"] - begin["server"]),
-                "script_pct": pct(end["script"] - begin["script"]),
-                "machine_busy_pct": 100.0 * busy / total, "machine_steal_pct": 100.0 * steal / total,
-                "cores": os.cpu_count(),
-                # the rest of the machine's busy time (other work on the shared box), % of one core
-                "others_pct": 100.0 * busy / total * (os.cpu_count() or 1) - sum(workers)
-                - pct(end["server"] - begin["server"]) - pct(end["script"] - begin["script"])}
+        return {
+            "wall_s": wall,
+            "workers_pct": workers,
+            "workers_sum_pct": sum(workers),
+            "server_pct": pct(end["server"] - begin["server"]),
+            "script_pct": pct(end["script"] - begin["script"]),
+            "machine_busy_pct": 100.0 * busy / total,
+            "machine_steal_pct": 100.0 * steal / total,
+            "cores": os.cpu_count(),
+            # the rest of the machine's busy time (other work on the shared box), % of one core
+            "others_pct": 100.0 * busy / total * (os.cpu_count() or 1)
+            - sum(workers)
+            - pct(end["server"] - begin["server"])
+            - pct(end["script"] - begin["script"]),
+        }
 
 
 # -- statements per run (diagnostic: the server logs every statement of the case's database) --------
@@ -250,11 +264,15 @@ def count_statements(pg: Any, offset: int, runs: int, top: int = 20) -> dict[str
         entry[1] += float(match.group(1))
     total = sum(n for n, _ in kinds.values())
     ordered = sorted(kinds.items(), key=lambda kv: -kv[1][1])[:top]
-    return {"per_run": total / runs, "server_ms_per_run": sum(ms for _, ms in kinds.values()) / runs,
-            "by_kind_per_run": [(k, n / runs, ms / runs) for k, (n, ms) in ordered]}
+    return {
+        "per_run": total / runs,
+        "server_ms_per_run": sum(ms for _, ms in kinds.values()) / runs,
+        "by_kind_per_run": [(k, n / runs, ms / runs) for k, (n, ms) in ordered],
+    }
 
 
 # -- worker processes ------------------------------------------------------------------------------
+
 
 class WorkerGroup:
     """N worker processes; output in log files; pause (SIGSTOP), resume (SIGCONT), stop (SIGTERM)."""
@@ -266,8 +284,15 @@ class WorkerGroup:
     def start(self, indexes: range | None = None) -> None:
         for i in indexes if indexes is not None else range(len(self.commands)):
             log = open(self.logdir / f"worker-{i}.log", "wb")  # noqa: SIM115 - closed by the child's exit
-            self.procs.append(subprocess.Popen(self.commands[i], stdout=log, stderr=subprocess.STDOUT,
-                                               cwd=self.logdir, env={**os.environ, "PYTHONUNBUFFERED": "1"}))
+            self.procs.append(
+                subprocess.Popen(
+                    self.commands[i],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.logdir,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            )
             log.close()
 
     @property
@@ -328,24 +353,45 @@ def done_timeout(runs: int) -> float:
 
 
 def duro_worker_command(project: Path, url: str, poll: str, worker_id: str) -> list[str]:
-    return [sys.executable, "-m", "duro_devserver", "worker", str(project), "--database-url", url,
-            "--poll-interval", poll, "--worker-id", worker_id]
+    return [
+        sys.executable,
+        "-m",
+        "duro_devserver",
+        "worker",
+        str(project),
+        "--database-url",
+        url,
+        "--poll-interval",
+        poll,
+        "--worker-id",
+        worker_id,
+    ]
 
 
 # -- duro throughput -------------------------------------------------------------------------------
 
+
 def _duro_batch(conn: psycopg.Connection, since_ms: int) -> tuple[int, int, int | None]:
-    row = conn.execute("SELECT count(*) FILTER (WHERE status = 'completed'), "
-                       "count(*) FILTER (WHERE status IN ('failed', 'cancelled')), max(ended_at) "
-                       "FROM duro_runs WHERE created_at >= %s", (since_ms,)).fetchone()
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'completed'), "
+        "count(*) FILTER (WHERE status IN ('failed', 'cancelled')), max(ended_at) "
+        "FROM duro_runs WHERE created_at >= %s",
+        (since_ms,),
+    ).fetchone()
     assert row is not None
     return row[0], row[1], row[2]
 
 
-def _wait_batch(read: Any, runs: int, group: WorkerGroup, what: str,
-                sessions: tuple[psycopg.Connection, dict[str, float]] | None = None) -> int:
+def _wait_batch(
+    read: Any,
+    runs: int,
+    group: WorkerGroup,
+    what: str,
+    sessions: tuple[psycopg.Connection, dict[str, float]] | None = None,
+) -> int:
     """Wait until ``runs`` runs of the batch completed; the last one's end (epoch ms). With
     ``sessions``, every poll also counts the database's other sessions by state and wait event."""
+
     def finished() -> int | None:
         if sessions is not None:
             sample_sessions(*sessions)
@@ -358,8 +404,10 @@ def _wait_batch(read: Any, runs: int, group: WorkerGroup, what: str,
 
 
 def sample_sessions(conn: psycopg.Connection, counts: dict[str, float]) -> None:
-    rows = conn.execute("SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+    rows = conn.execute(
+        "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
     counts["_samples"] = counts.get("_samples", 0) + 1
     for state, wait_type, wait_event in rows:
         key = f"{state}" + (f" / {wait_type}:{wait_event}" if wait_type and state != "idle" else "")
@@ -394,8 +442,17 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
             commands = [duro_worker_command(project, url, args.poll_interval, wid) for wid in ids]
             with worker_group(commands, tmp) as group:
                 group.start()
-                until(lambda: conn.execute("SELECT count(*) FROM duro_workers WHERE id = ANY(%s)",
-                                           (ids,)).fetchone()[0] == n, "the workers to register", group, 120)
+                until(
+                    lambda: (
+                        conn.execute(
+                            "SELECT count(*) FROM duro_workers WHERE id = ANY(%s)", (ids,)
+                        ).fetchone()[0]
+                        == n
+                    ),
+                    "the workers to register",
+                    group,
+                    120,
+                )
                 since = now_ms()
                 for i in range(args.warmup * n):
                     await client.start(WORKFLOW, i)
@@ -416,10 +473,16 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
                 profiling = args.profile_worker == n and args.profile_case == "backlog"
                 profiler = _start_profiler(group.pids[0], tmp, args) if profiling else None
                 watch = (conn, {}) if args.sample_sessions else None
-                last = _wait_batch(lambda s=since: _duro_batch(conn, s), args.runs, group, "the backlog", watch)
-                out["backlog"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
-                                  "enqueue_s": enqueue_s, "cpu": cpu.stop(),
-                                  "per_worker": _duro_owners(conn, since)}
+                last = _wait_batch(
+                    lambda s=since: _duro_batch(conn, s), args.runs, group, "the backlog", watch
+                )
+                out["backlog"] = {
+                    "rate": args.runs / (last / 1000 - t0),
+                    "wall_s": last / 1000 - t0,
+                    "enqueue_s": enqueue_s,
+                    "cpu": cpu.stop(),
+                    "per_worker": _duro_owners(conn, since),
+                }
                 if args.count_statements:
                     out["backlog"]["statements"] = count_statements(pg, offset, args.runs)
                 if watch is not None:
@@ -438,11 +501,16 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
                     await client.start(WORKFLOW, i)
                 starts_done = time.time()
                 watch = (conn, {}) if args.sample_sessions else None
-                last = _wait_batch(lambda s=since: _duro_batch(conn, s), args.runs, group, "the live batch",
-                                   watch)
-                out["live"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
-                               "client_starts_per_s": args.runs / (starts_done - t0), "cpu": cpu.stop(),
-                               "per_worker": _duro_owners(conn, since)}
+                last = _wait_batch(
+                    lambda s=since: _duro_batch(conn, s), args.runs, group, "the live batch", watch
+                )
+                out["live"] = {
+                    "rate": args.runs / (last / 1000 - t0),
+                    "wall_s": last / 1000 - t0,
+                    "client_starts_per_s": args.runs / (starts_done - t0),
+                    "cpu": cpu.stop(),
+                    "per_worker": _duro_owners(conn, since),
+                }
                 if args.count_statements:  # the client's starts included
                     out["live"]["statements"] = count_statements(pg, offset, args.runs)
                 if profiler is not None:
@@ -454,12 +522,15 @@ async def duro_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]
 
 
 def _duro_owners(conn: psycopg.Connection, since_ms: int) -> list[int]:
-    rows = conn.execute("SELECT owner, count(*) FROM duro_runs WHERE created_at >= %s GROUP BY owner "
-                        "ORDER BY 2 DESC", (since_ms,)).fetchall()
+    rows = conn.execute(
+        "SELECT owner, count(*) FROM duro_runs WHERE created_at >= %s GROUP BY owner ORDER BY 2 DESC",
+        (since_ms,),
+    ).fetchall()
     return [count for _, count in rows]
 
 
 # -- profiling a worker (py-spy) -------------------------------------------------------------------
+
 
 def _start_profiler(pid: int, tmp: Path, args: argparse.Namespace) -> subprocess.Popen | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -467,9 +538,24 @@ def _start_profiler(pid: int, tmp: Path, args: argparse.Namespace) -> subprocess
         print("py-spy is not installed (pip install py-spy); not profiling", file=sys.stderr)
         return None
     mode = ["--gil"] if args.profile_gil else ["--idle"]
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200", *mode,
-                             "--output", str(tmp / "profile.txt"), "--nonblocking"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            *mode,
+            "--output",
+            str(tmp / "profile.txt"),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _stop_profiler(proc: subprocess.Popen, tmp: Path) -> dict[str, Any]:
@@ -523,12 +609,15 @@ def summarize_stacks(raw: str, top: int = 25) -> dict[str, Any]:
         calls[call] = calls.get(call, 0) + count
 
     def share(table: dict[str, int]) -> list[tuple[str, float]]:
-        return [(k, v / total) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]] if total else []
+        return (
+            [(k, v / total) for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:top]] if total else []
+        )
 
     return {"samples": total, "by_call": share(calls), "self": share(own), "inclusive": share(incl)}
 
 
 # -- DBOS throughput (workers are this script with --dbos-worker) ----------------------------------
+
 
 def dbos_worker(spec: dict) -> None:
     """One DBOS worker process: launch, register the queue, wait for SIGTERM."""
@@ -539,6 +628,7 @@ def dbos_worker(spec: dict) -> None:
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
     if spec["form"] == "async":
+
         @DBOS.step()
         async def add_one(x: int) -> int:
             return x + 1
@@ -547,6 +637,7 @@ def dbos_worker(spec: dict) -> None:
         async def one_step(x: int) -> int:
             return await add_one(x)
     else:
+
         @DBOS.step()
         def add_one_sync(x: int) -> int:
             return x + 1
@@ -557,22 +648,33 @@ def dbos_worker(spec: dict) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    DBOS(config={"name": "duro-scale", "system_database_url": spec["dsn"], "executor_id": spec["executor_id"],
-                 "application_version": "bench", "log_level": "WARNING", "console_log_level": "WARNING"})
+    DBOS(
+        config={
+            "name": "duro-scale",
+            "system_database_url": spec["dsn"],
+            "executor_id": spec["executor_id"],
+            "application_version": "bench",
+            "log_level": "WARNING",
+            "console_log_level": "WARNING",
+        }
+    )
     DBOS.launch()
-    DBOS.register_queue(QUEUE, worker_concurrency=spec["worker_concurrency"],
-                        polling_interval_sec=spec["poll_s"])
+    DBOS.register_queue(
+        QUEUE, worker_concurrency=spec["worker_concurrency"], polling_interval_sec=spec["poll_s"]
+    )
     Path(spec["ready"]).write_text("ready")
     stop.wait()
     DBOS.destroy()
 
 
 def _dbos_batch(conn: psycopg.Connection, since_ms: int) -> tuple[int, int, int | None]:
-    row = conn.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESS'), "
-                       "count(*) FILTER (WHERE status IN ('ERROR', 'CANCELLED', "
-                       "'MAX_RECOVERY_ATTEMPTS_EXCEEDED')), max(completed_at) "
-                       "FROM dbos.workflow_status WHERE queue_name = %s AND created_at >= %s",
-                       (QUEUE, since_ms)).fetchone()
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'SUCCESS'), "
+        "count(*) FILTER (WHERE status IN ('ERROR', 'CANCELLED', "
+        "'MAX_RECOVERY_ATTEMPTS_EXCEEDED')), max(completed_at) "
+        "FROM dbos.workflow_status WHERE queue_name = %s AND created_at >= %s",
+        (QUEUE, since_ms),
+    ).fetchone()
     assert row is not None
     return row[0], row[1], row[2]
 
@@ -590,15 +692,27 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
         with scratch("scale-dbos") as tmp:
             commands = []
             for i in range(n):
-                spec = {"dsn": dsn, "executor_id": f"bench-{n}w-{i}", "poll_s": args.poll_s,
-                        "worker_concurrency": args.dbos_worker_concurrency or None, "form": args.dbos_form,
-                        "ready": str(tmp / f"ready-{i}")}
-                commands.append([sys.executable, str(Path(__file__).resolve()), "--dbos-worker", json.dumps(spec)])
+                spec = {
+                    "dsn": dsn,
+                    "executor_id": f"bench-{n}w-{i}",
+                    "poll_s": args.poll_s,
+                    "worker_concurrency": args.dbos_worker_concurrency or None,
+                    "form": args.dbos_form,
+                    "ready": str(tmp / f"ready-{i}"),
+                }
+                commands.append(
+                    [sys.executable, str(Path(__file__).resolve()), "--dbos-worker", json.dumps(spec)]
+                )
             with worker_group(commands, tmp) as group:
                 group.start(range(1))  # the first one creates the schema and the queue
                 until(lambda: (tmp / "ready-0").exists(), "the first DBOS worker", group, 120)
                 group.start(range(1, n))
-                until(lambda: all((tmp / f"ready-{i}").exists() for i in range(n)), "the DBOS workers", group, 120)
+                until(
+                    lambda: all((tmp / f"ready-{i}").exists() for i in range(n)),
+                    "the DBOS workers",
+                    group,
+                    120,
+                )
                 client = DBOSClient(system_database_url=dsn)
                 options = {"queue_name": QUEUE, "workflow_name": WORKFLOW}
                 with psycopg.connect(dsn, autocommit=True) as conn:
@@ -606,7 +720,9 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
                     since = now_ms()
                     for i in range(args.warmup * n):
                         client.enqueue(options, i)
-                    _wait_batch(lambda s=since: _dbos_batch(conn, s), args.warmup * n, group, "the DBOS warm-up")
+                    _wait_batch(
+                        lambda s=since: _dbos_batch(conn, s), args.warmup * n, group, "the DBOS warm-up"
+                    )
                     time.sleep(0.2)  # setup only
 
                     group.pause()
@@ -620,11 +736,16 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
                     t0 = time.time()
                     group.resume()
                     watch = (conn, {}) if args.sample_sessions else None
-                    last = _wait_batch(lambda s=since: _dbos_batch(conn, s), args.runs, group, "the DBOS backlog",
-                                       watch)
-                    out["backlog"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
-                                      "enqueue_s": enqueue_s, "cpu": cpu.stop(),
-                                      "per_worker": _dbos_executors(conn, since)}
+                    last = _wait_batch(
+                        lambda s=since: _dbos_batch(conn, s), args.runs, group, "the DBOS backlog", watch
+                    )
+                    out["backlog"] = {
+                        "rate": args.runs / (last / 1000 - t0),
+                        "wall_s": last / 1000 - t0,
+                        "enqueue_s": enqueue_s,
+                        "cpu": cpu.stop(),
+                        "per_worker": _dbos_executors(conn, since),
+                    }
                     if args.count_statements:
                         out["backlog"]["statements"] = count_statements(pg, offset, args.runs)
                     if watch is not None:
@@ -636,11 +757,16 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
                     for i in range(args.runs):
                         client.enqueue(options, i)
                     starts_done = time.time()
-                    last = _wait_batch(lambda s=since: _dbos_batch(conn, s), args.runs, group,
-                                       "the DBOS live batch")
-                    out["live"] = {"rate": args.runs / (last / 1000 - t0), "wall_s": last / 1000 - t0,
-                                   "client_starts_per_s": args.runs / (starts_done - t0), "cpu": cpu.stop(),
-                                   "per_worker": _dbos_executors(conn, since)}
+                    last = _wait_batch(
+                        lambda s=since: _dbos_batch(conn, s), args.runs, group, "the DBOS live batch"
+                    )
+                    out["live"] = {
+                        "rate": args.runs / (last / 1000 - t0),
+                        "wall_s": last / 1000 - t0,
+                        "client_starts_per_s": args.runs / (starts_done - t0),
+                        "cpu": cpu.stop(),
+                        "per_worker": _dbos_executors(conn, since),
+                    }
     finally:
         if client is not None:
             client.destroy()
@@ -649,12 +775,16 @@ def dbos_case(pg: Any, n: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _dbos_executors(conn: psycopg.Connection, since_ms: int) -> list[int]:
-    rows = conn.execute("SELECT executor_id, count(*) FROM dbos.workflow_status WHERE queue_name = %s AND "
-                        "created_at >= %s GROUP BY executor_id ORDER BY 2 DESC", (QUEUE, since_ms)).fetchall()
+    rows = conn.execute(
+        "SELECT executor_id, count(*) FROM dbos.workflow_status WHERE queue_name = %s AND "
+        "created_at >= %s GROUP BY executor_id ORDER BY 2 DESC",
+        (QUEUE, since_ms),
+    ).fetchall()
     return [count for _, count in rows]
 
 
 # -- release-to-resume across workers --------------------------------------------------------------
+
 
 async def latency_case(pg: Any, args: argparse.Namespace) -> dict[str, Any]:
     from duro import Limit, define_workspace
@@ -679,9 +809,12 @@ async def latency_case(pg: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     try:
         with scratch("scale-latency") as tmp:
-            projects = [write_project(tmp / wf, {f"{wf}.py": HANDOFF_PY.format(name=wf)})
-                        for wf in ("ping", "pong")]
-            commands = [duro_worker_command(p, url, args.poll_interval, f"handoff-{p.name}") for p in projects]
+            projects = [
+                write_project(tmp / wf, {f"{wf}.py": HANDOFF_PY.format(name=wf)}) for wf in ("ping", "pong")
+            ]
+            commands = [
+                duro_worker_command(p, url, args.poll_interval, f"handoff-{p.name}") for p in projects
+            ]
             await client.list_runs(limit=1)  # the schema, before the two workers
             with worker_group(commands, tmp) as group:
                 group.start()
@@ -694,7 +827,10 @@ async def latency_case(pg: Any, args: argparse.Namespace) -> dict[str, Any]:
                 await until_counts((1, 0, 1), group)
                 await ping.signal("go")
                 timeout = f"{max(300, args.handoffs)}s"
-                marks = {"ping": await ping.result(timeout=timeout), "pong": await pong.result(timeout=timeout)}
+                marks = {
+                    "ping": await ping.result(timeout=timeout),
+                    "pong": await pong.result(timeout=timeout),
+                }
                 group.check()
                 if await counts() != (0, 0, 0):
                     raise AssertionError(f"limit 'handoff' not idle after the case: {await counts()}")
@@ -732,8 +868,12 @@ def handoff_latencies(marks: dict[str, list]) -> dict[str, Any]:
             if holder != who:
                 raise AssertionError(f"{who} released a slot it did not hold")
             holder, last_rel = None, (who, t, t_after)
-    return {"from_release_returned_ms": after, "from_release_called_ms": before, "same_process": same,
-            "handoffs": len(after)}
+    return {
+        "from_release_returned_ms": after,
+        "from_release_called_ms": before,
+        "same_process": same,
+        "handoffs": len(after),
+    }
 
 
 def pct(values: list[float], q: float) -> float:
@@ -744,13 +884,21 @@ def pct(values: list[float], q: float) -> float:
 
 # -- driver: which code runs duro's cases ---------------------------------------------------------
 
+
 def targets(at: str | None, tmp: Path) -> list[dict[str, Any]]:
     """The duro trees to measure: the checkout, or each commit of ``--at A,B`` exported with git
     archive (sdk/ and devserver/ first on PYTHONPATH of that case's processes)."""
     if not at:
         head = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--", "sdk", "devserver"))
-        return [{"label": head[:7] + ("+wip" if dirty else ""), "commit": head, "dirty": dirty, "pythonpath": None}]
+        return [
+            {
+                "label": head[:7] + ("+wip" if dirty else ""),
+                "commit": head,
+                "dirty": dirty,
+                "pythonpath": None,
+            }
+        ]
     found = []
     for ref in at.split(","):
         full = git("rev-parse", "--verify", f"{ref}^{{commit}}")
@@ -760,23 +908,38 @@ def targets(at: str | None, tmp: Path) -> list[dict[str, Any]]:
         dest.mkdir()
         _support.export_tree(full, ["sdk", "devserver"], dest)
         path = os.pathsep.join([str(dest / "sdk"), str(dest / "devserver"), os.environ.get("PYTHONPATH", "")])
-        found.append({"label": full[:7], "commit": full, "dirty": False, "pythonpath": path.rstrip(os.pathsep)})
+        found.append(
+            {"label": full[:7], "commit": full, "dirty": False, "pythonpath": path.rstrip(os.pathsep)}
+        )
     return found
 
 
-def run_duro_case(target: dict[str, Any], pg: Any, kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_duro_case(
+    target: dict[str, Any], pg: Any, kind: str, n: int, args: argparse.Namespace
+) -> dict[str, Any]:
     """One duro case in a fresh interpreter on the target's code (the client engine too)."""
-    spec = {"pg": {"bindir": str(pg.bindir), "base": str(pg.base), "port": pg.port, "as_user": pg.as_user},
-            "kind": kind, "n": n, "args": {k: v for k, v in vars(args).items()}}
+    spec = {
+        "pg": {"bindir": str(pg.bindir), "base": str(pg.base), "port": pg.port, "as_user": pg.as_user},
+        "kind": kind,
+        "n": n,
+        "args": {k: v for k, v in vars(args).items()},
+    }
     env = dict(os.environ)
     if target["pythonpath"] is not None:
         env["PYTHONPATH"] = target["pythonpath"]
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--duro-case", json.dumps(spec)],
-                          capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--duro-case", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
     marker = [line for line in proc.stdout.splitlines() if line.startswith("CASE-RESULT ")]
     if proc.returncode != 0 or not marker:
-        raise RuntimeError(f"duro case {kind}/{n} at {target['label']} failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"duro case {kind}/{n} at {target['label']} failed (exit {proc.returncode}):\n"
+            f"{proc.stderr[-4000:]}"
+        )
     return json.loads(marker[-1].removeprefix("CASE-RESULT "))
 
 
@@ -784,7 +947,9 @@ def duro_case_main(spec: dict[str, Any]) -> None:
     from tests.support.pgserver import PgServer
 
     info = spec["pg"]
-    pg = PgServer(bindir=Path(info["bindir"]), base=Path(info["base"]), port=info["port"], as_user=info["as_user"])
+    pg = PgServer(
+        bindir=Path(info["bindir"]), base=Path(info["base"]), port=info["port"], as_user=info["as_user"]
+    )
     args = argparse.Namespace(**spec["args"])
     if spec["kind"] == "latency":
         result = asyncio.run(latency_case(pg, args))
@@ -796,13 +961,16 @@ def duro_case_main(spec: dict[str, Any]) -> None:
 
 # -- report ----------------------------------------------------------------------------------------
 
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
 def git(*argv: str) -> str:
     try:
-        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *argv], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -830,25 +998,41 @@ def _versions() -> dict[str, Any]:
 
 def _server_settings(pg: Any) -> dict[str, str]:
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
-        rows = {k: conn.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
-                for k in ("server_version", "fsync", "synchronous_commit", "full_page_writes")}
+        rows = {
+            k: conn.execute(f"SHOW {k}").fetchone()[0]  # type: ignore[index]
+            for k in ("server_version", "fsync", "synchronous_commit", "full_page_writes")
+        }
     return rows
 
 
-def summarize(samples: dict[str, list[dict]], latency: dict[str, list[dict]], args: argparse.Namespace,
-              systems: list[str]) -> dict[str, Any]:
+def summarize(
+    samples: dict[str, list[dict]],
+    latency: dict[str, list[dict]],
+    args: argparse.Namespace,
+    systems: list[str],
+) -> dict[str, Any]:
     med: dict[str, Any] = {}
     for case, rows in samples.items():
-        entry: dict[str, Any] = {"rate": median([r["rate"] for r in rows]), "samples": [r["rate"] for r in rows]}
-        for key in ("workers_sum_pct", "server_pct", "script_pct", "machine_busy_pct", "machine_steal_pct",
-                    "others_pct"):
+        entry: dict[str, Any] = {
+            "rate": median([r["rate"] for r in rows]),
+            "samples": [r["rate"] for r in rows],
+        }
+        for key in (
+            "workers_sum_pct",
+            "server_pct",
+            "script_pct",
+            "machine_busy_pct",
+            "machine_steal_pct",
+            "others_pct",
+        ):
             entry[key] = median([r["cpu"][key] for r in rows])
         entry["worker_max_pct"] = median([max(r["cpu"]["workers_pct"]) for r in rows])
         # CPU time per run (ms): less sensitive to other work on the box than runs/s
         for key, field in (("workers_ms_per_run", "workers_sum_pct"), ("server_ms_per_run", "server_pct")):
             entry[key] = median([r["cpu"][field] * 10 * r["cpu"]["wall_s"] / args.runs for r in rows])
-        entry["cores_ceiling"] = (os.cpu_count() or 1) * 1000 / (entry["workers_ms_per_run"]
-                                                                 + entry["server_ms_per_run"])
+        entry["cores_ceiling"] = (
+            (os.cpu_count() or 1) * 1000 / (entry["workers_ms_per_run"] + entry["server_ms_per_run"])
+        )
         entry["split"] = [r["per_worker"] for r in rows]
         if "client_starts_per_s" in rows[0]:
             entry["client_starts_per_s"] = median([r["client_starts_per_s"] for r in rows])
@@ -856,9 +1040,11 @@ def summarize(samples: dict[str, list[dict]], latency: dict[str, list[dict]], ar
     ratios: dict[str, float] = {}
     for system in systems:
         for mode in ("backlog", "live"):
+
             def rate(n: int, s: str = system, m: str = mode) -> float | None:
                 found = med.get(f"{s}/{m}/{n}")
                 return None if found is None else found["rate"]
+
             for a, b in ((2, 1), (4, 2), (4, 1)):
                 if rate(a) and rate(b):
                     ratios[f"{system}/{mode}/{a}_over_{b}"] = rate(a) / rate(b)  # type: ignore[operator]
@@ -872,10 +1058,12 @@ def summarize(samples: dict[str, list[dict]], latency: dict[str, list[dict]], ar
     for label, found in latency.items():
         lat[label] = {"handoffs_per_sample": [s["handoffs"] for s in found]}
         for key in ("from_release_returned_ms", "from_release_called_ms"):
-            lat[label][key] = {"median": median([median(s[key]) for s in found]),
-                               "p99": median([pct(s[key], 99) for s in found]),
-                               "max": max(max(s[key]) for s in found),
-                               "samples": [(median(s[key]), pct(s[key], 99)) for s in found]}
+            lat[label][key] = {
+                "median": median([median(s[key]) for s in found]),
+                "p99": median([pct(s[key], 99) for s in found]),
+                "max": max(max(s[key]) for s in found),
+                "samples": [(median(s[key]), pct(s[key], 99)) for s in found],
+            }
     return {"medians": med, "ratios": ratios, "latency": lat}
 
 
@@ -891,27 +1079,63 @@ def rounded(value: Any) -> Any:
 
 
 def print_report(report: dict) -> None:
-    print(f"\n{report['date']}  duro {', '.join(t['label'] for t in report['targets'])}  {report['versions']}  "
-          f"server {report['server']}")
+    print(
+        f"\n{report['date']}  duro {', '.join(t['label'] for t in report['targets'])}  {report['versions']}  "
+        f"server {report['server']}"
+    )
     p = report["params"]
-    print(f"runs={p['runs']} repeats={p['repeats']} workers={p['workers']} poll={p['poll_interval']} "
-          f"DBOS: {p['dbos_form']}, worker_concurrency={p['dbos_worker_concurrency']}  "
-          f"(wall {report['wall_seconds']:.0f} s)\n")
+    print(
+        f"runs={p['runs']} repeats={p['repeats']} workers={p['workers']} poll={p['poll_interval']} "
+        f"DBOS: {p['dbos_form']}, worker_concurrency={p['dbos_worker_concurrency']}  "
+        f"(wall {report['wall_seconds']:.0f} s)\n"
+    )
     med = report["summary"]["medians"]
-    rows = [("case", "N", "runs/s", "samples", "workers %core", "max worker", "server %core", "script", "others",
-             "machine %", "steal %", "cpu ms/run w+s", "cores/cpu", "runs per worker")]
+    rows = [
+        (
+            "case",
+            "N",
+            "runs/s",
+            "samples",
+            "workers %core",
+            "max worker",
+            "server %core",
+            "script",
+            "others",
+            "machine %",
+            "steal %",
+            "cpu ms/run w+s",
+            "cores/cpu",
+            "runs per worker",
+        )
+    ]
     for case in sorted(med, key=lambda c: (c.split("/")[1], c.split("/")[0], int(c.split("/")[2]))):
         e = med[case]
         system, mode, n = case.split("/")
-        rows.append((f"{system} {mode}", n, f"{e['rate']:,.0f}", " ".join(f"{v:,.0f}" for v in e["samples"]),
-                     f"{e['workers_sum_pct']:.0f}", f"{e['worker_max_pct']:.0f}", f"{e['server_pct']:.0f}",
-                     f"{e['script_pct']:.0f}", f"{e['others_pct']:.0f}", f"{e['machine_busy_pct']:.0f}",
-                     f"{e['machine_steal_pct']:.0f}",
-                     f"{e['workers_ms_per_run']:.2f}+{e['server_ms_per_run']:.2f}", f"{e['cores_ceiling']:,.0f}",
-                     " ".join("/".join(map(str, split)) for split in e["split"])))
+        rows.append(
+            (
+                f"{system} {mode}",
+                n,
+                f"{e['rate']:,.0f}",
+                " ".join(f"{v:,.0f}" for v in e["samples"]),
+                f"{e['workers_sum_pct']:.0f}",
+                f"{e['worker_max_pct']:.0f}",
+                f"{e['server_pct']:.0f}",
+                f"{e['script_pct']:.0f}",
+                f"{e['others_pct']:.0f}",
+                f"{e['machine_busy_pct']:.0f}",
+                f"{e['machine_steal_pct']:.0f}",
+                f"{e['workers_ms_per_run']:.2f}+{e['server_ms_per_run']:.2f}",
+                f"{e['cores_ceiling']:,.0f}",
+                " ".join("/".join(map(str, split)) for split in e["split"]),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
-        print("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths, strict=True))))
+        print(
+            "  ".join(
+                c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
     print("\nratios:")
@@ -920,16 +1144,20 @@ def print_report(report: dict) -> None:
     for label, lat in report["summary"]["latency"].items():
         for key in ("from_release_returned_ms", "from_release_called_ms"):
             e = lat[key]
-            print(f"\nrelease-to-resume across workers, duro {label} ({key}): median {e['median']:.2f} ms, "
-                  f"p99 {e['p99']:.2f} ms, max {e['max']:.2f} ms; per sample (median/p99): "
-                  + " ".join(f"{m:.1f}/{q:.1f}" for m, q in e["samples"]))
+            print(
+                f"\nrelease-to-resume across workers, duro {label} ({key}): median {e['median']:.2f} ms, "
+                f"p99 {e['p99']:.2f} ms, max {e['max']:.2f} ms; per sample (median/p99): "
+                + " ".join(f"{m:.1f}/{q:.1f}" for m, q in e["samples"])
+            )
         print(f"hand-offs per sample: {lat['handoffs_per_sample']}")
     for case, rows in report["samples"].items():
         found = [r["statements"] for r in rows if "statements" in r]
         if found:
             last = found[-1]
-            print(f"\nstatements per run, {case} (server log, last sample): {last['per_run']:.1f}, "
-                  f"{last['server_ms_per_run']:.3f} ms of server time per run; by server time:")
+            print(
+                f"\nstatements per run, {case} (server log, last sample): {last['per_run']:.1f}, "
+                f"{last['server_ms_per_run']:.3f} ms of server time per run; by server time:"
+            )
             for kind, count, ms in last["by_kind_per_run"]:
                 print(f"  {count:6.2f}  {ms:7.3f} ms  {kind}")
     for case, rows in report["samples"].items():
@@ -939,8 +1167,10 @@ def print_report(report: dict) -> None:
             for state, count in list(found[-1].items())[:10]:
                 print(f"  {count:6.2f}  {state}")
     for case, prof in report.get("profiles", {}).items():
-        print(f"\npy-spy of one worker during {case} ({prof['samples']} samples; raw stacks: {prof['raw']}), "
-              f"by call:")
+        print(
+            f"\npy-spy of one worker during {case} ({prof['samples']} samples; raw stacks: {prof['raw']}), "
+            f"by call:"
+        )
         for frame, share in prof["by_call"][:20]:
             print(f"  {share:6.1%}  {frame}")
         print("top self:")
@@ -956,38 +1186,79 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2000, help="runs per timed batch (default 2000)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats per case; medians (default 3)")
     parser.add_argument("--workers", default="1,2,4", help="worker counts (default 1,2,4)")
-    parser.add_argument("--poll-interval", default="100ms",
-                        help="duro workers' --poll-interval and DBOS's queue polling interval (default 100ms)")
-    parser.add_argument("--warmup", type=int, default=10, help="untimed runs per worker before a case (default 10)")
-    parser.add_argument("--handoffs", type=int, default=200, help="slot acquisitions per latency sample (default 200)")
+    parser.add_argument(
+        "--poll-interval",
+        default="100ms",
+        help="duro workers' --poll-interval and DBOS's queue polling interval (default 100ms)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=10, help="untimed runs per worker before a case (default 10)"
+    )
+    parser.add_argument(
+        "--handoffs", type=int, default=200, help="slot acquisitions per latency sample (default 200)"
+    )
     parser.add_argument("--no-dbos", action="store_true", help="skip the DBOS peer")
-    parser.add_argument("--no-duro", action="store_true", help="skip duro's throughput cases (DBOS settings alone)")
-    parser.add_argument("--dbos-form", choices=("async", "sync"), default="sync",
-                        help="DBOS workflow and step as def (default: its faster form here) or async def")
-    parser.add_argument("--dbos-worker-concurrency", type=int, default=100,
-                        help="DBOS queue worker_concurrency (default 100; 0: unset, DBOS's own default, where "
-                             "the first worker to poll takes the whole backlog)")
+    parser.add_argument(
+        "--no-duro", action="store_true", help="skip duro's throughput cases (DBOS settings alone)"
+    )
+    parser.add_argument(
+        "--dbos-form",
+        choices=("async", "sync"),
+        default="sync",
+        help="DBOS workflow and step as def (default: its faster form here) or async def",
+    )
+    parser.add_argument(
+        "--dbos-worker-concurrency",
+        type=int,
+        default=100,
+        help="DBOS queue worker_concurrency (default 100; 0: unset, DBOS's own default, where "
+        "the first worker to poll takes the whole backlog)",
+    )
     parser.add_argument("--only", choices=("throughput", "latency"), default=None)
-    parser.add_argument("--profile-worker", type=int, metavar="N", default=None,
-                        help="py-spy one duro worker during the backlog drain with N workers")
-    parser.add_argument("--profile-case", choices=("backlog", "live"), default="backlog",
-                        help="with --profile-worker: the window to profile (default backlog)")
-    parser.add_argument("--profile-gil", action="store_true",
-                        help="with --profile-worker: sample only the thread holding the GIL (Python CPU), "
-                             "instead of every thread, idle or not")
-    parser.add_argument("--count-statements", action="store_true",
-                        help="diagnostic: the server logs every statement with its duration; print statements "
-                             "and server time per run of each drain by kind (slows the server: not a throughput "
-                             "figure; the live windows include the client's starts)")
-    parser.add_argument("--sample-sessions", action="store_true",
-                        help="diagnostic: during each backlog drain, count the database's sessions by state and "
-                             "wait event (pg_stat_activity) at every completion poll")
-    parser.add_argument("--at", metavar="COMMIT[,COMMIT]",
-                        help="measure these commits' sdk/ and devserver/ (git archive), not the checkout; with "
-                             "two or more, their cases are interleaved in every round (same noise for each)")
+    parser.add_argument(
+        "--profile-worker",
+        type=int,
+        metavar="N",
+        default=None,
+        help="py-spy one duro worker during the backlog drain with N workers",
+    )
+    parser.add_argument(
+        "--profile-case",
+        choices=("backlog", "live"),
+        default="backlog",
+        help="with --profile-worker: the window to profile (default backlog)",
+    )
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile-worker: sample only the thread holding the GIL (Python CPU), "
+        "instead of every thread, idle or not",
+    )
+    parser.add_argument(
+        "--count-statements",
+        action="store_true",
+        help="diagnostic: the server logs every statement with its duration; print statements "
+        "and server time per run of each drain by kind (slows the server: not a throughput "
+        "figure; the live windows include the client's starts)",
+    )
+    parser.add_argument(
+        "--sample-sessions",
+        action="store_true",
+        help="diagnostic: during each backlog drain, count the database's sessions by state and "
+        "wait event (pg_stat_activity) at every completion poll",
+    )
+    parser.add_argument(
+        "--at",
+        metavar="COMMIT[,COMMIT]",
+        help="measure these commits' sdk/ and devserver/ (git archive), not the checkout; with "
+        "two or more, their cases are interleaved in every round (same noise for each)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write every sample and the medians as JSON to PATH")
-    parser.add_argument("--json-key", metavar="KEY",
-                        help="with --json: keep the file's other keys and write this run under KEY")
+    parser.add_argument(
+        "--json-key",
+        metavar="KEY",
+        help="with --json: keep the file's other keys and write this run under KEY",
+    )
     parser.add_argument("--dbos-worker", metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--duro-case", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1019,17 +1290,20 @@ def main() -> int:
         try:
             server = _server_settings(pg)
             for rep in range(args.repeats):
+
                 def say(what: str, r: int = rep) -> None:
                     print(f"round {r + 1}/{args.repeats}: {what} ...", file=sys.stderr, flush=True)
+
                 if args.only != "latency":
                     for n in args.worker_counts:
-                        for target in ([] if args.no_duro else duros):
+                        for target in [] if args.no_duro else duros:
                             say(f"duro {target['label']}, {n} worker(s)")
                             result = run_duro_case(target, pg, "throughput", n, args)
                             sources[target["label"]] = result.pop("source")
                             if "profile" in result:
-                                profiles[f"duro {target['label']} {args.profile_case}, {n} workers, round {rep + 1}"] = \
-                                    result.pop("profile")
+                                profiles[
+                                    f"duro {target['label']} {args.profile_case}, {n} workers, round {rep + 1}"
+                                ] = result.pop("profile")
                             for mode, row in result.items():
                                 samples.setdefault(f"duro@{target['label']}/{mode}/{n}", []).append(row)
                         if have_dbos:
@@ -1049,14 +1323,23 @@ def main() -> int:
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-        "targets": [{**{k: v for k, v in t.items() if k != "pythonpath"}, "source": sources.get(t["label"])}
-                    for t in duros],
+        "targets": [
+            {**{k: v for k, v in t.items() if k != "pythonpath"}, "source": sources.get(t["label"])}
+            for t in duros
+        ],
         "versions": _versions(),
         "server": server,
-        "params": {"runs": args.runs, "repeats": args.repeats, "workers": args.worker_counts,
-                   "poll_interval": args.poll_interval, "warmup_per_worker": args.warmup,
-                   "handoffs": args.handoffs, "dbos_form": args.dbos_form,
-                   "dbos_worker_concurrency": args.dbos_worker_concurrency, "dbos": have_dbos},
+        "params": {
+            "runs": args.runs,
+            "repeats": args.repeats,
+            "workers": args.worker_counts,
+            "poll_interval": args.poll_interval,
+            "warmup_per_worker": args.warmup,
+            "handoffs": args.handoffs,
+            "dbos_form": args.dbos_form,
+            "dbos_worker_concurrency": args.dbos_worker_concurrency,
+            "dbos": have_dbos,
+        },
         "wall_seconds": wall,
         "samples": samples,
         "latency_samples": latency,

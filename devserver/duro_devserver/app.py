@@ -29,8 +29,9 @@ from .source import EngineSource, FixedEngine, ProjectUnavailable
 STUDIO_DIR = Path(__file__).parent / "studio"
 
 
-def create_app(source: Engine | EngineSource, *, token: str | None = None,
-               allowed_hosts: Iterable[str] = ()) -> Starlette:
+def create_app(
+    source: Engine | EngineSource, *, token: str | None = None, allowed_hosts: Iterable[str] = ()
+) -> Starlette:
     """The app for ``source``: an :class:`Engine` (entered, i.e. executing runs, while the app runs)
     or an engine source such as the dev server's reloading project. ``token``: require it on every
     API call. ``allowed_hosts``: the names requests may give as their ``Host`` besides ``localhost``
@@ -52,8 +53,13 @@ def create_app(source: Engine | EngineSource, *, token: str | None = None,
     routes = [*api_routes(), Route("/", studio_index, methods=["GET"])]
     if STUDIO_DIR.is_dir():
         routes.append(Mount("/studio", StaticFiles(directory=STUDIO_DIR), name="studio"))
-    handlers = {ApiError: _api_error, ProjectUnavailable: _unavailable, DuroError: _duro_error,
-                HTTPException: _http_error, **dict.fromkeys(STORE_DOWN, _store_down)}
+    handlers = {
+        ApiError: _api_error,
+        ProjectUnavailable: _unavailable,
+        DuroError: _duro_error,
+        HTTPException: _http_error,
+        **dict.fromkeys(STORE_DOWN, _store_down),
+    }
     guard = Middleware(Guard, token=token, allowed_hosts=list(allowed_hosts))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard], exception_handlers=handlers)
     app.state.source = engine_source
@@ -98,8 +104,13 @@ async def _duro_error(_request: Request, err: Exception) -> Response:
 async def _http_error(request: Request, err: Exception) -> Response:
     assert isinstance(err, HTTPException)
     if err.status_code == 404:
-        return error_response(404, f"there is no {request.url.path}; the API is described at /api/openapi.json")
+        return error_response(
+            404, f"there is no {request.url.path}; the API is described at /api/openapi.json"
+        )
     if err.status_code == 405:
-        return error_response(405, f"{request.method} is not allowed on {request.url.path}; "
-                                   f"see /api/openapi.json", headers=dict(err.headers or {}))
+        return error_response(
+            405,
+            f"{request.method} is not allowed on {request.url.path}; see /api/openapi.json",
+            headers=dict(err.headers or {}),
+        )
     return error_response(err.status_code, str(err.detail), headers=dict(err.headers or {}))

@@ -39,10 +39,28 @@ async def _run(project: Path, workflow: str, inp: Any, database_url: str, as_jso
         steps = await handle.steps()
         info = await engine.get_run(handle.id)
     if as_json:
-        click.echo(json.dumps({"run_id": handle.id, "status": info.status.value, "output": info.output,
-                               "error": info.error, "steps": [
-                                   {"seq": s.seq, "kind": s.kind, "name": s.name, "status": s.status,
-                                    "result": s.result, "error": s.error} for s in steps]}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "run_id": handle.id,
+                    "status": info.status.value,
+                    "output": info.output,
+                    "error": info.error,
+                    "steps": [
+                        {
+                            "seq": s.seq,
+                            "kind": s.kind,
+                            "name": s.name,
+                            "status": s.status,
+                            "result": s.result,
+                            "error": s.error,
+                        }
+                        for s in steps
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         click.echo(f"run {handle.id} of {workflow}: {info.status.value}")
         click.echo(_steps_table(steps))
@@ -59,20 +77,31 @@ def main() -> None:
 @main.command("run")
 @click.argument("workflow")
 @click.option("--input", "input_json", default="null", help="The run's input as JSON.")
-@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              help="The project directory (holds duro.config.py and workflows/).")
-@click.option("--database-url", envvar="DURO_DATABASE_URL", default=None,
-              help="Default: sqlite:///<project>/.duro/dev.db")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    help="The project directory (holds duro.config.py and workflows/).",
+)
+@click.option(
+    "--database-url",
+    envvar="DURO_DATABASE_URL",
+    default=None,
+    help="Default: sqlite:///<project>/.duro/dev.db",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
-def run_command(workflow: str, input_json: str, project: Path, database_url: str | None, as_json: bool) -> None:
+def run_command(
+    workflow: str, input_json: str, project: Path, database_url: str | None, as_json: bool
+) -> None:
     """Run WORKFLOW of the project to completion here, then print its steps and result."""
     try:
         inp = json.loads(input_json)
     except json.JSONDecodeError as err:
         raise click.UsageError(f"--input is not JSON ({err}); e.g. --input '{{\"id\": 1}}'") from None
     try:
-        code = asyncio.run(_run(project.resolve(), workflow, inp, _database_url(project.resolve(), database_url),
-                                as_json))
+        code = asyncio.run(
+            _run(project.resolve(), workflow, inp, _database_url(project.resolve(), database_url), as_json)
+        )
     except DuroError as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)

@@ -62,7 +62,9 @@ def parse_json_argument(option: str, text: str, example: str) -> Any:
 
 
 MAX_CAPACITY = 100_000
-MAX_HOLD_HINT = "a duration such as 90s, 45m, 2h or 1h30m (units ms, s, m, h, d in lowercase, no spaces; at most 30d)"
+MAX_HOLD_HINT = (
+    "a duration such as 90s, 45m, 2h or 1h30m (units ms, s, m, h, d in lowercase, no spaces; at most 30d)"
+)
 
 
 def parse_capacity(text: str, limit: str = "LIMIT") -> int | None:
@@ -74,9 +76,11 @@ def parse_capacity(text: str, limit: str = "LIMIT") -> int | None:
     except ValueError:
         value = None
     if value is None or not 1 <= value <= MAX_CAPACITY:
-        raise CliFailure(f"capacity must be a whole number from 1 to {MAX_CAPACITY}, or reset, not {text!r}: "
-                         f"e.g. duro limits capacity {limit} 25, or duro limits capacity {limit} reset",
-                         EXIT_USAGE) from None
+        raise CliFailure(
+            f"capacity must be a whole number from 1 to {MAX_CAPACITY}, or reset, not {text!r}: "
+            f"e.g. duro limits capacity {limit} 25, or duro limits capacity {limit} reset",
+            EXIT_USAGE,
+        ) from None
     return value
 
 
@@ -88,9 +92,11 @@ def parse_max_hold(text: str, limit: str = "LIMIT") -> str | None:
     try:
         duration_ms(text.strip(), "max hold")
     except DuroError:
-        raise CliFailure(f"max hold must be {MAX_HOLD_HINT}, or reset, not {text!r}: "
-                         f"e.g. duro limits max-hold {limit} 2h, or duro limits max-hold {limit} reset",
-                         EXIT_USAGE) from None
+        raise CliFailure(
+            f"max hold must be {MAX_HOLD_HINT}, or reset, not {text!r}: "
+            f"e.g. duro limits max-hold {limit} 2h, or duro limits max-hold {limit} reset",
+            EXIT_USAGE,
+        ) from None
     return text.strip()
 
 
@@ -185,16 +191,27 @@ def render_limits(answer: dict[str, Any]) -> str:
     limits = answer.get("limits", [])
     if not limits:
         return "no limits: declare them in duro.config.py (define_workspace(limits={...}))"
-    rows = [[lim["name"], capacity_cell(lim), lim.get("busy"), lim.get("reserved"), lim.get("waiting"),
-             max_hold_cell(lim)] for lim in limits]
+    rows = [
+        [
+            lim["name"],
+            capacity_cell(lim),
+            lim.get("busy"),
+            lim.get("reserved"),
+            lim.get("waiting"),
+            max_hold_cell(lim),
+        ]
+        for lim in limits
+    ]
     return table(["NAME", "CAPACITY", "BUSY", "RESERVED", "WAITING", "MAX HOLD"], rows, right=(2, 3, 4))
 
 
 def limit_summary(limit: dict[str, Any]) -> str:
     """One line about a limit: capacity, counts and max hold."""
-    return (f"{clean(limit.get('name'))}: capacity {capacity_cell(limit)}, busy {limit.get('busy')}, "
-            f"reserved {limit.get('reserved')}, waiting {limit.get('waiting')}, "
-            f"max hold {max_hold_cell(limit)}")
+    return (
+        f"{clean(limit.get('name'))}: capacity {capacity_cell(limit)}, busy {limit.get('busy')}, "
+        f"reserved {limit.get('reserved')}, waiting {limit.get('waiting')}, "
+        f"max hold {max_hold_cell(limit)}"
+    )
 
 
 def render_slots(answer: dict[str, Any]) -> str:
@@ -205,19 +222,37 @@ def render_slots(answer: dict[str, Any]) -> str:
     queue = sorted((s for s in slots if s.get("state") == "waiting"), key=lambda s: s.get("position") or 0)
     out = [limit_summary(answer.get("limit", {})), ""]
     if held:
-        rows = [[s.get("id"), s.get("state"), s.get("run_id"), clean(s.get("label"), 32),
-                 format_time(s.get("held_since")),
-                 format_time(s.get("expires_at") if s.get("state") == "busy" else s.get("reserved_until"))]
-                for s in held]
+        rows = [
+            [
+                s.get("id"),
+                s.get("state"),
+                s.get("run_id"),
+                clean(s.get("label"), 32),
+                format_time(s.get("held_since")),
+                format_time(s.get("expires_at") if s.get("state") == "busy" else s.get("reserved_until")),
+            ]
+            for s in held
+        ]
         out += [f"held ({len(held)})", table(["SLOT", "STATE", "RUN", "LABEL", "SINCE", "UNTIL"], rows)]
     else:
         out.append("held: none")
     out.append("")
     if queue:
-        rows = [[s.get("position"), s.get("id"), s.get("run_id"), clean(s.get("label"), 32),
-                 format_ms(s.get("waited_ms")), format_time(s.get("timeout_at"))] for s in queue]
-        out += [f"queue ({len(queue)})", table(["POS", "SLOT", "RUN", "LABEL", "WAITING", "TIMES OUT"], rows,
-                                               right=(0, 4))]
+        rows = [
+            [
+                s.get("position"),
+                s.get("id"),
+                s.get("run_id"),
+                clean(s.get("label"), 32),
+                format_ms(s.get("waited_ms")),
+                format_time(s.get("timeout_at")),
+            ]
+            for s in queue
+        ]
+        out += [
+            f"queue ({len(queue)})",
+            table(["POS", "SLOT", "RUN", "LABEL", "WAITING", "TIMES OUT"], rows, right=(0, 4)),
+        ]
     else:
         out.append("queue: empty")
     return "\n".join(out)
@@ -247,8 +282,10 @@ def _step_detail(step: dict[str, Any]) -> str:
         return clean(_error_text(step["error"]), 80)
     if step.get("kind") == "hook":
         detail = step.get("detail") or {}
-        parts = [f"limit {detail.get('limit')}" if detail.get("limit") else "",
-                 f"slot {detail.get('slot_id')}" if detail.get("slot_id") else ""]
+        parts = [
+            f"limit {detail.get('limit')}" if detail.get("limit") else "",
+            f"slot {detail.get('slot_id')}" if detail.get("slot_id") else "",
+        ]
         return clean(", ".join(p for p in parts if p)) or "-"
     if step.get("status") == "waiting" and step.get("wake_at"):
         return f"until {format_time(step['wake_at'])}"
@@ -261,10 +298,15 @@ def render_run(answer: dict[str, Any]) -> str:
     """``duro runs show``: the run's header, then its steps (hook steps included)."""
     run = answer.get("run", {})
     version = f" v{run['version']}" if run.get("version") else ""
-    fields = [("status", run.get("status")), ("created", format_time(run.get("created_at"))),
-              ("updated", format_time(run.get("updated_at"))), ("ended", format_time(run.get("ended_at"))),
-              ("tags", ", ".join(run.get("tags") or []) or None), ("parent", run.get("parent_id")),
-              ("input", _compact(run.get("input"), 100))]
+    fields = [
+        ("status", run.get("status")),
+        ("created", format_time(run.get("created_at"))),
+        ("updated", format_time(run.get("updated_at"))),
+        ("ended", format_time(run.get("ended_at"))),
+        ("tags", ", ".join(run.get("tags") or []) or None),
+        ("parent", run.get("parent_id")),
+        ("input", _compact(run.get("input"), 100)),
+    ]
     if run.get("error") is not None:
         fields.append(("error", clean(_error_text(run["error"]), 200)))
     else:
@@ -276,11 +318,21 @@ def render_run(answer: dict[str, Any]) -> str:
     if not steps:
         lines.append("no steps yet")
     else:
-        rows = [[s.get("seq"), s.get("kind"), clean(s.get("name"), 40), s.get("status"),
-                 format_time(s.get("started_at")), format_time(s.get("ended_at")), _step_detail(s)]
-                for s in steps]
-        lines.append(table(["SEQ", "KIND", "NAME", "STATUS", "STARTED", "ENDED", "RESULT / DETAIL"], rows,
-                           right=(0,)))
+        rows = [
+            [
+                s.get("seq"),
+                s.get("kind"),
+                clean(s.get("name"), 40),
+                s.get("status"),
+                format_time(s.get("started_at")),
+                format_time(s.get("ended_at")),
+                _step_detail(s),
+            ]
+            for s in steps
+        ]
+        lines.append(
+            table(["SEQ", "KIND", "NAME", "STATUS", "STARTED", "ENDED", "RESULT / DETAIL"], rows, right=(0,))
+        )
     return "\n".join(lines)
 
 
@@ -338,9 +390,11 @@ def describe_api_error(err: ApiError, target: Target) -> str:
     """What the CLI prints (after ``error: ``) when the server refused a request."""
     body = err.body if isinstance(err.body, dict) else {}
     if err.status == 429 or err.code == "concurrency_limit":
-        return (f"refused: workflow '{clean(body.get('workflow'))}' is at its concurrency limit "
-                f"(key '{clean(body.get('key'))}', limit {body.get('limit')}, active {body.get('active')}): "
-                f"retry when one of those runs ends")
+        return (
+            f"refused: workflow '{clean(body.get('workflow'))}' is at its concurrency limit "
+            f"(key '{clean(body.get('key'))}', limit {body.get('limit')}, active {body.get('active')}): "
+            f"retry when one of those runs ends"
+        )
     if err.status == 401:
         if target.token is None:
             return f"{target.description} needs a token: {target.token_hint}"
@@ -415,11 +469,20 @@ def api_command(fn: Callable[..., None]) -> Callable[..., None]:
     the client's errors into exit codes (1 refused, 3 unreachable; a bad target is 2 or 3)."""
 
     @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON answer, and nothing else.")
-    @click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-                  metavar="DIR", show_default=True,
-                  help="The project whose dev server to use (its .duro/server.json).")
-    @click.option("--agent", metavar="ID", default=None,
-                  help="Talk to this installation instead: a URL, or a name from ~/.config/duro/agents.toml.")
+    @click.option(
+        "--project",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("."),
+        metavar="DIR",
+        show_default=True,
+        help="The project whose dev server to use (its .duro/server.json).",
+    )
+    @click.option(
+        "--agent",
+        metavar="ID",
+        default=None,
+        help="Talk to this installation instead: a URL, or a name from ~/.config/duro/agents.toml.",
+    )
     @functools.wraps(fn)
     def command(agent: str | None, project: Path, as_json: bool, **kwargs: Any) -> None:
         call = Call(project, agent, as_json)
@@ -444,24 +507,47 @@ def api_command(fn: Callable[..., None]) -> Callable[..., None]:
 
 @click.command("start")
 @click.argument("workflow")
-@click.option("--input", "input_json", metavar="JSON", default=None,
-              help="The run's input as JSON (default null).")
-@click.option("--run-id", metavar="ID", default=None,
-              help="The run's id; an id that a run of this workflow has returns that run and starts nothing; "
-                   "another workflow's is refused (409).")
-@click.option("--concurrency-key", metavar="KEY", default=None,
-              help="Quota key for this start (replaces the workflow's quota); needs --concurrency-limit.")
-@click.option("--concurrency-limit", metavar="N", type=int, default=None,
-              help="How many counted runs KEY may have at once; needs --concurrency-key.")
+@click.option(
+    "--input", "input_json", metavar="JSON", default=None, help="The run's input as JSON (default null)."
+)
+@click.option(
+    "--run-id",
+    metavar="ID",
+    default=None,
+    help="The run's id; an id that a run of this workflow has returns that run and starts nothing; "
+    "another workflow's is refused (409).",
+)
+@click.option(
+    "--concurrency-key",
+    metavar="KEY",
+    default=None,
+    help="Quota key for this start (replaces the workflow's quota); needs --concurrency-limit.",
+)
+@click.option(
+    "--concurrency-limit",
+    metavar="N",
+    type=int,
+    default=None,
+    help="How many counted runs KEY may have at once; needs --concurrency-key.",
+)
 @api_command
-def start_command(call: Call, workflow: str, input_json: str | None, run_id: str | None,
-                  concurrency_key: str | None, concurrency_limit: int | None) -> None:
+def start_command(
+    call: Call,
+    workflow: str,
+    input_json: str | None,
+    run_id: str | None,
+    concurrency_key: str | None,
+    concurrency_limit: int | None,
+) -> None:
     """Start a run of WORKFLOW and print its id (exit 1 if a quota refuses it)."""
     inp = None if input_json is None else parse_json_argument("--input", input_json, INPUT_EXAMPLE)
     concurrency = None
     if (concurrency_key is None) != (concurrency_limit is None):
-        raise CliFailure("--concurrency-key and --concurrency-limit go together: e.g. "
-                         "--concurrency-key tenant:acme --concurrency-limit 3", EXIT_USAGE)
+        raise CliFailure(
+            "--concurrency-key and --concurrency-limit go together: e.g. "
+            "--concurrency-key tenant:acme --concurrency-limit 3",
+            EXIT_USAGE,
+        )
     if concurrency_key is not None:
         concurrency = {"key": concurrency_key, "limit": concurrency_limit}
     call.emit(call.client.start_run(workflow, inp, run_id=run_id, concurrency=concurrency), render_started)
@@ -474,15 +560,27 @@ def runs_group() -> None:
 
 @runs_group.command("list")
 @click.option("--workflow", metavar="NAME", default=None, help="Only runs of this workflow.")
-@click.option("--status", "statuses", multiple=True, type=click.Choice(RUN_STATUSES, case_sensitive=False),
-              help="Only runs in this status (repeat for several).")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(RUN_STATUSES, case_sensitive=False),
+    help="Only runs in this status (repeat for several).",
+)
 @click.option("--tag", default=None, help="Only runs with this tag, e.g. concurrency:tenant:acme.")
-@click.option("--limit", type=click.IntRange(1, 500), default=None,
-              help="At most this many runs (default 50).")
+@click.option(
+    "--limit", type=click.IntRange(1, 500), default=None, help="At most this many runs (default 50)."
+)
 @click.option("--cursor", default=None, help="The next page: the cursor printed by the previous page.")
 @api_command
-def runs_list(call: Call, workflow: str | None, statuses: tuple[str, ...], tag: str | None, limit: int | None,
-              cursor: str | None) -> None:
+def runs_list(
+    call: Call,
+    workflow: str | None,
+    statuses: tuple[str, ...],
+    tag: str | None,
+    limit: int | None,
+    cursor: str | None,
+) -> None:
     """List runs, newest first."""
     status = [s.lower() for s in statuses]
     answer = call.client.list_runs(workflow=workflow, status=status, tag=tag, limit=limit, cursor=cursor)

@@ -18,29 +18,56 @@ from .project import DevProject
 from .server import run_server
 from .source import FixedEngine
 
-_LEASE = click.option("--lease", default="30s", show_default=True,
-                      help="How long this worker's runs stay its own without a heartbeat (heartbeats every "
-                           "third of it); another worker takes them over once it has seen none for this long.")
-_POLL = click.option("--poll-interval", default="1s", show_default=True,
-                     help="The fallback pass for work that no wakeup announced.")
+_LEASE = click.option(
+    "--lease",
+    default="30s",
+    show_default=True,
+    help="How long this worker's runs stay its own without a heartbeat (heartbeats every "
+    "third of it); another worker takes them over once it has seen none for this long.",
+)
+_POLL = click.option(
+    "--poll-interval",
+    default="1s",
+    show_default=True,
+    help="The fallback pass for work that no wakeup announced.",
+)
 _WORKER_ID = click.option("--worker-id", default=None, help="Default: host-pid-random.")
 _PROJECT = click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-_HOST = click.option("--host", default="127.0.0.1", show_default=True,
-                     help="Address to listen on; anything but loopback needs a token.")
-_TOKEN = click.option("--token", envvar="DURO_TOKEN", default=None,
-                      help="Require this token on every API call (env DURO_TOKEN).")
-_ALLOW_HOST = click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
-                           help="Also answer requests for this Host name (repeatable; '*.example.com' for its "
-                                "subdomains): the name a proxy or other machines reach this server by. "
-                                "Always accepted: localhost and the address it listens on.")
-_DATABASE = click.option("--database-url", envvar="DURO_DATABASE_URL", default=None,
-                         help="Default: sqlite:///DIRECTORY/.duro/dev.db (env DURO_DATABASE_URL).")
+_HOST = click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback needs a token.",
+)
+_TOKEN = click.option(
+    "--token",
+    envvar="DURO_TOKEN",
+    default=None,
+    help="Require this token on every API call (env DURO_TOKEN).",
+)
+_ALLOW_HOST = click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this Host name (repeatable; '*.example.com' for its "
+    "subdomains): the name a proxy or other machines reach this server by. "
+    "Always accepted: localhost and the address it listens on.",
+)
+_DATABASE = click.option(
+    "--database-url",
+    envvar="DURO_DATABASE_URL",
+    default=None,
+    help="Default: sqlite:///DIRECTORY/.duro/dev.db (env DURO_DATABASE_URL).",
+)
 
 
 def _project_dir(directory: Path) -> Path:
     root = directory.resolve()
     if not root.is_dir():
-        raise click.UsageError(f"project directory {directory} does not exist; create one with `duro init {directory}`")
+        raise click.UsageError(
+            f"project directory {directory} does not exist; create one with `duro init {directory}`"
+        )
     return root
 
 
@@ -69,11 +96,15 @@ def open_store(url: str) -> None:
         reason = " ".join(str(getattr(err, "orig", None) or err).split())
         if store.dialect == "sqlite":
             path = store.url.database
-            raise DuroError(f"{path} is not a usable SQLite database ({reason}): move it away (or delete it, "
-                            f"losing the runs it held) and start again for a fresh one, or pass "
-                            f"--database-url for another store") from None
-        raise DuroError(f"the database at {store.safe_url} cannot be used ({reason}): check --database-url "
-                        f"(or DURO_DATABASE_URL)") from None
+            raise DuroError(
+                f"{path} is not a usable SQLite database ({reason}): move it away (or delete it, "
+                f"losing the runs it held) and start again for a fresh one, or pass "
+                f"--database-url for another store"
+            ) from None
+        raise DuroError(
+            f"the database at {store.safe_url} cannot be used ({reason}): check --database-url "
+            f"(or DURO_DATABASE_URL)"
+        ) from None
     finally:
         store.close()
 
@@ -89,10 +120,21 @@ def add_commands(main: click.Group) -> None:
     @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
-    @click.option("--reload/--no-reload", default=True, show_default=True,
-                  help="Reload on every saved change to the workflows or duro.config.py.")
-    def dev(directory: Path, port: int, host: str, allow_hosts: tuple[str, ...], token: str | None,
-            database_url: str | None, reload: bool) -> None:
+    @click.option(
+        "--reload/--no-reload",
+        default=True,
+        show_default=True,
+        help="Reload on every saved change to the workflows or duro.config.py.",
+    )
+    def dev(
+        directory: Path,
+        port: int,
+        host: str,
+        allow_hosts: tuple[str, ...],
+        token: str | None,
+        database_url: str | None,
+        reload: bool,
+    ) -> None:
         """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
         root = _project_dir(directory)
         try:
@@ -110,19 +152,38 @@ def add_commands(main: click.Group) -> None:
     @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
-    @click.option("--worker/--no-worker", default=True, show_default=True,
-                  help="Also execute runs in this process (otherwise only the API and Studio).")
+    @click.option(
+        "--worker/--no-worker",
+        default=True,
+        show_default=True,
+        help="Also execute runs in this process (otherwise only the API and Studio).",
+    )
     @_LEASE
     @_POLL
     @_WORKER_ID
-    def serve(directory: Path, port: int, host: str, allow_hosts: tuple[str, ...], token: str | None,
-              database_url: str | None, worker: bool, lease: str, poll_interval: str, worker_id: str | None) -> None:
+    def serve(
+        directory: Path,
+        port: int,
+        host: str,
+        allow_hosts: tuple[str, ...],
+        token: str | None,
+        database_url: str | None,
+        worker: bool,
+        lease: str,
+        poll_interval: str,
+        worker_id: str | None,
+    ) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
         root = _project_dir(directory)
         try:
             open_store(database_url or _default_url(root))
-            engine = Engine.from_project(root, database_url=database_url or _default_url(root), lease=lease,
-                                         poll_interval=poll_interval, worker_id=worker_id)
+            engine = Engine.from_project(
+                root,
+                database_url=database_url or _default_url(root),
+                lease=lease,
+                poll_interval=poll_interval,
+                worker_id=worker_id,
+            )
             source = FixedEngine(engine, run_worker=worker, project=str(root))
             app = create_app(source, token=token, allowed_hosts=(host, *allow_hosts))
             run_server(app, host, port, project_dir=root, token=token)
@@ -135,13 +196,20 @@ def add_commands(main: click.Group) -> None:
     @_LEASE
     @_POLL
     @_WORKER_ID
-    def worker(directory: Path, database_url: str | None, lease: str, poll_interval: str, worker_id: str | None) -> None:
+    def worker(
+        directory: Path, database_url: str | None, lease: str, poll_interval: str, worker_id: str | None
+    ) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
         try:
             open_store(database_url or _default_url(root))
-            engine = Engine.from_project(root, database_url=database_url or _default_url(root),
-                                         lease=lease, poll_interval=poll_interval, worker_id=worker_id)
+            engine = Engine.from_project(
+                root,
+                database_url=database_url or _default_url(root),
+                lease=lease,
+                poll_interval=poll_interval,
+                worker_id=worker_id,
+            )
             asyncio.run(_work(engine))
         except DuroError as err:
             _fail(err)
@@ -154,8 +222,11 @@ async def _work(engine: Engine) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with engine:
         assert engine.worker is not None
-        click.echo(f"duro: worker {engine.worker.id} running {', '.join(sorted(engine.workflows)) or 'nothing'}; "
-                   f"Ctrl-C to stop", err=True)
+        click.echo(
+            f"duro: worker {engine.worker.id} running {', '.join(sorted(engine.workflows)) or 'nothing'}; "
+            f"Ctrl-C to stop",
+            err=True,
+        )
         await stop.wait()
         click.echo("duro: stopping; in-flight runs are handed back", err=True)
 
@@ -166,7 +237,9 @@ def add_health(main: click.Group) -> None:
     @main.command("health")
     @_PROJECT
     @_DATABASE
-    @click.option("--lease", default="30s", show_default=True, help="The workers' lease: older heartbeats are dead.")
+    @click.option(
+        "--lease", default="30s", show_default=True, help="The workers' lease: older heartbeats are dead."
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
     def health(directory: Path, database_url: str | None, lease: str, as_json: bool) -> None:
         """Check the store and list its workers (exit 0: reachable and at least one worker alive;
@@ -185,7 +258,10 @@ def add_health(main: click.Group) -> None:
             store.create_schema()
             listed = store.list_workers()
         except Exception as err:  # noqa: BLE001 - any driver error means "unreachable" here
-            click.echo(f"error: the store at {store.safe_url} cannot be reached: {' '.join(str(err).split())}", err=True)
+            click.echo(
+                f"error: the store at {store.safe_url} cannot be reached: {' '.join(str(err).split())}",
+                err=True,
+            )
             sys.exit(3)
         finally:
             store.close()
@@ -202,8 +278,10 @@ def add_health(main: click.Group) -> None:
             click.echo(f"store {store.safe_url}: reachable; {alive} of {len(listed)} worker(s) alive")
             for worker in listed:
                 state = "alive" if worker["alive"] else "dead"
-                click.echo(f"  {worker['id']:<48} {state:<5} heartbeat {worker['heartbeat_age_ms'] / 1000:.1f}s ago "
-                           f"runs {worker['runs']}  {worker['host']} pid {worker['pid']}")
+                click.echo(
+                    f"  {worker['id']:<48} {state:<5} heartbeat {worker['heartbeat_age_ms'] / 1000:.1f}s ago "
+                    f"runs {worker['runs']}  {worker['host']} pid {worker['pid']}"
+                )
         sys.exit(0 if alive else 1)
 
 

@@ -22,8 +22,15 @@ import httpx
 
 from duro import DuroError
 
-__all__ = ["ApiError", "DuroClient", "ServerUnreachable", "Target", "TargetError", "agents_file_path",
-           "resolve_target"]
+__all__ = [
+    "ApiError",
+    "DuroClient",
+    "ServerUnreachable",
+    "Target",
+    "TargetError",
+    "agents_file_path",
+    "resolve_target",
+]
 
 _UNSET: Any = object()
 
@@ -119,9 +126,12 @@ class DuroClient:
         if response.status_code >= 400:
             raise self._error(response, body)
         if not isinstance(body, dict):
-            raise ApiError(response.status_code, "bad_response",
-                           f"{self.base_url}{path} did not answer with duro's JSON: is {self.base_url} "
-                           f"a duro server?", body)
+            raise ApiError(
+                response.status_code,
+                "bad_response",
+                f"{self.base_url}{path} did not answer with duro's JSON: is {self.base_url} a duro server?",
+                body,
+            )
         return body
 
     def _error(self, response: httpx.Response, body: Any) -> ApiError:
@@ -153,8 +163,14 @@ class DuroClient:
         """``GET /api/workflows``: ``{"workflows": [Workflow...]}`` sorted by name."""
         return self._request("GET", "/api/workflows")
 
-    def start_run(self, workflow: str, input: Any = None, *, run_id: str | None = None,
-                  concurrency: dict[str, Any] | None = None) -> dict[str, Any]:
+    def start_run(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        concurrency: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``POST /api/workflows/{workflow}/runs``: ``{"run": Run, "created": bool}``.
 
         ``concurrency`` is ``{"key": str or None, "limit": int}`` and replaces the workflow's quota for
@@ -167,9 +183,15 @@ class DuroClient:
             body["concurrency"] = concurrency
         return self._request("POST", f"/api/workflows/{_segment(workflow)}/runs", json=body)
 
-    def list_runs(self, *, workflow: str | None = None, status: str | Iterable[str] | None = None,
-                  tag: str | None = None, limit: int | None = None,
-                  cursor: str | None = None) -> dict[str, Any]:
+    def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | Iterable[str] | None = None,
+        tag: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
         """``GET /api/runs``: ``{"runs": [Run...], "next_cursor": str or None}``, newest first."""
         params: list[tuple[str, str]] = []
         if workflow is not None:
@@ -235,8 +257,14 @@ class DuroClient:
         """``GET /api/schedules``: ``{"schedules": [Schedule...]}``."""
         return self._request("GET", "/api/schedules")
 
-    def create_schedule(self, name: str, workflow: str, cron: str, input: Any = None,
-                        concurrency: dict[str, Any] | None = None) -> dict[str, Any]:
+    def create_schedule(
+        self,
+        name: str,
+        workflow: str,
+        cron: str,
+        input: Any = None,
+        concurrency: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``POST /api/schedules``: ``{"schedule": Schedule}``."""
         body: dict[str, Any] = {"name": name, "workflow": workflow, "cron": cron, "input": input}
         if concurrency is not None:
@@ -302,7 +330,7 @@ def _is_url(text: str) -> bool:
 
 def _check_url(url: Any, where: str, exit_code: int) -> str:
     if not isinstance(url, str) or not _is_url(url) or not urlsplit(url).netloc:
-        raise TargetError(f"{where} needs url = \"http://HOST:PORT\" (got {url!r})", exit_code)
+        raise TargetError(f'{where} needs url = "http://HOST:PORT" (got {url!r})', exit_code)
     return url.rstrip("/")
 
 
@@ -319,9 +347,13 @@ def resolve_target(project: Path, agent: str | None, env: Mapping[str, str]) -> 
     if agent is not None:
         if _is_url(agent):
             url = _check_url(agent, "--agent", 2)
-            return Target(url=url, token=default_token, description=f"the server at {url}",
-                          unreachable_hint="is it running, and reachable from here?",
-                          token_hint="set DURO_TOKEN to the server's token")
+            return Target(
+                url=url,
+                token=default_token,
+                description=f"the server at {url}",
+                unreachable_hint="is it running, and reachable from here?",
+                token_hint="set DURO_TOKEN to the server's token",
+            )
         return _named_agent(agent, env, default_token)
     return _dev_server(project, default_token)
 
@@ -331,13 +363,18 @@ def _dev_server(project: Path, token: str | None) -> Target:
     server_file = root / SERVER_FILE
     no_server = f"no dev server found for {root}"
     if not root.is_dir():
-        raise TargetError(f"{no_server} ({root} is not a directory): pass the project's directory with "
-                          f"--project DIR, or pass --agent URL", 3)
+        raise TargetError(
+            f"{no_server} ({root} is not a directory): pass the project's directory with "
+            f"--project DIR, or pass --agent URL",
+            3,
+        )
     try:
         text = server_file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TargetError(f"{no_server} ({server_file} is missing): start one with `duro dev {root}`, "
-                          f"or pass --agent URL", 3) from None
+        raise TargetError(
+            f"{no_server} ({server_file} is missing): start one with `duro dev {root}`, or pass --agent URL",
+            3,
+        ) from None
     except OSError as err:
         raise TargetError(f"{no_server} ({server_file} cannot be read: {err.strerror})", 3) from None
     try:
@@ -348,10 +385,16 @@ def _dev_server(project: Path, token: str | None) -> Target:
         raise TargetError(f"{server_file} is not valid ({err}): restart `duro dev {root}`", 3) from None
     url = _check_url(info.get("url"), str(server_file), 3)
     pid = info.get("pid") if isinstance(info.get("pid"), int) else None
-    return Target(url=url, token=token, description=f"the dev server at {url}",
-                  unreachable_hint=f"is `duro dev` running in {root}?",
-                  token_hint="set DURO_TOKEN to the token it was started with",
-                  project=root, server_file=server_file, pid=pid)
+    return Target(
+        url=url,
+        token=token,
+        description=f"the dev server at {url}",
+        unreachable_hint=f"is `duro dev` running in {root}?",
+        token_hint="set DURO_TOKEN to the token it was started with",
+        project=root,
+        server_file=server_file,
+        pid=pid,
+    )
 
 
 def _named_agent(name: str, env: Mapping[str, str], default_token: str | None) -> Target:
@@ -360,21 +403,29 @@ def _named_agent(name: str, env: Mapping[str, str], default_token: str | None) -
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TargetError(f"unknown agent {name!r}: the agents file {path} does not exist; create it with\n"
-                          f"  {example}\nor pass --agent http://HOST:PORT", 2) from None
+        raise TargetError(
+            f"unknown agent {name!r}: the agents file {path} does not exist; create it with\n"
+            f"  {example}\nor pass --agent http://HOST:PORT",
+            2,
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise TargetError(f"the agents file {path} cannot be read ({err})", 2) from None
     except tomllib.TOMLDecodeError as err:
-        raise TargetError(f"the agents file {path} is not valid TOML ({err}): fix it, or pass --agent URL",
-                          2) from None
+        raise TargetError(
+            f"the agents file {path} is not valid TOML ({err}): fix it, or pass --agent URL", 2
+        ) from None
     agents = data.get("agents", {})
     if not isinstance(agents, dict) or not all(isinstance(v, dict) for v in agents.values()):
-        raise TargetError(f"the agents file {path} is malformed: each agent is a table such as\n  {example}",
-                          2)
+        raise TargetError(
+            f"the agents file {path} is malformed: each agent is a table such as\n  {example}", 2
+        )
     if name not in agents:
         known = ", ".join(sorted(agents)) or "none"
-        raise TargetError(f"unknown agent {name!r}: the agents file {path} defines {known}; add\n"
-                          f"  {example}\nor pass --agent http://HOST:PORT", 2)
+        raise TargetError(
+            f"unknown agent {name!r}: the agents file {path} defines {known}; add\n"
+            f"  {example}\nor pass --agent http://HOST:PORT",
+            2,
+        )
     entry = agents[name]
     where = f"agent {name!r} in {path}"
     unknown = sorted(set(entry) - set(AGENT_KEYS))
@@ -391,5 +442,10 @@ def _named_agent(name: str, env: Mapping[str, str], default_token: str | None) -
         if token is None:
             raise TargetError(f"{where} reads its token from ${token_env}, which is not set: export it", 2)
         token_hint = f"set ${token_env} to the server's token"
-    return Target(url=url, token=token, description=f"agent {name!r} at {url}",
-                  unreachable_hint="is it running, and reachable from here?", token_hint=token_hint)
+    return Target(
+        url=url,
+        token=token,
+        description=f"agent {name!r} at {url}",
+        unreachable_hint="is it running, and reachable from here?",
+        token_hint=token_hint,
+    )

@@ -50,7 +50,9 @@ class LimitsMonitor:
         with self._source.hub.subscribe() as queue:
             while True:
                 waiters = [asyncio.ensure_future(queue.get()), asyncio.ensure_future(self._poked.wait())]
-                _, pending = await asyncio.wait(waiters, timeout=SAMPLE_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                _, pending = await asyncio.wait(
+                    waiters, timeout=SAMPLE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                )
                 for waiter in pending:
                     waiter.cancel()
                 self._poked.clear()

@@ -40,8 +40,14 @@ def watched(path: str, root: Path) -> bool:
 class DevProject:
     """A project directory served by ``duro dev``: the current engine, reloads, and their errors."""
 
-    def __init__(self, root: str | Path, database_url: str | None = None, *, watch: bool = True,
-                 engine_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        database_url: str | None = None,
+        *,
+        watch: bool = True,
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
         self.root = Path(root).resolve()
         self.database_url = database_url or f"sqlite:///{self.root / '.duro' / 'dev.db'}"
         self.watch = watch
@@ -59,13 +65,20 @@ class DevProject:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            raise ProjectUnavailable(self.load_error or {"message": "the project is not loaded yet", "traceback": ""})
+            raise ProjectUnavailable(
+                self.load_error or {"message": "the project is not loaded yet", "traceback": ""}
+            )
         return self._engine
 
     def status(self) -> dict[str, Any]:
         loaded = None if self.loaded_at is None else ms_to_datetime(self.loaded_at).isoformat()  # type: ignore[union-attr]
-        return {"project": str(self.root), "database": self.database_url, "loaded_at": loaded,
-                "load_error": self.load_error, "reloads": self.reloads}
+        return {
+            "project": str(self.root),
+            "database": self.database_url,
+            "loaded_at": loaded,
+            "load_error": self.load_error,
+            "reloads": self.reloads,
+        }
 
     async def start(self) -> None:
         await self.reload()
@@ -115,9 +128,13 @@ class DevProject:
         await engine.__aexit__(None, None, None)
 
     async def _watch(self) -> None:
-        async for changes in watchfiles.awatch(self.root, watch_filter=lambda _change, path: watched(path, self.root),
-                                               debounce=WATCH_DEBOUNCE_MS, step=WATCH_DEBOUNCE_MS,
-                                               stop_event=self._stop_watching):
+        async for changes in watchfiles.awatch(
+            self.root,
+            watch_filter=lambda _change, path: watched(path, self.root),
+            debounce=WATCH_DEBOUNCE_MS,
+            step=WATCH_DEBOUNCE_MS,
+            stop_event=self._stop_watching,
+        ):
             names = sorted({Path(path).name for _, path in changes})
             print(f"duro: {', '.join(names)} changed; reloading", file=sys.stderr, flush=True)
             await self.reload()

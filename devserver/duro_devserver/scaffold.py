@@ -38,8 +38,10 @@ def template_dir() -> Traversable:
     checkout = Path(__file__).resolve().parents[2] / "templates" / TEMPLATE
     if checkout.is_dir():
         return checkout
-    raise DuroError(f"the project template is missing from this installation (looked for {packaged} and "
-                    f"{checkout}); reinstall duro")
+    raise DuroError(
+        f"the project template is missing from this installation (looked for {packaged} and "
+        f"{checkout}); reinstall duro"
+    )
 
 
 def template_files(template: Traversable | None = None) -> Iterator[tuple[PurePosixPath, str]]:
@@ -74,8 +76,10 @@ def _check_target(target: Path) -> None:
     present = sorted(entry.name for entry in target.iterdir() if entry.name not in _IGNORED_IN_TARGET)
     if present:
         shown = ", ".join(present[:5]) + (", ..." if len(present) > 5 else "")
-        raise DuroError(f"{target} is not empty (it holds {shown}): duro init never writes over your "
-                        f"files; choose a new or empty directory")
+        raise DuroError(
+            f"{target} is not empty (it holds {shown}): duro init never writes over your "
+            f"files; choose a new or empty directory"
+        )
 
 
 def _make_dirs(folder: Path, made: list[Path]) -> None:
@@ -125,5 +129,7 @@ def scaffold(target: Path, name: str | None = None) -> list[Path]:
     except OSError as err:
         _undo(written, made)
         reason = "it already exists" if isinstance(err, FileExistsError) else (err.strerror or str(err))
-        raise DuroError(f"could not write {path}: {reason}; nothing was kept, the directory is as it was") from err
+        raise DuroError(
+            f"could not write {path}: {reason}; nothing was kept, the directory is as it was"
+        ) from err
     return written

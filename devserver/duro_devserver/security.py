@@ -48,8 +48,13 @@ def is_loopback(host: str) -> bool:
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, token: str | None = None, allowed_hosts: Iterable[str] = (),
-                 max_body: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None = None,
+        allowed_hosts: Iterable[str] = (),
+        max_body: int = MAX_BODY_BYTES,
+    ) -> None:
         self.app = app
         self.token = token
         self._token = None if token is None else token.encode("utf-8")
@@ -85,16 +90,26 @@ class Guard:
             if path == "/" and "token" in query:
                 return self._login(query.get("token", ""))
             if path.startswith("/api/") and not self._authorized(headers):
-                return error_response(401, "this server needs its token: send 'Authorization: Bearer <token>' "
-                                           "(the CLI reads DURO_TOKEN), or open /?token=<token> once in the browser")
+                return error_response(
+                    401,
+                    "this server needs its token: send 'Authorization: Bearer <token>' "
+                    "(the CLI reads DURO_TOKEN), or open /?token=<token> once in the browser",
+                )
         if method in _MUTATING:
             origin = headers.get("origin")
-            if headers.get("sec-fetch-site") == "cross-site" or (origin is not None and origin != _own_origin(scope)):
-                return error_response(403, f"cross-site request refused: {method} {path} from origin "
-                                           f"{json.dumps(origin)}; use Studio or the CLI on this server")
+            if headers.get("sec-fetch-site") == "cross-site" or (
+                origin is not None and origin != _own_origin(scope)
+            ):
+                return error_response(
+                    403,
+                    f"cross-site request refused: {method} {path} from origin "
+                    f"{json.dumps(origin)}; use Studio or the CLI on this server",
+                )
         length = headers.get("content-length", "").strip()
         if length.isascii() and length.isdigit() and int(length) > self.max_body:
-            return error_response(413, f"the request body is {length} bytes; the limit is {self.max_body} bytes")
+            return error_response(
+                413, f"the request body is {length} bytes; the limit is {self.max_body} bytes"
+            )
         return None
 
     def _host_allowed(self, host: str, server: tuple[str, int | None] | None) -> bool:
@@ -117,7 +132,9 @@ class Guard:
         if given[:7].lower() == b"bearer " and hmac.compare_digest(given[7:].strip(), self._token):
             return True
         cookie = _cookie(headers.get("cookie", ""), COOKIE)
-        return cookie is not None and hmac.compare_digest(unquote_to_bytes(cookie.encode("latin-1")), self._token)
+        return cookie is not None and hmac.compare_digest(
+            unquote_to_bytes(cookie.encode("latin-1")), self._token
+        )
 
     def _login(self, given: str) -> Response:
         assert self.token is not None and self._token is not None
@@ -134,9 +151,11 @@ def _host_refusal(host: str) -> str:
     if not host:
         return "the request has no Host header; send the address you reach this server at"
     name = _host_name(host) or shown
-    return (f"this server does not answer to the host {json.dumps(shown)} (a guard against DNS rebinding: it "
-            f"accepts localhost, its own address and names allowed at start); if that is how you reach it, "
-            f"start it with --allow-host {name}")
+    return (
+        f"this server does not answer to the host {json.dumps(shown)} (a guard against DNS rebinding: it "
+        f"accepts localhost, its own address and names allowed at start); if that is how you reach it, "
+        f"start it with --allow-host {name}"
+    )
 
 
 def _host_name(host: str) -> str | None:
@@ -145,7 +164,9 @@ def _host_name(host: str) -> str | None:
     host = host.strip()
     if host.startswith("["):
         name, bracket, rest = host[1:].partition("]")
-        port_ok = bracket and (rest == "" or (rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit()))
+        port_ok = bracket and (
+            rest == "" or (rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit())
+        )
         return _normal(name) if port_ok and name else None
     name, colon, port = host.rpartition(":")
     if not colon:

@@ -29,9 +29,11 @@ SERVER_FILE = Path(".duro") / "server.json"
 def check_binding(host: str, token: str | None) -> None:
     """Loopback by default; any other address only with a token."""
     if not is_loopback(host) and not token:
-        raise DuroError(f"refusing to listen on {host} without a token: anyone who can reach it could start, "
-                        f"cancel and release; set DURO_TOKEN (or --token) and pass it to clients, or keep "
-                        f"the default --host 127.0.0.1")
+        raise DuroError(
+            f"refusing to listen on {host} without a token: anyone who can reach it could start, "
+            f"cancel and release; set DURO_TOKEN (or --token) and pass it to clients, or keep "
+            f"the default --host 127.0.0.1"
+        )
 
 
 class _Server(uvicorn.Server):
@@ -51,8 +53,9 @@ class _Server(uvicorn.Server):
         if self.info_file is not None:
             self.info_file.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.info_file.with_suffix(".tmp")
-            temporary.write_text(json.dumps({"url": self.url, "pid": os.getpid(),
-                                             "token_required": self.token_required}))
+            temporary.write_text(
+                json.dumps({"url": self.url, "pid": os.getpid(), "token_required": self.token_required})
+            )
             temporary.replace(self.info_file)
         print(f"duro: serving the API and Studio at {self.url}", file=sys.stderr, flush=True)
 
@@ -85,23 +88,43 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if err.errno == errno.EADDRINUSE:
-            raise DuroError(f"port {port} on {host} is in use (another `duro dev` or `duro serve`?): stop that "
-                            f"server, or pass --port N for another port (--port 0 picks a free one)") from None
+            raise DuroError(
+                f"port {port} on {host} is in use (another `duro dev` or `duro serve`?): stop that "
+                f"server, or pass --port N for another port (--port 0 picks a free one)"
+            ) from None
         if err.errno == errno.EACCES:
-            raise DuroError(f"not allowed to listen on {where} (ports below 1024 need root): pass --port N "
-                            f"with N from 1024 up, or --port 0 for a free one") from None
-        raise DuroError(f"cannot listen on {where} ({err.strerror or err}): check --host (an address of "
-                        f"this machine, such as 127.0.0.1) and --port") from None
+            raise DuroError(
+                f"not allowed to listen on {where} (ports below 1024 need root): pass --port N "
+                f"with N from 1024 up, or --port 0 for a free one"
+            ) from None
+        raise DuroError(
+            f"cannot listen on {where} ({err.strerror or err}): check --host (an address of "
+            f"this machine, such as 127.0.0.1) and --port"
+        ) from None
     return sock
 
 
-def run_server(app: Starlette, host: str, port: int, *, project_dir: Path | None, token: str | None,
-               access_log: bool = True) -> None:
+def run_server(
+    app: Starlette,
+    host: str,
+    port: int,
+    *,
+    project_dir: Path | None,
+    token: str | None,
+    access_log: bool = True,
+) -> None:
     """Serve ``app`` until SIGINT / SIGTERM (a graceful stop: the engine hands its runs back)."""
     check_binding(host, token)
     sock = bind(host, port)
-    config = uvicorn.Config(app, host=host, port=port, lifespan="on", access_log=access_log, log_level="info",
-                            timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        access_log=access_log,
+        log_level="info",
+        timeout_graceful_shutdown=5,
+    )
     logging.getLogger("uvicorn.access").addFilter(_NoQueryStrings())
     server = _Server(config, None if project_dir is None else project_dir / SERVER_FILE, token is not None)
     with sock:

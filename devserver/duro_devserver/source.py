@@ -44,14 +44,23 @@ class Hub:
 
     def forward(self, event: RunEvent) -> None:
         """An engine's event listener: run events go out as ``run`` messages."""
-        self.publish("run", {"kind": event.kind, "run_id": event.run_id, "workflow": event.workflow,
-                             "at": ms_to_datetime(event.at).isoformat(),  # type: ignore[union-attr]
-                             "detail": _plain(event.detail)})
+        self.publish(
+            "run",
+            {
+                "kind": event.kind,
+                "run_id": event.run_id,
+                "workflow": event.workflow,
+                "at": ms_to_datetime(event.at).isoformat(),  # type: ignore[union-attr]
+                "detail": _plain(event.detail),
+            },
+        )
 
 
 def _plain(detail: dict[str, Any]) -> dict[str, Any]:
-    return {key: value if isinstance(value, str | int | float | bool | None) else str(value)
-            for key, value in detail.items()}
+    return {
+        key: value if isinstance(value, str | int | float | bool | None) else str(value)
+        for key, value in detail.items()
+    }
 
 
 class ProjectUnavailable(Exception):
@@ -94,8 +103,13 @@ class FixedEngine:
         return self._engine
 
     def status(self) -> dict[str, Any]:
-        return {"project": self.project, "database": _safe_url(self._engine), "loaded_at": None,
-                "load_error": None, "reloads": 0}
+        return {
+            "project": self.project,
+            "database": _safe_url(self._engine),
+            "loaded_at": None,
+            "load_error": None,
+            "reloads": 0,
+        }
 
     async def start(self) -> None:
         if self.run_worker and self._engine.worker is None:
@@ -116,8 +130,10 @@ def _safe_url(engine: Engine) -> str | None:
 def describe_load_error(err: BaseException) -> dict[str, str]:
     """A load failure as Studio and the terminal show it: one line, and the whole traceback."""
     cause = err.__cause__ or err
-    return {"message": f"{type(err).__name__}: {err}",
-            "traceback": "".join(traceback.format_exception(cause))}
+    return {
+        "message": f"{type(err).__name__}: {err}",
+        "traceback": "".join(traceback.format_exception(cause)),
+    }
 
 
 def print_load_error(error: dict[str, str], *, running: bool = True) -> None:
@@ -127,8 +143,13 @@ def print_load_error(error: dict[str, str], *, running: bool = True) -> None:
     if running:
         meanwhile = "the server keeps running the last good version"
     else:
-        meanwhile = ("no version of it has loaded yet: the server waits for a fix (the API answers 503 "
-                     "for what needs the project)")
-    print(f"duro: the project failed to load; {meanwhile}.\n"
-          f"{error['traceback']}{error['message']}\nduro: fix it and save: it reloads at once.",
-          file=sys.stderr, flush=True)
+        meanwhile = (
+            "no version of it has loaded yet: the server waits for a fix (the API answers 503 "
+            "for what needs the project)"
+        )
+    print(
+        f"duro: the project failed to load; {meanwhile}.\n"
+        f"{error['traceback']}{error['message']}\nduro: fix it and save: it reloads at once.",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -14,14 +14,16 @@ HERE = Path(__file__).resolve().parent
 
 
 async def main() -> int:
-    engine = Engine.from_project(HERE, database_url=f"sqlite:///{HERE / '.duro' / 'dev.db'}",
-                                 poll_interval="200ms")
+    engine = Engine.from_project(
+        HERE, database_url=f"sqlite:///{HERE / '.duro' / 'dev.db'}", poll_interval="200ms"
+    )
     async with engine:
         order = {"id": "A-1001", "customer": "ada", "items": {"lamp": 1, "bulb": 4}}
         handle = await engine.start("fulfil_order", order)
         print(f"started run {handle.id} of fulfil_order")
         while await handle.status() != "suspended" or not any(
-                s.kind == "signal" for s in await handle.steps()):
+            s.kind == "signal" for s in await handle.steps()
+        ):
             await asyncio.sleep(0.05)
         print("run is suspended waiting for signal 'delivered'; sending it as the courier's webhook would")
         await engine.signal(handle.id, "delivered", {"signed_by": "ada"})

@@ -53,22 +53,30 @@ class _CurrentEngine:
         if not info.status.terminal:
             raise AssertionError(
                 f"run {run_id} has not finished: it is {info.status.value} at {self._env.now.isoformat()} "
-                f"(simulated); advance time (await env.advance(...)) or send the signal it waits for first")
+                f"(simulated); advance time (await env.advance(...)) or send the signal it waits for first"
+            )
         return await self._env.engine.result(run_id, timeout)
 
 
 class DuroEnv:
     """A project under simulated time. See the Harness section of DESIGN.md and docs/testing.md."""
 
-    def __init__(self, project: str | Path | None = None, start: datetime | str | None = None,
-                 config: Mapping[str, Any] | None = None, directory: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        project: str | Path | None = None,
+        start: datetime | str | None = None,
+        config: Mapping[str, Any] | None = None,
+        directory: str | Path | None = None,
+    ) -> None:
         self.project_dir = None if project is None else Path(project).resolve()
         self.start_instant = _instant(start) if start is not None else DEFAULT_START
         self.config = dict(config or {})
         unknown = set(self.config) - {"limits"}
         if unknown:
-            raise ConfigError(f"duro harness config: unknown key(s) {', '.join(sorted(unknown))}; "
-                              f"only 'limits' can be overridden")
+            raise ConfigError(
+                f"duro harness config: unknown key(s) {', '.join(sorted(unknown))}; "
+                f"only 'limits' can be overridden"
+            )
         self._directory = None if directory is None else Path(directory)
         self._memory_name = f"duro-harness-{next(_ENVIRONMENTS)}"
         self._keeper: sqlite3.Connection | None = None  # keeps the in-memory store alive across restarts
@@ -126,7 +134,9 @@ class DuroEnv:
         overrides = self.config.get("limits")
         if not overrides:
             return base
-        limits = {name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms} for name, lim in base.limits.items()}
+        limits = {
+            name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms} for name, lim in base.limits.items()
+        }
         limits.update(overrides)
         return replace(define_workspace(limits=limits), workflows=base.workflows)
 
@@ -138,9 +148,14 @@ class DuroEnv:
         return f"sqlite:///file:{self._memory_name}?mode=memory&cache=shared&uri=true"
 
     async def _start_engine(self) -> None:
-        engine = Engine(self._database_url(), workspace=self._workspace(), clock=self.clock,
-                        poll_interval=None, inline_sync_steps=True,
-                        run_id_factory=lambda: f"run-{next(self._ids):05d}")
+        engine = Engine(
+            self._database_url(),
+            workspace=self._workspace(),
+            clock=self.clock,
+            poll_interval=None,
+            inline_sync_steps=True,
+            run_id_factory=lambda: f"run-{next(self._ids):05d}",
+        )
         for spec in self._project.workflows if self._project is not None else ():
             engine.register(spec)
         if self._engine is not None:  # keep what the test registered by hand
@@ -160,8 +175,10 @@ class DuroEnv:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            raise RuntimeError("the duro environment is not running: use it inside `async with simulated(...)` "
-                               "or in an `async def` test taking the duro_env fixture")
+            raise RuntimeError(
+                "the duro environment is not running: use it inside `async with simulated(...)` "
+                "or in an `async def` test taking the duro_env fixture"
+            )
         return self._engine
 
     @property
@@ -267,7 +284,9 @@ class DuroEnv:
 
     async def assert_status(self, run: RunHandle | str, status: str) -> None:
         actual = await self.status(run)
-        assert actual == status, f"run {_run_id(run)} is {actual}, expected {status} (at {self.now.isoformat()})"
+        assert actual == status, (
+            f"run {_run_id(run)} is {actual}, expected {status} (at {self.now.isoformat()})"
+        )
 
     async def assert_steps(self, run: RunHandle | str, *names: str) -> None:
         actual = [name for name, _ in await self.steps(run)]
@@ -284,13 +303,22 @@ class DuroEnv:
     async def assert_limit(self, limit: str, busy: int, waiting: int) -> None:
         (info,) = [i for i in await self.engine.limits.list() if i.name == limit]
         actual = (info.busy + info.reserved, info.waiting)
-        assert actual == (busy, waiting), (f"limit {limit}: {actual[0]} busy and {actual[1]} waiting, expected "
-                                           f"{busy} and {waiting} (at {self.now.isoformat()})")
+        assert actual == (busy, waiting), (
+            f"limit {limit}: {actual[0]} busy and {actual[1]} waiting, expected "
+            f"{busy} and {waiting} (at {self.now.isoformat()})"
+        )
 
     def timeline(self) -> list[tuple[str, str, str, str]]:
         """The events so far as ``(time, kind, run id, name)``: identical for identical scenarios."""
-        return [(ms_to_datetime(e.at).isoformat(), e.kind, e.run_id,  # type: ignore[union-attr]
-                 str(e.detail.get("name", e.workflow or ""))) for e in self.events]
+        return [
+            (
+                ms_to_datetime(e.at).isoformat(),
+                e.kind,
+                e.run_id,  # type: ignore[union-attr]
+                str(e.detail.get("name", e.workflow or "")),
+            )
+            for e in self.events
+        ]
 
 
 def _run_id(run: RunHandle | str) -> str:
@@ -304,8 +332,12 @@ def _instant(value: datetime | str) -> datetime:
 
 
 @asynccontextmanager
-async def simulated(project: str | Path | None = None, start: datetime | str | None = None,
-                    config: Mapping[str, Any] | None = None, directory: str | Path | None = None) -> Any:
+async def simulated(
+    project: str | Path | None = None,
+    start: datetime | str | None = None,
+    config: Mapping[str, Any] | None = None,
+    directory: str | Path | None = None,
+) -> Any:
     """``async with simulated("path/to/project") as env:`` — the harness without pytest."""
     async with DuroEnv(project, start=start, config=config, directory=directory) as env:
         yield env

@@ -66,8 +66,13 @@ Sink = asyncio.Future[Any] | Pending
 
 
 class GroupCommit:
-    def __init__(self, store: Any, call: Callable[..., Awaitable[Any]], max_batch: int = 500,
-                 alone: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        store: Any,
+        call: Callable[..., Awaitable[Any]],
+        max_batch: int = 500,
+        alone: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._store = store
         self._call = call  # the engine's way to call the store (in a thread; inline under the harness)
         self._max_batch = max_batch
@@ -76,8 +81,9 @@ class GroupCommit:
         self._detached: set[asyncio.Task[None]] = set()  # nowait writes made alone
         self._flushing: asyncio.Task[None] | None = None
         # the methods its apply_batch takes (record_step and finish_run unless the store says more)
-        self._batched = frozenset(getattr(store, "batched", ("record_step", "finish_run"))
-                                  if hasattr(store, "apply_batch") else ())
+        self._batched = frozenset(
+            getattr(store, "batched", ("record_step", "finish_run")) if hasattr(store, "apply_batch") else ()
+        )
         # whether the writer is the only run in flight here: nobody to share a commit with, so a
         # write with nothing queued before it is made at once, without the loop turns of a batch
         self._alone = alone
@@ -123,7 +129,7 @@ class GroupCommit:
         try:
             await asyncio.sleep(0)  # let every run that is ready this turn queue its write
             while self._pending:
-                batch, self._pending = self._pending[:self._max_batch], self._pending[self._max_batch:]
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
                 try:
                     results = await self._call(self._store.apply_batch, [(m, a) for m, a, _ in batch])
                 except Exception:  # noqa: BLE001 - retry each write alone so one bad write fails alone

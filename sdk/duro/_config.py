@@ -51,21 +51,26 @@ def check_limit_name(name: Any) -> str:
 
 def check_capacity(name: str, capacity: Any) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
-        raise ConfigError(f"limit {name!r}: capacity must be an integer from 1 to {MAX_CAPACITY}, "
-                          f"got {capacity!r}")
+        raise ConfigError(
+            f"limit {name!r}: capacity must be an integer from 1 to {MAX_CAPACITY}, got {capacity!r}"
+        )
     return capacity
 
 
 def check_max_hold(name: str, max_hold: Any) -> int:
     if max_hold is None:
-        raise ConfigError(f"limit {name!r}: max_hold is required (how long one run may hold a slot, "
-                          f"e.g. '45m'); there is no default on purpose")
+        raise ConfigError(
+            f"limit {name!r}: max_hold is required (how long one run may hold a slot, "
+            f"e.g. '45m'); there is no default on purpose"
+        )
     try:
         ms = to_ms(max_hold, f"limit {name!r} max_hold")
     except DuroError as err:
         raise ConfigError(str(err)) from None
     if not 0 < ms <= MAX_HOLD_MS:
-        raise ConfigError(f"limit {name!r}: max_hold must be more than 0 and at most 30 days, got {max_hold!r}")
+        raise ConfigError(
+            f"limit {name!r}: max_hold must be more than 0 and at most 30 days, got {max_hold!r}"
+        )
     return ms
 
 
@@ -76,13 +81,17 @@ def _limit(name: Any, spec: Any) -> LimitConfig:
     elif isinstance(spec, Mapping):
         unknown = set(spec) - {"capacity", "max_hold"}
         if unknown:
-            raise ConfigError(f"limit {name!r}: unknown field(s) {', '.join(sorted(unknown))}; "
-                              f"a limit has capacity and max_hold")
+            raise ConfigError(
+                f"limit {name!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+                f"a limit has capacity and max_hold"
+            )
         if "capacity" not in spec:
             raise ConfigError(f"limit {name!r}: capacity is required (an integer from 1 to {MAX_CAPACITY})")
         capacity, max_hold = spec["capacity"], spec.get("max_hold")
     else:
-        raise ConfigError(f"limit {name!r}: expected Limit(capacity=..., max_hold=...) or a dict, got {spec!r}")
+        raise ConfigError(
+            f"limit {name!r}: expected Limit(capacity=..., max_hold=...) or a dict, got {spec!r}"
+        )
     return LimitConfig(name, check_capacity(name, capacity), check_max_hold(name, max_hold))
 
 
@@ -92,17 +101,23 @@ def _entry(item: Any) -> WorkflowEntry:
     if isinstance(item, Mapping):
         unknown = set(item) - {"path", "serial"}
         if unknown or not isinstance(item.get("path"), str):
-            raise ConfigError(f"workflows entry {dict(item)!r}: use a path string or "
-                              f"{{'path': 'workflows/x.py', 'serial': True}}")
+            raise ConfigError(
+                f"workflows entry {dict(item)!r}: use a path string or "
+                f"{{'path': 'workflows/x.py', 'serial': True}}"
+            )
         serial = item.get("serial", False)
         if not isinstance(serial, bool):
-            raise ConfigError(f"workflows entry {item['path']!r}: serial must be True or False, got {serial!r}")
+            raise ConfigError(
+                f"workflows entry {item['path']!r}: serial must be True or False, got {serial!r}"
+            )
         return WorkflowEntry(item["path"], serial)
     raise ConfigError(f"workflows entry {item!r}: use a path string or a dict with 'path' (and 'serial')")
 
 
-def define_workspace(limits: Mapping[str, Limit | Mapping[str, Any]] | None = None,
-                     workflows: Sequence[str | Mapping[str, Any]] | None = None) -> Workspace:
+def define_workspace(
+    limits: Mapping[str, Limit | Mapping[str, Any]] | None = None,
+    workflows: Sequence[str | Mapping[str, Any]] | None = None,
+) -> Workspace:
     """Declare the project's limits and (optionally) its workflow files; validated here, at load.
 
     ``workflows=None`` scans ``workflows/``; a list replaces the scan. A :class:`ConfigError` names

@@ -78,9 +78,12 @@ class RunContext:
             raise self.fatal
         return seq, rec
 
-    async def _write(self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None) -> None:
-        ok = await self.engine.progress.write("record_step", self.run_id, self.worker.id, step, run_status,
-                                              wake_at, self._now())
+    async def _write(
+        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+    ) -> None:
+        ok = await self.engine.progress.write(
+            "record_step", self.run_id, self.worker.id, step, run_status, wake_at, self._now()
+        )
         if not ok:
             raise LostRun(self.run_id)
         self._recorded(step)
@@ -99,8 +102,15 @@ class RunContext:
         """Announce a step written (by this run's own write, or inside another decision: a slot
         request, a release...). ``_history`` keeps only what the replay found: a live run never
         looks back at a call it has passed."""
-        self.engine.events.emit(f"step.{step.status}", self.run_id, self._now(), self.workflow, seq=step.seq,
-                                step_kind=step.kind, name=step.name)
+        self.engine.events.emit(
+            f"step.{step.status}",
+            self.run_id,
+            self._now(),
+            self.workflow,
+            seq=step.seq,
+            step_kind=step.kind,
+            name=step.name,
+        )
 
     async def resume(self) -> None:
         """Before this run executes any more of its code — a step body, or workflow code after a
@@ -121,8 +131,10 @@ class RunContext:
         try:
             spec.signature.bind(*args, **kwargs)
         except TypeError as err:
-            raise DuroError(f"step {spec.name!r} called with wrong arguments ({err}); its signature is "
-                            f"{spec.name}{spec.signature}") from None
+            raise DuroError(
+                f"step {spec.name!r} called with wrong arguments ({err}); its signature is "
+                f"{spec.name}{spec.signature}"
+            ) from None
         seq, rec = self._take_seq("step", spec.name)
         if rec is not None and rec.status == "completed":
             return spec.output.load(rec.result)
@@ -143,11 +155,31 @@ class RunContext:
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
                     await self._sleep_until(self._now() + delay)
                     continue
-                await self._write(StepRecord(seq, "step", spec.name, "failed", started, self._now(),
-                                             error=describe_error(err), detail=dump_json({"attempts": attempt})))
+                await self._write(
+                    StepRecord(
+                        seq,
+                        "step",
+                        spec.name,
+                        "failed",
+                        started,
+                        self._now(),
+                        error=describe_error(err),
+                        detail=dump_json({"attempts": attempt}),
+                    )
+                )
                 raise
-            await self._write(StepRecord(seq, "step", spec.name, "completed", started, self._now(), result=text,
-                                         detail=dump_json({"attempts": attempt}) if attempt > 1 else None))
+            await self._write(
+                StepRecord(
+                    seq,
+                    "step",
+                    spec.name,
+                    "completed",
+                    started,
+                    self._now(),
+                    result=text,
+                    detail=dump_json({"attempts": attempt}) if attempt > 1 else None,
+                )
+            )
             return value
 
     async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -163,8 +195,9 @@ class RunContext:
                 # The lease is checked again in the step's thread, just before the body: a thread
                 # may start the body long after it was handed the call (every step thread busy, or
                 # the process frozen in between), and the check must be as late as the body's start.
-                outcome = await loop.run_in_executor(self.worker.step_executor,
-                                                     lambda: context.run(self._call_if_owned, spec, args, kwargs))
+                outcome = await loop.run_in_executor(
+                    self.worker.step_executor, lambda: context.run(self._call_if_owned, spec, args, kwargs)
+                )
                 if outcome is not _LAPSED:
                     return outcome
                 await self.resume()
@@ -182,9 +215,11 @@ class RunContext:
         try:
             return spec.output.dump(result)
         except Exception as err:  # noqa: BLE001
-            raise DuroError(f"result of step {spec.name!r} cannot be stored: {' '.join(str(err).split())}; "
-                            f"return a JSON value, a pydantic model or a dataclass, and annotate the "
-                            f"return type") from None
+            raise DuroError(
+                f"result of step {spec.name!r} cannot be stored: {' '.join(str(err).split())}; "
+                f"return a JSON value, a pydantic model or a dataclass, and annotate the "
+                f"return type"
+            ) from None
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -200,10 +235,19 @@ class RunContext:
             rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
             # The sleep's record commits while the run sleeps (it waits anyway), and the run makes
             # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
-            recorded = self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, rec,
-                                                         "suspended", rec.wake_at, started, on_refused=self._refused)
-            self.engine.events.emit("step.waiting", self.run_id, started, self.workflow, seq=seq,
-                                    step_kind="sleep", name="sleep")
+            recorded = self.engine.progress.write_nowait(
+                "record_step",
+                self.run_id,
+                self.worker.id,
+                rec,
+                "suspended",
+                rec.wake_at,
+                started,
+                on_refused=self._refused,
+            )
+            self.engine.events.emit(
+                "step.waiting", self.run_id, started, self.workflow, seq=seq, step_kind="sleep", name="sleep"
+            )
         assert rec.wake_at is not None
         self._asleep = True
         try:
@@ -222,10 +266,12 @@ class RunContext:
         # later record exists, or its time has passed) and goes on exactly as the run did. So the run
         # goes on while it commits; a write that does not take stops the run at once.
         woke = self._now()
-        self.engine.progress.write_nowait("record_step", self.run_id, self.worker.id, None, "running", None,
-                                          woke, on_refused=self._refused)
-        self.engine.events.emit("step.completed", self.run_id, woke, self.workflow, seq=seq,
-                                step_kind="sleep", name="sleep")
+        self.engine.progress.write_nowait(
+            "record_step", self.run_id, self.worker.id, None, "running", None, woke, on_refused=self._refused
+        )
+        self.engine.events.emit(
+            "step.completed", self.run_id, woke, self.workflow, seq=seq, step_kind="sleep", name="sleep"
+        )
 
     def _refused(self, why: Any) -> None:
         """A write the run did not wait for did not take (fenced: another worker owns the run, or it
@@ -252,7 +298,9 @@ class RunContext:
         """Wait (``suspended``) for signal ``name``; returns its payload, or ``None`` when ``timeout``
         passes first. Signals sent before the wait are buffered and consumed in order."""
         if not isinstance(name, str) or not name or NUL in name:
-            raise DuroError(f"wait_for_signal: the signal name must be a non-empty string, got {name!r}; {NO_NUL}")
+            raise DuroError(
+                f"wait_for_signal: the signal name must be a non-empty string, got {name!r}; {NO_NUL}"
+            )
         seq, rec = self._take_seq("signal", name)
         if rec is not None and rec.status == "completed":
             return _JSON.load(rec.result)
@@ -273,9 +321,20 @@ class RunContext:
                     await self.resume()
                     return payload
                 if rec.wake_at is not None and self._now() >= rec.wake_at:
-                    await self._write(StepRecord(seq, "signal", name, "completed", rec.started_at, self._now(),
-                                                 wake_at=rec.wake_at, result="null",
-                                                 detail=dump_json({"timed_out": True})), "running")
+                    await self._write(
+                        StepRecord(
+                            seq,
+                            "signal",
+                            name,
+                            "completed",
+                            rec.started_at,
+                            self._now(),
+                            wake_at=rec.wake_at,
+                            result="null",
+                            detail=dump_json({"timed_out": True}),
+                        ),
+                        "running",
+                    )
                     await self.resume()
                     return None
                 await self.worker.wait_for(waiter.wait(), rec.wake_at)
@@ -284,9 +343,13 @@ class RunContext:
             self.worker.drop_signal_waiter(self.run_id, name, waiter)
 
     async def _take_signal(self, rec: StepRecord) -> tuple[bool, Any]:
-        step = StepRecord(rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at)
+        step = StepRecord(
+            rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at
+        )
         try:
-            taken = await self.worker.db(self.worker.store.take_signal, self.run_id, self.worker.id, rec.name, step)
+            taken = await self.worker.db(
+                self.worker.store.take_signal, self.run_id, self.worker.id, rec.name, step
+            )
         except Fenced:
             raise LostRun(self.run_id) from None
         if taken is None:
@@ -296,8 +359,9 @@ class RunContext:
 
     # -- children --------------------------------------------------------------------------------
 
-    async def child(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
-                    concurrency: Concurrency | None = None) -> Any:
+    async def child(
+        self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
+    ) -> Any:
         """Start a child run and wait (``blocked``) for its result; a failed, cancelled or refused child
         raises :class:`ChildWorkflowError` with the reason as its cause."""
         spec = self.engine.spec_for(wf)
@@ -308,7 +372,9 @@ class RunContext:
             raise restore_error(rec.error)
         if rec is None:
             child_id = run_id or f"{self.run_id}.{seq}"
-            rec = StepRecord(seq, "child", spec.name, "waiting", self._now(), detail=dump_json({"run_id": child_id}))
+            rec = StepRecord(
+                seq, "child", spec.name, "waiting", self._now(), detail=dump_json({"run_id": child_id})
+            )
             await self._start_child_run(spec, inp, child_id, concurrency, rec)
         child_id = json.loads(rec.detail or "{}")["run_id"]
         waiter = self.worker.done_waiter(child_id)
@@ -322,21 +388,48 @@ class RunContext:
         finally:
             self.worker.drop_done_waiter(child_id, waiter)
         if child.status == "completed":
-            await self._write(StepRecord(seq, "child", spec.name, "completed", rec.started_at, self._now(),
-                                         result=child.output, detail=rec.detail), "running")
+            await self._write(
+                StepRecord(
+                    seq,
+                    "child",
+                    spec.name,
+                    "completed",
+                    rec.started_at,
+                    self._now(),
+                    result=child.output,
+                    detail=rec.detail,
+                ),
+                "running",
+            )
             await self.resume()
             return spec.output.load(child.output)
         cause = restore_error(child.error) if child.error else RunCancelled(child_id)
-        err = ChildWorkflowError(child_id, spec.name, cause if isinstance(cause, Exception) else None,
-                                 f"child run {child_id!r} of workflow {spec.name!r} {child.status}"
-                                 + (f": {cause}" if str(cause) else ""))
-        await self._write(StepRecord(seq, "child", spec.name, "failed", rec.started_at, self._now(),
-                                     error=describe_error(err), detail=rec.detail), "running")
+        err = ChildWorkflowError(
+            child_id,
+            spec.name,
+            cause if isinstance(cause, Exception) else None,
+            f"child run {child_id!r} of workflow {spec.name!r} {child.status}"
+            + (f": {cause}" if str(cause) else ""),
+        )
+        await self._write(
+            StepRecord(
+                seq,
+                "child",
+                spec.name,
+                "failed",
+                rec.started_at,
+                self._now(),
+                error=describe_error(err),
+                detail=rec.detail,
+            ),
+            "running",
+        )
         await self.resume()
         raise err
 
-    async def start_child(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
-                          concurrency: Concurrency | None = None) -> Any:
+    async def start_child(
+        self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
+    ) -> Any:
         """Start a child run without waiting; returns its :class:`RunHandle`."""
         spec = self.engine.spec_for(wf)
         seq, rec = self._take_seq("start_child", spec.name)
@@ -345,36 +438,60 @@ class RunContext:
         if rec is None:
             child_id = run_id or f"{self.run_id}.{seq}"
             now = self._now()
-            rec = StepRecord(seq, "start_child", spec.name, "completed", now, now,
-                             result=dump_json(child_id), detail=dump_json({"run_id": child_id}))
+            rec = StepRecord(
+                seq,
+                "start_child",
+                spec.name,
+                "completed",
+                now,
+                now,
+                result=dump_json(child_id),
+                detail=dump_json({"run_id": child_id}),
+            )
             await self._start_child_run(spec, inp, child_id, concurrency, rec)
         return self.engine.handle(json.loads(rec.detail or "{}")["run_id"])
 
-    async def _start_child_run(self, spec: Any, inp: Any, child_id: str, concurrency: Concurrency | None,
-                               rec: StepRecord) -> None:
+    async def _start_child_run(
+        self, spec: Any, inp: Any, child_id: str, concurrency: Concurrency | None, rec: StepRecord
+    ) -> None:
         try:
-            await self.engine.start_run(spec, inp, run_id=child_id, concurrency=concurrency,
-                                        parent=(self.run_id, self.worker.id, rec))
+            await self.engine.start_run(
+                spec, inp, run_id=child_id, concurrency=concurrency, parent=(self.run_id, self.worker.id, rec)
+            )
         except Fenced:
             raise LostRun(self.run_id) from None
         except (ConcurrencyLimitError, RunIdConflictError) as refused:
-            err = ChildWorkflowError(child_id, spec.name, refused,
-                                     f"child run of workflow {spec.name!r} was refused: {refused}")
-            await self._write(StepRecord(rec.seq, rec.kind, spec.name, "failed", rec.started_at, self._now(),
-                                         error=describe_error(err), detail=rec.detail))
+            err = ChildWorkflowError(
+                child_id, spec.name, refused, f"child run of workflow {spec.name!r} was refused: {refused}"
+            )
+            await self._write(
+                StepRecord(
+                    rec.seq,
+                    rec.kind,
+                    spec.name,
+                    "failed",
+                    rec.started_at,
+                    self._now(),
+                    error=describe_error(err),
+                    detail=rec.detail,
+                )
+            )
             raise err from refused
         self._recorded(rec)
 
-
     # -- limits (the class form's ctx offers every durable helper) -------------------------------
 
-    async def acquire_slot(self, limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Any:
+    async def acquire_slot(
+        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
+    ) -> Any:
         return await _limits._acquire(self, limit, label, timeout)
 
     async def release_slot(self, slot_id: str) -> Any:
         return await _limits.release_slot(slot_id)
 
-    async def with_limit(self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h") -> Any:
+    async def with_limit(
+        self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h"
+    ) -> Any:
         return await _limits.with_limit(limit, fn, label=label, timeout=timeout)
 
     def limit_slot(self, limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Any:
@@ -399,13 +516,17 @@ async def wait_for_signal(name: str, timeout: Duration | None = None) -> Any:
     return await _current.run_or_raise("wait_for_signal").wait_for_signal(name, timeout)
 
 
-async def child(wf: Any, inp: Any = None, *, run_id: str | None = None,
-                concurrency: Concurrency | None = None) -> Any:
+async def child(
+    wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
+) -> Any:
     """Start a child workflow run and return its result (the parent is ``blocked`` meanwhile)."""
     return await _current.run_or_raise("child").child(wf, inp, run_id=run_id, concurrency=concurrency)
 
 
-async def start_child(wf: Any, inp: Any = None, *, run_id: str | None = None,
-                      concurrency: Concurrency | None = None) -> Any:
+async def start_child(
+    wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
+) -> Any:
     """Start a child workflow run and return its :class:`RunHandle` at once."""
-    return await _current.run_or_raise("start_child").start_child(wf, inp, run_id=run_id, concurrency=concurrency)
+    return await _current.run_or_raise("start_child").start_child(
+        wf, inp, run_id=run_id, concurrency=concurrency
+    )

@@ -36,13 +36,23 @@ class WorkflowFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(*args, **kwargs)
 
-    async def start(self, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None,
-                    engine: Any = None) -> Any:
+    async def start(
+        self,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> Any:
         """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`."""
         return await _current.resolve_engine(engine).start(self, inp, run_id=run_id, concurrency=concurrency)
 
-    async def dispatch(self, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None,
-                       engine: Any = None) -> str:
+    async def dispatch(
+        self,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> str:
         """Like :meth:`start`, but returns the run id."""
         return (await self.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)).id
 
@@ -62,14 +72,24 @@ class Workflow:
     concurrency: Concurrency | None = None
 
     @classmethod
-    async def start(cls, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None,
-                    engine: Any = None) -> Any:
+    async def start(
+        cls,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> Any:
         """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`."""
         return await _current.resolve_engine(engine).start(cls, inp, run_id=run_id, concurrency=concurrency)
 
     @classmethod
-    async def dispatch(cls, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None,
-                       engine: Any = None) -> str:
+    async def dispatch(
+        cls,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> str:
         """Like :meth:`start`, but returns the run id."""
         return (await cls.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)).id
 
@@ -89,12 +109,24 @@ def workflow_spec(obj: Any) -> WorkflowSpec | None:
 @overload
 def workflow(fn: Callable[..., Any], /) -> Any: ...
 @overload
-def workflow(*, name: str | None = None, version: str | None = None, concurrency: Concurrency | None = None,
-             on_event: str | None = None) -> Callable[[Any], Any]: ...
+def workflow(
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    concurrency: Concurrency | None = None,
+    on_event: str | None = None,
+) -> Callable[[Any], Any]: ...
 
 
-def workflow(fn: Any = None, /, *, name: str | None = None, version: str | None = None,
-             concurrency: Concurrency | None = None, on_event: str | None = None) -> Any:
+def workflow(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    concurrency: Concurrency | None = None,
+    on_event: str | None = None,
+) -> Any:
     """Declare a durable workflow: an ``async def`` taking one input, or a :class:`Workflow` subclass.
 
     Usable bare (``@workflow``) or with arguments (``@workflow(name=..., version=..., concurrency=...)``).
@@ -109,8 +141,9 @@ def workflow(fn: Any = None, /, *, name: str | None = None, version: str | None 
             return target
         if not callable(target):
             raise ConfigError(f"@workflow needs an async function or a Workflow subclass, got {target!r}")
-        return WorkflowFunction(target, function_workflow_spec(target, name, version or "1", concurrency,
-                                                               on_event))
+        return WorkflowFunction(
+            target, function_workflow_spec(target, name, version or "1", concurrency, on_event)
+        )
 
     if fn is not None:
         return build(fn)
@@ -146,10 +179,14 @@ class StepFunction:
 @overload
 def step(fn: Callable[..., Any], /) -> StepFunction: ...
 @overload
-def step(*, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s") -> Callable[[Any], StepFunction]: ...
+def step(
+    *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s"
+) -> Callable[[Any], StepFunction]: ...
 
 
-def step(fn: Any = None, /, *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s") -> Any:
+def step(
+    fn: Any = None, /, *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s"
+) -> Any:
     """Declare a step (sync or async): inside a workflow its result is recorded and never recomputed.
 
     ``retries`` extra attempts follow a failure, waiting ``retry_delay`` and doubling each time.

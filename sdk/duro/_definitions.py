@@ -82,8 +82,10 @@ class Concurrency:
                 f"Concurrency key {self.key!r} must be a string, a function of the input, or None"
             )
         if isinstance(self.key, str) and NUL in self.key:
-            raise ConfigError(f"Concurrency key {self.key!r} contains a NUL character (\\x00); remove it: "
-                              f"quota keys never hold one")
+            raise ConfigError(
+                f"Concurrency key {self.key!r} contains a NUL character (\\x00); remove it: "
+                f"quota keys never hold one"
+            )
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,10 @@ def _one_line(err: BaseException) -> str:
     five), not its multi-line dump with a documentation URL per problem."""
     if isinstance(err, ValidationError):
         problems = err.errors(include_url=False)
-        told = [f"{'.'.join(str(part) for part in problem['loc']) or 'the value'}: {problem['msg']}"
-                for problem in problems[:5]]
+        told = [
+            f"{'.'.join(str(part) for part in problem['loc']) or 'the value'}: {problem['msg']}"
+            for problem in problems[:5]
+        ]
         if len(problems) > 5:
             told.append(f"and {len(problems) - 5} more")
         return " ".join("; ".join(told).split())
@@ -203,7 +207,11 @@ def _input_hint(fn: Callable[..., Any], skip: int, where: str) -> tuple[bool, An
         raise ConfigError(f"{where} takes {len(params)} parameters; a workflow takes one input (or none)")
     if not params:
         return False, inspect.Parameter.empty, hints.get("return", inspect.Parameter.empty)
-    return True, hints.get(params[0].name, inspect.Parameter.empty), hints.get("return", inspect.Parameter.empty)
+    return (
+        True,
+        hints.get(params[0].name, inspect.Parameter.empty),
+        hints.get("return", inspect.Parameter.empty),
+    )
 
 
 def function_workflow_spec(
@@ -219,9 +227,11 @@ def function_workflow_spec(
 
     # the workflow's own coroutine, not one wrapping it: a frame less on every resumption of a run
     if takes_input:
+
         def invoke(inp: Any, ctx: Any) -> Any:
             return fn(inp)
     else:
+
         def invoke(inp: Any, ctx: Any) -> Any:
             return fn()
 
@@ -238,8 +248,9 @@ def function_workflow_spec(
     )
 
 
-def class_workflow_spec(cls: type, name: str | None, version: str | None, concurrency: Concurrency | None,
-                        on_event: str | None) -> WorkflowSpec:
+def class_workflow_spec(
+    cls: type, name: str | None, version: str | None, concurrency: Concurrency | None, on_event: str | None
+) -> WorkflowSpec:
     run = getattr(cls, "run", None)
     where = f"workflow class {cls.__qualname__!r}"
     if run is None or not inspect.iscoroutinefunction(run):

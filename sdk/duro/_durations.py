@@ -17,8 +17,10 @@ Duration = str | int | timedelta
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _WHOLE = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+")
-_HINT = ("use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'; units ms, s, m, h, d in lowercase, "
-         "no spaces), an int of milliseconds or a timedelta")
+_HINT = (
+    "use e.g. '500ms', '10s', '45m', '2h', '30d' (or '1h30m'; units ms, s, m, h, d in lowercase, "
+    "no spaces), an int of milliseconds or a timedelta"
+)
 
 
 def to_ms(value: Duration, what: str = "duration") -> int:

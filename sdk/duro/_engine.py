@@ -73,13 +73,25 @@ class Engine:
     counts) to the namespace. ``clock``: the one clock (the harness injects a simulated one).
     """
 
-    def __init__(self, database_url: str | None = None, workspace: Workspace | None = None,
-                 namespace: str = "default", scope_reads: bool = False, clock: Clock | None = None, *,
-                 store: Store | None = None, poll_interval: Duration | None = "1s", lease: Duration = "30s",
-                 worker_id: str | None = None, inline_sync_steps: bool = False,
-                 run_id_factory: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str | None = None,
+        workspace: Workspace | None = None,
+        namespace: str = "default",
+        scope_reads: bool = False,
+        clock: Clock | None = None,
+        *,
+        store: Store | None = None,
+        poll_interval: Duration | None = "1s",
+        lease: Duration = "30s",
+        worker_id: str | None = None,
+        inline_sync_steps: bool = False,
+        run_id_factory: Callable[[], str] | None = None,
+    ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
-            raise DuroError(f"namespace {namespace!r} is invalid: use 1 to 64 letters, digits, '.', '_', ':' or '-'")
+            raise DuroError(
+                f"namespace {namespace!r} is invalid: use 1 to 64 letters, digits, '.', '_', ':' or '-'"
+            )
         if workspace is not None and not isinstance(workspace, Workspace):
             raise DuroError(f"workspace must come from define_workspace(...), got {workspace!r}")
         self.store: Store = store if store is not None else SqlStore(database_url or DEFAULT_SQLITE_URL)
@@ -89,7 +101,9 @@ class Engine:
         self.scope_reads = scope_reads
         # None: no periodic pass (one process alone on its store, e.g. under a simulated clock);
         # the worker then acts on local wakeups only.
-        self.poll_interval_ms = None if poll_interval is None else max(1, to_ms(poll_interval, "poll_interval"))
+        self.poll_interval_ms = (
+            None if poll_interval is None else max(1, to_ms(poll_interval, "poll_interval"))
+        )
         self.lease_ms = max(3, to_ms(lease, "lease"))
         self._worker_id = worker_id
         # Tests (the harness) run sync steps on the loop and number runs, for repeatable event orders.
@@ -116,10 +130,14 @@ class Engine:
         # once, nothing to confirm), when the store can (a custom store's ``slot_release`` may lack
         # ``takers``). False: every hand-out is a reservation (the harness, to strand one).
         release = getattr(self.store, "slot_release", None)
-        self.store_takes_hand_overs = release is not None and "takers" in inspect.signature(release).parameters
+        self.store_takes_hand_overs = (
+            release is not None and "takers" in inspect.signature(release).parameters
+        )
         self.hand_over_locally = True
-        self._db_executor: ThreadPoolExecutor | None = None    # every call (PostgreSQL), or the writes (SQLite)
-        self._read_executor: ThreadPoolExecutor | None = None  # SQLite's reads: never queued behind a locked write
+        self._db_executor: ThreadPoolExecutor | None = None  # every call (PostgreSQL), or the writes (SQLite)
+        self._read_executor: ThreadPoolExecutor | None = (
+            None  # SQLite's reads: never queued behind a locked write
+        )
         # the runs' progress writes (record_step, finish_run), group-committed: callers await its
         # write directly, a frame less on the hottest path
         self.progress = self._group_commit()
@@ -133,8 +151,9 @@ class Engine:
         """Whether a progress write may skip the group commit: the only run in flight here, on a
         store called on the loop (SQLite; PostgreSQL's batch pipelines a write's statements: one
         round trip, not two)."""
-        return ((self._inline_db or self._now_or_never is not None)
-                and (self.worker is None or len(self.worker.live) <= 1))
+        return (self._inline_db or self._now_or_never is not None) and (
+            self.worker is None or len(self.worker.live) <= 1
+        )
 
     def _time_ordered_id(self) -> str:
         """32 hex characters, the first 12 the start's millisecond (as in UUIDv7): new runs land at the
@@ -175,7 +194,9 @@ class Engine:
         runs every call in one pool."""
         if self._db_executor is None:
             sqlite = self.store.dialect == "sqlite"
-            self._db_executor = ThreadPoolExecutor(max_workers=1 if sqlite else 8, thread_name_prefix="duro-db")
+            self._db_executor = ThreadPoolExecutor(
+                max_workers=1 if sqlite else 8, thread_name_prefix="duro-db"
+            )
             if sqlite:
                 self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
         if self._read_executor is not None and getattr(fn, "__name__", "") in self.store.reads:
@@ -202,7 +223,8 @@ class Engine:
                     if store.is_unavailable(err):
                         raise StoreUnavailable(
                             f"the database at {store.safe_url} is busy or out of reach "
-                            f"({type(err).__name__}); nothing was changed: try again in a few seconds") from err
+                            f"({type(err).__name__}); nothing was changed: try again in a few seconds"
+                        ) from err
                     raise
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
@@ -217,15 +239,24 @@ class Engine:
 
     # -- registry --------------------------------------------------------------------------------
 
-    def register(self, name: Any, version: str | None = None, fn: Callable[..., Any] | None = None, *,
-                 concurrency: Concurrency | None = None, on_event: str | None = None) -> WorkflowSpec:
+    def register(
+        self,
+        name: Any,
+        version: str | None = None,
+        fn: Callable[..., Any] | None = None,
+        *,
+        concurrency: Concurrency | None = None,
+        on_event: str | None = None,
+    ) -> WorkflowSpec:
         """Register a workflow: ``register(decorated_workflow)`` or ``register(name, version, fn,
         concurrency=...)`` for a plain ``async def``. A later registration of a name replaces it."""
         if fn is None:
             spec = name if isinstance(name, WorkflowSpec) else workflow_spec(name)
             if spec is None:
-                raise DuroError(f"cannot register {name!r}: pass a @workflow, a Workflow subclass, or "
-                                f"register(name, version, fn)")
+                raise DuroError(
+                    f"cannot register {name!r}: pass a @workflow, a Workflow subclass, or "
+                    f"register(name, version, fn)"
+                )
         else:
             if not isinstance(name, str) or not name:
                 raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
@@ -234,14 +265,27 @@ class Engine:
         self._registry[spec.name] = spec
         return spec
 
-    def register_remote(self, name: str, version: str = "1", *, concurrency: Concurrency | None = None,
-                        on_event: str | None = None) -> WorkflowSpec:
+    def register_remote(
+        self,
+        name: str,
+        version: str = "1",
+        *,
+        concurrency: Concurrency | None = None,
+        on_event: str | None = None,
+    ) -> WorkflowSpec:
         """Register a workflow whose code runs in another process sharing the store: this engine can
         start it (input stored as JSON) and read it, and never executes it."""
         if not isinstance(name, str) or not name:
             raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
-        spec = WorkflowSpec(name=name, version=str(version), invoke=None, input=Codec(None), output=Codec(None),
-                            concurrency=concurrency, on_event=on_event)
+        spec = WorkflowSpec(
+            name=name,
+            version=str(version),
+            invoke=None,
+            input=Codec(None),
+            output=Codec(None),
+            concurrency=concurrency,
+            on_event=on_event,
+        )
         self._registry[name] = spec
         return spec
 
@@ -255,8 +299,10 @@ class Engine:
             spec = self._registry.get(wf)
             if spec is None:
                 known = ", ".join(sorted(self._registry)) or "none"
-                raise DuroError(f"unknown workflow {wf!r} (registered: {known}); put it under workflows/, "
-                                f"or call engine.register(...) / engine.register_remote(...)")
+                raise DuroError(
+                    f"unknown workflow {wf!r} (registered: {known}); put it under workflows/, "
+                    f"or call engine.register(...) / engine.register_remote(...)"
+                )
             return spec
         spec = wf if isinstance(wf, WorkflowSpec) else workflow_spec(wf)
         if spec is None:
@@ -271,8 +317,10 @@ class Engine:
         config = self.workspace.limits.get(name) if isinstance(name, str) else None
         if config is None:
             known = ", ".join(sorted(self.workspace.limits)) or "none"
-            raise DuroError(f"unknown limit {name!r} (declared in duro.config.py: {known}); declare it with "
-                            f"define_workspace(limits={{{name!r}: Limit(capacity=..., max_hold=...)}})")
+            raise DuroError(
+                f"unknown limit {name!r} (declared in duro.config.py: {known}); declare it with "
+                f"define_workspace(limits={{{name!r}: Limit(capacity=..., max_hold=...)}})"
+            )
         return config
 
     def is_serial(self, name: str) -> bool:
@@ -287,8 +335,9 @@ class Engine:
 
     # -- starting --------------------------------------------------------------------------------
 
-    async def start(self, wf: Any, inp: Any = None, run_id: str | None = None,
-                    concurrency: Concurrency | None = None) -> RunHandle:
+    async def start(
+        self, wf: Any, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None
+    ) -> RunHandle:
         """Start a run of ``wf`` (a name or a workflow) and return its handle.
 
         A start with an existing ``run_id`` of the same workflow returns that run, whatever its
@@ -298,9 +347,15 @@ class Engine:
         handle, _ = await self.start_run(wf, inp, run_id=run_id, concurrency=concurrency)
         return handle
 
-    async def start_run(self, wf: Any, inp: Any = None, *, run_id: str | None = None,
-                        concurrency: Concurrency | None = None,
-                        parent: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunHandle, bool]:
+    async def start_run(
+        self,
+        wf: Any,
+        inp: Any = None,
+        *,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        parent: tuple[str, str | None, StepRecord] | None = None,
+    ) -> tuple[RunHandle, bool]:
         """``start``, also saying whether this call created the run (False: the run id was taken
         by an earlier start of the same workflow, possibly one racing this one in another process)."""
         spec = self.spec_for(wf)
@@ -315,11 +370,17 @@ class Engine:
         # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
         owner = self.worker.id if self.worker is not None and not spec.remote and not spec.serial else None
         new = NewRun(
-            id=run_id or self._new_run_id(), namespace=self.namespace, workflow=spec.name, version=spec.version,
-            input=input_json, owner=owner, created_at=self.clock.now_ms(),
+            id=run_id or self._new_run_id(),
+            namespace=self.namespace,
+            workflow=spec.name,
+            version=spec.version,
+            input=input_json,
+            owner=owner,
+            created_at=self.clock.now_ms(),
             tags=[f"concurrency:{quota.key}"] if quota is not None else [],
             concurrency_key=quota.key if quota is not None else None,
-            parent_id=parent[0] if parent else None, parent_seq=parent[2].seq if parent else None,
+            parent_id=parent[0] if parent else None,
+            parent_seq=parent[2].seq if parent else None,
         )
         if quota is not None and not hasattr(self.store, "count_active"):
             await self._check_quota_by_listing(quota)  # a store without the atomic count
@@ -345,26 +406,41 @@ class Engine:
         the transaction); a clear error naming the workflow when either is unusable."""
         if conc is None:
             return None
-        key = await _resolve(conc.key, value, f"workflow {spec.name!r}: the concurrency key function",
-                             "a string or None")
+        key = await _resolve(
+            conc.key, value, f"workflow {spec.name!r}: the concurrency key function", "a string or None"
+        )
         if key is None:
             return None
         if not isinstance(key, str) or not key:
-            raise DuroError(f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, "
-                            f"got {key!r}")
+            raise DuroError(
+                f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, got {key!r}"
+            )
         refuse_nul(key, f"workflow {spec.name!r}: the concurrency key {key!r}")
-        limit = await _resolve(conc.limit, key, f"workflow {spec.name!r}: the concurrency limit function "
-                               f"(key {key!r})", "an int")
+        limit = await _resolve(
+            conc.limit, key, f"workflow {spec.name!r}: the concurrency limit function (key {key!r})", "an int"
+        )
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise DuroError(f"workflow {spec.name!r}: the concurrency limit for key {key!r} must be an int, "
-                            f"got {limit!r}")
-        return QuotaCheck(workflow=spec.name, key=key, limit=limit,
-                          statuses=tuple(conc.count_statuses), namespace=self._read_namespace)
+            raise DuroError(
+                f"workflow {spec.name!r}: the concurrency limit for key {key!r} must be an int, got {limit!r}"
+            )
+        return QuotaCheck(
+            workflow=spec.name,
+            key=key,
+            limit=limit,
+            statuses=tuple(conc.count_statuses),
+            namespace=self._read_namespace,
+        )
 
     async def _check_quota_by_listing(self, quota: QuotaCheck) -> None:
         """Fallback for a custom store without ``count_active`` (not atomic across processes)."""
-        listed = await self.db(self.store.list_runs, quota.namespace, None, list(quota.statuses),
-                               f"concurrency:{quota.key}", max(quota.limit, 0) + 1)
+        listed = await self.db(
+            self.store.list_runs,
+            quota.namespace,
+            None,
+            list(quota.statuses),
+            f"concurrency:{quota.key}",
+            max(quota.limit, 0) + 1,
+        )
         decision = admit(quota.key, quota.limit, len(listed))
         if not decision.admitted:
             raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, len(listed))
@@ -383,12 +459,16 @@ class Engine:
         return RunHandle(self.handle_target, run_id)
 
     async def _record(self, run_id: str) -> RunRecord:
-        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL could not even be asked
+        if (
+            isinstance(run_id, str) and NUL in run_id
+        ):  # no run has such an id; PostgreSQL could not even be asked
             raise DuroError(f"run {run_id!r} does not exist: {NO_NUL}")
         record = await self.db(self.store.get_run, run_id, self._read_namespace)
         if record is None:
-            raise DuroError(f"run {run_id!r} does not exist" + (f" in namespace {self.namespace!r}"
-                                                                 if self.scope_reads else ""))
+            raise DuroError(
+                f"run {run_id!r} does not exist"
+                + (f" in namespace {self.namespace!r}" if self.scope_reads else "")
+            )
         return record
 
     async def get_run(self, run_id: str) -> RunInfo:
@@ -398,8 +478,14 @@ class Engine:
         run = await self._record(run_id)
         return [StepInfo.of(rec) for rec in settle_sleeps(await self.db(self.store.get_steps, run_id), run)]
 
-    async def list_runs(self, workflow: str | None = None, status: Any = None, tag: str | None = None,
-                        limit: int = 100, before: tuple[int, str] | None = None) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        workflow: str | None = None,
+        status: Any = None,
+        tag: str | None = None,
+        limit: int = 100,
+        before: tuple[int, str] | None = None,
+    ) -> list[RunInfo]:
         """Runs, newest first, filtered by workflow name, status (one or several) and tag.
         ``before`` = (created_at in ms, run id) of the last run of a previous page: the next page."""
         statuses = None
@@ -408,14 +494,22 @@ class Engine:
             try:
                 statuses = [RunStatus(s).value for s in items]
             except ValueError:
-                raise DuroError(f"status {status!r} is not a run status; use one of "
-                                f"{', '.join(s.value for s in RunStatus)}") from None
+                raise DuroError(
+                    f"status {status!r} is not a run status; use one of "
+                    f"{', '.join(s.value for s in RunStatus)}"
+                ) from None
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise DuroError(f"limit must be an int from 1 to 10000, got {limit!r}")
-        for what, text in (("workflow", workflow), ("tag", tag), ("before", None if before is None else before[1])):
+        for what, text in (
+            ("workflow", workflow),
+            ("tag", tag),
+            ("before", None if before is None else before[1]),
+        ):
             if text is not None:
                 refuse_nul(text, f"the {what} filter {text!r}")
-        records = await self.db(self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before)
+        records = await self.db(
+            self.store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before
+        )
         return [RunInfo.of(rec) for rec in records]
 
     async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
@@ -430,10 +524,16 @@ class Engine:
                     return self._outcome(record)
                 now = self.clock.now_ms()
                 if deadline is not None and now >= deadline:
-                    raise TimeoutError(f"run {run_id!r} did not finish within {format_ms(to_ms(timeout))}"  # type: ignore[arg-type]
-                                       f"; it is {record.status}")
+                    raise TimeoutError(
+                        f"run {run_id!r} did not finish within {format_ms(to_ms(timeout))}"  # type: ignore[arg-type]
+                        f"; it is {record.status}"
+                    )
                 # With a local worker, its completion wakes us; the pass is for runs ending elsewhere.
-                backoff = self.poll_interval_ms or 1000 if waiter else min(backoff * 2, self.poll_interval_ms or 1000)
+                backoff = (
+                    self.poll_interval_ms or 1000
+                    if waiter
+                    else min(backoff * 2, self.poll_interval_ms or 1000)
+                )
                 until = now + backoff if deadline is None else min(deadline, now + backoff)
                 if waiter is not None:
                     await self.worker.wait_for(waiter.wait(), until)  # type: ignore[union-attr]
@@ -450,9 +550,12 @@ class Engine:
             return (spec.output if spec is not None else _JSON).load(record.output)
         cause = restore_error(record.error) if record.error else RunCancelled(record.id)
         verb = "was cancelled" if record.status == "cancelled" else "failed"
-        raise RunFailedError(record.id, record.status, cause,
-                             f"run {record.id!r} of workflow {record.workflow!r} {verb}: "
-                             f"{type(cause).__name__}: {cause}")
+        raise RunFailedError(
+            record.id,
+            record.status,
+            cause,
+            f"run {record.id!r} of workflow {record.workflow!r} {verb}: {type(cause).__name__}: {cause}",
+        )
 
     # -- acting on runs --------------------------------------------------------------------------
 
@@ -487,8 +590,12 @@ class Engine:
         """Runs that ended (at ``now``) leave the limits' queues they wait in (slots they hold stay
         held); the hook steps they were waiting on close then, with the run's end as their status."""
         if run_ids and self.workspace.limits:
-            granted = await self.db(self.store.slots_leave, self.limit_configs(), run_ids,
-                                    self.clock.now_ms() if now is None else now)
+            granted = await self.db(
+                self.store.slots_leave,
+                self.limit_configs(),
+                run_ids,
+                self.clock.now_ms() if now is None else now,
+            )
             self.limits.notify(granted)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -548,5 +655,7 @@ async def _resolve(value: Any, argument: Any, what: str, expected: str) -> Any:
         if inspect.isawaitable(result):
             result = await result
     except Exception as err:  # noqa: BLE001 - user code: any failure becomes a clear DuroError
-        raise DuroError(f"{what} raised {type(err).__name__}: {err}; fix it so it returns {expected}") from None
+        raise DuroError(
+            f"{what} raised {type(err).__name__}: {err}; fix it so it returns {expected}"
+        ) from None
     return result

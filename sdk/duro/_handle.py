@@ -35,12 +35,18 @@ class StepInfo:
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepInfo:
-        return cls(seq=rec.seq, name=rec.name, kind=rec.kind, status=rec.status,
-                   started_at=ms_to_datetime(rec.started_at),  # type: ignore[arg-type]
-                   ended_at=ms_to_datetime(rec.ended_at),
-                   result=None if rec.result is None else json.loads(rec.result),
-                   error=error_summary(rec.error), wake_at=ms_to_datetime(rec.wake_at),
-                   detail=None if rec.detail is None else json.loads(rec.detail))
+        return cls(
+            seq=rec.seq,
+            name=rec.name,
+            kind=rec.kind,
+            status=rec.status,
+            started_at=ms_to_datetime(rec.started_at),  # type: ignore[arg-type]
+            ended_at=ms_to_datetime(rec.ended_at),
+            result=None if rec.result is None else json.loads(rec.result),
+            error=error_summary(rec.error),
+            wake_at=ms_to_datetime(rec.wake_at),
+            detail=None if rec.detail is None else json.loads(rec.detail),
+        )
 
 
 @dataclass(frozen=True)
@@ -63,14 +69,21 @@ class RunInfo:
 
     @classmethod
     def of(cls, rec: RunRecord) -> RunInfo:
-        return cls(id=rec.id, workflow=rec.workflow, version=rec.version, namespace=rec.namespace,
-                   status=RunStatus(rec.status),
-                   input=None if rec.input is None else json.loads(rec.input),
-                   output=None if rec.output is None else json.loads(rec.output),
-                   error=error_summary(rec.error), tags=tuple(rec.tags), parent_id=rec.parent_id,
-                   created_at=ms_to_datetime(rec.created_at),  # type: ignore[arg-type]
-                   updated_at=ms_to_datetime(rec.updated_at),  # type: ignore[arg-type]
-                   ended_at=ms_to_datetime(rec.ended_at))
+        return cls(
+            id=rec.id,
+            workflow=rec.workflow,
+            version=rec.version,
+            namespace=rec.namespace,
+            status=RunStatus(rec.status),
+            input=None if rec.input is None else json.loads(rec.input),
+            output=None if rec.output is None else json.loads(rec.output),
+            error=error_summary(rec.error),
+            tags=tuple(rec.tags),
+            parent_id=rec.parent_id,
+            created_at=ms_to_datetime(rec.created_at),  # type: ignore[arg-type]
+            updated_at=ms_to_datetime(rec.updated_at),  # type: ignore[arg-type]
+            ended_at=ms_to_datetime(rec.ended_at),
+        )
 
 
 class RunHandle:

@@ -60,8 +60,11 @@ class Watch:
         """Whether our heartbeat went through on time: it took at most a beat interval, and came at
         most half a lease after the previous one ended (later, the store was out of reach, or this
         process was frozen: either way the others may not have been able to beat either)."""
-        return (self.last_beat is not None and done_at - sent_at <= self.beat_every_ms
-                and done_at - self.last_beat <= self.lease_ms // 2)
+        return (
+            self.last_beat is not None
+            and done_at - sent_at <= self.beat_every_ms
+            and done_at - self.last_beat <= self.lease_ms // 2
+        )
 
     def beat(self, sent_at: int, done_at: int, stamps: dict[str, int], me: str) -> None:
         """Our heartbeat sent at ``sent_at`` went through at ``done_at`` and read ``stamps``."""
@@ -83,8 +86,9 @@ class Watch:
         """(worker id, the stamp we saw) of every worker silent for a whole lease of fair time."""
         if self.last_beat is None or now - self.last_beat > self.lease_ms // 2:
             return []  # our own heartbeats are late: we cannot tell a dead worker from a dead store
-        return sorted((worker, stamp) for worker, (stamp, since) in self.seen.items()
-                      if now - since >= self.lease_ms)
+        return sorted(
+            (worker, stamp) for worker, (stamp, since) in self.seen.items() if now - since >= self.lease_ms
+        )
 
     def forget(self, worker: str) -> None:
         self.seen.pop(worker, None)

@@ -95,8 +95,10 @@ def _check_label(limit: str, label: Any) -> str | None:
     if label is None:
         return None
     if not isinstance(label, str) or len(label) > MAX_LABEL:
-        raise DuroError(f"limit {limit!r}: label must be a string of at most {MAX_LABEL} characters, "
-                        f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else ""))
+        raise DuroError(
+            f"limit {limit!r}: label must be a string of at most {MAX_LABEL} characters, "
+            f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else "")
+        )
     return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
 
 
@@ -105,6 +107,7 @@ def _slot_of(row: SlotRow) -> Slot:
 
 
 # -- in workflow code ----------------------------------------------------------------------------
+
 
 async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Duration | None) -> Slot:
     engine, worker = ctx.engine, ctx.worker
@@ -121,10 +124,18 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
     owner = worker.id
     if rec is None:
         now = ctx._now()
-        rec = StepRecord(seq, "hook", name, "waiting", now, wake_at=None if timeout_ms is None else now + timeout_ms,
-                         detail=json.dumps({"slot_id": slot_id, "limit": limit}))
-        row = await ctx._store_call("slot_request", config, slot_id, ctx.run_id, label, rec.wake_at,
-                                    now, (ctx.run_id, owner, rec))
+        rec = StepRecord(
+            seq,
+            "hook",
+            name,
+            "waiting",
+            now,
+            wake_at=None if timeout_ms is None else now + timeout_ms,
+            detail=json.dumps({"slot_id": slot_id, "limit": limit}),
+        )
+        row = await ctx._store_call(
+            "slot_request", config, slot_id, ctx.run_id, label, rec.wake_at, now, (ctx.run_id, owner, rec)
+        )
         ctx._recorded(rec)
         worker.limits_changed(row.due_at)
     else:  # a replay: the request is in the store, in its place
@@ -140,8 +151,9 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
             if row.state == "reserved":  # handed to us: take it (or, too late, back to the queue)
                 engine.checkpoint("slot.confirming", ctx.run_id)
-                row, granted = await ctx._store_call("slot_confirm", config, slot_id, ctx._now(),
-                                                     (ctx.run_id, owner, done))
+                row, granted = await ctx._store_call(
+                    "slot_confirm", config, slot_id, ctx._now(), (ctx.run_id, owner, done)
+                )
                 engine.limits.notify(granted)
                 continue
             if row.state == "busy":
@@ -155,14 +167,26 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 await ctx.resume()
                 return _slot_of(row)
             if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
-                raise DuroError(f"run {ctx.run_id!r} no longer waits for a slot of limit {limit!r}: its request "
-                                f"{slot_id!r} left the queue ({row.state}, {row.reason or 'no reason given'})")
+                raise DuroError(
+                    f"run {ctx.run_id!r} no longer waits for a slot of limit {limit!r}: its request "
+                    f"{slot_id!r} left the queue ({row.state}, {row.reason or 'no reason given'})"
+                )
             if row.state == "timed_out" or (rec.wake_at is not None and ctx._now() >= rec.wake_at):
                 error = SlotTimeoutError(limit, timeout)
-                failed = StepRecord(seq, "hook", name, "failed", rec.started_at, ctx._now(), wake_at=rec.wake_at,
-                                    error=describe_error(error), detail=rec.detail)
-                row = await ctx._store_call("slot_give_up", config, slot_id, ctx._now(),
-                                            (ctx.run_id, owner, failed))
+                failed = StepRecord(
+                    seq,
+                    "hook",
+                    name,
+                    "failed",
+                    rec.started_at,
+                    ctx._now(),
+                    wake_at=rec.wake_at,
+                    error=describe_error(error),
+                    detail=rec.detail,
+                )
+                row = await ctx._store_call(
+                    "slot_give_up", config, slot_id, ctx._now(), (ctx.run_id, owner, failed)
+                )
                 if row is not None and row.state in ("reserved", "busy"):
                     continue  # the slot arrived in time after all: take it
                 ctx._recorded(failed)
@@ -196,11 +220,19 @@ async def release_slot(slot_id: str) -> SlotRelease:
     if rec is not None:
         return SlotRelease(**json.loads(rec.result or '{"released": false}'))
     now = ctx._now()
-    step = StepRecord(seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id}))
+    step = StepRecord(
+        seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id})
+    )
     engine = ctx.engine
-    _, released, granted = await ctx._store_call("slot_release", engine.limit_configs(), slot_id, now,
-                                                 "release", (ctx.run_id, ctx.worker.id, step),
-                                                 *engine.limits.takers())
+    _, released, granted = await ctx._store_call(
+        "slot_release",
+        engine.limit_configs(),
+        slot_id,
+        now,
+        "release",
+        (ctx.run_id, ctx.worker.id, step),
+        *engine.limits.takers(),
+    )
     ctx._recorded(step)
     engine.limits.notify(granted)
     if released:
@@ -208,8 +240,9 @@ async def release_slot(slot_id: str) -> SlotRelease:
     return SlotRelease(released)
 
 
-async def with_limit(limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None,
-                     timeout: Duration | None = "24h") -> T:
+async def with_limit(
+    limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None, timeout: Duration | None = "24h"
+) -> T:
     """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
     ctx = _current.run_or_raise("with_limit")
     slot = await _acquire(ctx, limit, label, timeout)
@@ -225,7 +258,9 @@ async def with_limit(limit: str, fn: Callable[[], Awaitable[T]], label: str | No
 
 
 @asynccontextmanager
-async def limit_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> AsyncIterator[Slot]:
+async def limit_slot(
+    limit: str, label: str | None = None, timeout: Duration | None = "24h"
+) -> AsyncIterator[Slot]:
     """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it."""
     ctx = _current.run_or_raise("limit_slot")
     slot = await _acquire(ctx, limit, label, timeout)
@@ -240,6 +275,7 @@ async def limit_slot(limit: str, label: str | None = None, timeout: Duration | N
 
 
 # -- operators -----------------------------------------------------------------------------------
+
 
 class Limits:
     """``engine.limits``: what the dev server, Studio and the CLI call."""
@@ -271,13 +307,20 @@ class Limits:
             state = states.get(name)
             capacity_override = state.capacity_override if state else None
             hold_override = state.max_hold_override_ms if state else None
-            infos.append(LimitInfo(
-                name=name, capacity=config.capacity, effective_capacity=capacity_override or config.capacity,
-                max_hold=format_ms(config.max_hold_ms), effective_max_hold=format_ms(hold_override or config.max_hold_ms),
-                capacity_override=capacity_override,
-                max_hold_override=None if hold_override is None else format_ms(hold_override),
-                busy=state.busy if state else 0, reserved=state.reserved if state else 0,
-                waiting=state.waiting if state else 0))
+            infos.append(
+                LimitInfo(
+                    name=name,
+                    capacity=config.capacity,
+                    effective_capacity=capacity_override or config.capacity,
+                    max_hold=format_ms(config.max_hold_ms),
+                    effective_max_hold=format_ms(hold_override or config.max_hold_ms),
+                    capacity_override=capacity_override,
+                    max_hold_override=None if hold_override is None else format_ms(hold_override),
+                    busy=state.busy if state else 0,
+                    reserved=state.reserved if state else 0,
+                    waiting=state.waiting if state else 0,
+                )
+            )
         return infos
 
     async def slots(self, name: str) -> list[SlotInfo]:
@@ -290,21 +333,37 @@ class Limits:
         for row in rows:
             if row.state == "waiting":
                 position += 1
-            infos.append(SlotInfo(
-                id=row.id, limit=row.limit, state=row.state, run_id=row.run_id, label=row.label,
-                position=position if row.state == "waiting" else None,
-                enqueued_at=ms_to_datetime(row.enqueued_at),  # type: ignore[arg-type]
-                waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
-                held_since=ms_to_datetime(row.held_since), expires_at=ms_to_datetime(row.expires_at),
-                reserved_until=ms_to_datetime(row.reserved_until), timeout_at=ms_to_datetime(row.timeout_at)))
+            infos.append(
+                SlotInfo(
+                    id=row.id,
+                    limit=row.limit,
+                    state=row.state,
+                    run_id=row.run_id,
+                    label=row.label,
+                    position=position if row.state == "waiting" else None,
+                    enqueued_at=ms_to_datetime(row.enqueued_at),  # type: ignore[arg-type]
+                    waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
+                    held_since=ms_to_datetime(row.held_since),
+                    expires_at=ms_to_datetime(row.expires_at),
+                    reserved_until=ms_to_datetime(row.reserved_until),
+                    timeout_at=ms_to_datetime(row.timeout_at),
+                )
+            )
         return infos
 
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         engine = self._engine
         if NUL in slot_id:
             return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
-        row, released, granted = await engine.db(engine.store.slot_release, engine.limit_configs(), slot_id,
-                                                 engine.clock.now_ms(), "operator", None, *self.takers())
+        row, released, granted = await engine.db(
+            engine.store.slot_release,
+            engine.limit_configs(),
+            slot_id,
+            engine.clock.now_ms(),
+            "operator",
+            None,
+            *self.takers(),
+        )
         self.notify(granted)
         return row, released
 
@@ -317,7 +376,9 @@ class Limits:
         queue as if the reservation had lapsed: no timeout). An unknown id is an error."""
         row, released = await self._release(slot_id)
         if row is None:
-            raise DuroError(f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)")
+            raise DuroError(
+                f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)"
+            )
         return SlotRelease(released)
 
     async def set_capacity(self, name: str, capacity: int | None) -> LimitInfo:
@@ -336,7 +397,9 @@ class Limits:
 
     async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
         engine = self._engine
-        granted = await engine.db(engine.store.set_limit_override, config, field, value, engine.clock.now_ms())
+        granted = await engine.db(
+            engine.store.set_limit_override, config, field, value, engine.clock.now_ms()
+        )
         self.notify(granted)
         return next(info for info in await self.list() if info.name == config.name)
 

@@ -113,8 +113,11 @@ def load_project(root: str | Path = ".") -> Project:
 
     if workspace.workflows is None:
         directory = root / WORKFLOWS_DIR
-        entries = [(path, False) for path in sorted(directory.rglob("*.py"))
-                   if "__pycache__" not in path.parts] if directory.is_dir() else []
+        entries = (
+            [(path, False) for path in sorted(directory.rglob("*.py")) if "__pycache__" not in path.parts]
+            if directory.is_dir()
+            else []
+        )
     else:
         entries = [(root / entry.path, entry.serial) for entry in workspace.workflows]
 
@@ -124,9 +127,10 @@ def load_project(root: str | Path = ".") -> Project:
         module = _import(root, path)
         for spec in _workflows_in(module):
             if spec.name in specs and specs[spec.name] is not spec:
-                raise ConfigError(f"two workflows are named {spec.name!r}: in {origin[spec.name]} and in {path}; "
-                                  f"give one of them another name=")
+                raise ConfigError(
+                    f"two workflows are named {spec.name!r}: in {origin[spec.name]} and in {path}; "
+                    f"give one of them another name="
+                )
             specs[spec.name] = replace(spec, serial=True) if serial else spec
             origin[spec.name] = path
     return Project(root=root, workspace=workspace, workflows=list(specs.values()))
-

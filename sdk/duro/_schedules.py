@@ -47,11 +47,17 @@ class ScheduleInfo:
 
     @classmethod
     def of(cls, rec: ScheduleRecord) -> ScheduleInfo:
-        return cls(name=rec.name, workflow=rec.workflow, cron=rec.cron, input=_JSON.load(rec.input),
-                   concurrency=None if rec.concurrency is None else json.loads(rec.concurrency),
-                   next_fire_at=ms_to_datetime(rec.next_fire_at),  # type: ignore[arg-type]
-                   last_fire_at=ms_to_datetime(rec.last_fire_at), last_run_id=rec.last_run_id,
-                   last_error=rec.last_error)
+        return cls(
+            name=rec.name,
+            workflow=rec.workflow,
+            cron=rec.cron,
+            input=_JSON.load(rec.input),
+            concurrency=None if rec.concurrency is None else json.loads(rec.concurrency),
+            next_fire_at=ms_to_datetime(rec.next_fire_at),  # type: ignore[arg-type]
+            last_fire_at=ms_to_datetime(rec.last_fire_at),
+            last_run_id=rec.last_run_id,
+            last_error=rec.last_error,
+        )
 
 
 def next_window(cron: str, after_ms: int) -> int:
@@ -63,13 +69,23 @@ def _stored_quota(name: str, concurrency: Concurrency | None) -> str | None:
     if concurrency is None:
         return None
     if not isinstance(concurrency, Concurrency):
-        raise DuroError(f"schedule {name!r}: concurrency must be a Concurrency(key=..., limit=...), "
-                        f"got {concurrency!r}")
-    if not (concurrency.key is None or isinstance(concurrency.key, str)) or not isinstance(concurrency.limit, int):
-        raise DuroError(f"schedule {name!r}: its quota is stored, so its key must be a string (or None) and "
-                        f"its limit an int, not functions")
-    return json.dumps({"key": concurrency.key, "limit": concurrency.limit,
-                       "count_statuses": list(concurrency.count_statuses)})
+        raise DuroError(
+            f"schedule {name!r}: concurrency must be a Concurrency(key=..., limit=...), got {concurrency!r}"
+        )
+    if not (concurrency.key is None or isinstance(concurrency.key, str)) or not isinstance(
+        concurrency.limit, int
+    ):
+        raise DuroError(
+            f"schedule {name!r}: its quota is stored, so its key must be a string (or None) and "
+            f"its limit an int, not functions"
+        )
+    return json.dumps(
+        {
+            "key": concurrency.key,
+            "limit": concurrency.limit,
+            "count_statuses": list(concurrency.count_statuses),
+        }
+    )
 
 
 def _quota_of(rec: ScheduleRecord) -> Concurrency | None:
@@ -85,23 +101,38 @@ class Schedules:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    async def create(self, name: str, workflow: Any, cron: str, input: Any = None,
-                     concurrency: Concurrency | None = None) -> ScheduleInfo:
+    async def create(
+        self, name: str, workflow: Any, cron: str, input: Any = None, concurrency: Concurrency | None = None
+    ) -> ScheduleInfo:
         """Create schedule ``name`` (or redefine it: a deploy can run this every time) to start
         ``workflow`` with ``input`` at every window of ``cron`` (UTC)."""
         engine = self._engine
         if not isinstance(name, str) or not SCHEDULE_NAME.match(name):
-            raise DuroError(f"schedule name {name!r} is invalid: use 1 to 100 letters, digits, '.', '_', ':' or '-'")
+            raise DuroError(
+                f"schedule name {name!r} is invalid: use 1 to 100 letters, digits, '.', '_', ':' or '-'"
+            )
         if not isinstance(cron, str) or not croniter.is_valid(cron):
-            raise DuroError(f"schedule {name!r}: cron {cron!r} is not a valid cron expression; "
-                            f"e.g. '*/15 * * * *' (every 15 minutes, UTC)")
+            raise DuroError(
+                f"schedule {name!r}: cron {cron!r} is not a valid cron expression; "
+                f"e.g. '*/15 * * * *' (every 15 minutes, UTC)"
+            )
         spec = engine.spec_for(workflow)
         _, input_json = spec.prepare_input(input)
         now = engine.clock.now_ms()
-        record = ScheduleRecord(namespace=engine.namespace, name=name, workflow=spec.name, cron=cron,
-                                input=input_json, concurrency=_stored_quota(name, concurrency),
-                                next_fire_at=next_window(cron, now), last_fire_at=None, last_run_id=None,
-                                last_error=None, created_at=now, updated_at=now)
+        record = ScheduleRecord(
+            namespace=engine.namespace,
+            name=name,
+            workflow=spec.name,
+            cron=cron,
+            input=input_json,
+            concurrency=_stored_quota(name, concurrency),
+            next_fire_at=next_window(cron, now),
+            last_fire_at=None,
+            last_run_id=None,
+            last_error=None,
+            created_at=now,
+            updated_at=now,
+        )
         await engine.db(engine.store.put_schedule, record)
         if engine.worker is not None:
             engine.worker.schedules_changed()
@@ -109,7 +140,9 @@ class Schedules:
 
     async def list(self) -> list[ScheduleInfo]:
         engine = self._engine
-        return [ScheduleInfo.of(rec) for rec in await engine.db(engine.store.list_schedules, engine.namespace)]
+        return [
+            ScheduleInfo.of(rec) for rec in await engine.db(engine.store.list_schedules, engine.namespace)
+        ]
 
     async def get(self, name: str) -> ScheduleInfo:
         for info in await self.list():
@@ -132,7 +165,9 @@ async def fire_due(engine: Engine) -> int | None:
     names = engine.local_workflow_names()
     for rec in await engine.db(store.due_schedules, namespace, names, now):
         following = next_window(rec.cron, max(rec.next_fire_at, now))
-        if not await engine.db(store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now):
+        if not await engine.db(
+            store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now
+        ):
             continue  # another worker fired this window
         run_id, error = f"schedule:{rec.name}:{rec.next_fire_at}", None
         try:

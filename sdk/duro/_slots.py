@@ -94,17 +94,37 @@ class Decision:
 
 
 def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
-    return row._replace(state="busy", granted_at=row.granted_at or now, held_since=now,
-                   max_hold_ms=row.max_hold_ms or view.max_hold_ms,
-                   expires_at=now + (row.max_hold_ms or view.max_hold_ms), reserved_until=None)
+    return row._replace(
+        state="busy",
+        granted_at=row.granted_at or now,
+        held_since=now,
+        max_hold_ms=row.max_hold_ms or view.max_hold_ms,
+        expires_at=now + (row.max_hold_ms or view.max_hold_ms),
+        reserved_until=None,
+    )
 
 
-def request(view: LimitView, slot_id: str, run_id: str | None, label: str | None, timeout_at: int | None,
-            now: int, queue_is_empty: bool) -> Decision:
+def request(
+    view: LimitView,
+    slot_id: str,
+    run_id: str | None,
+    label: str | None,
+    timeout_at: int | None,
+    now: int,
+    queue_is_empty: bool,
+) -> Decision:
     """A run asks for a slot: busy at once if one is free and nobody waits ahead, else queued last."""
     decision = Decision(view)
-    row = SlotRow(id=slot_id, limit=view.name, run_id=run_id, state="waiting", pos=view.next_pos, label=label,
-                  enqueued_at=now, timeout_at=timeout_at)
+    row = SlotRow(
+        id=slot_id,
+        limit=view.name,
+        run_id=run_id,
+        state="waiting",
+        pos=view.next_pos,
+        label=label,
+        enqueued_at=now,
+        timeout_at=timeout_at,
+    )
     if queue_is_empty and view.free > 0:
         decision.put(None, _hold(row._replace(max_hold_ms=view.max_hold_ms), view, now))
     else:
@@ -114,10 +134,12 @@ def request(view: LimitView, slot_id: str, run_id: str | None, label: str | None
 
 def next_grants(decision: Decision, heads: list[SlotRow]) -> list[SlotRow]:
     """The head waiters (``heads``, in order) that the free capacity goes to."""
-    return [row for row in heads if row.state == "waiting"][:decision.view.free]
+    return [row for row in heads if row.state == "waiting"][: decision.view.free]
 
 
-def hand_out(decision: Decision, heads: list[SlotRow], now: int, taken: frozenset[str] = frozenset()) -> Decision:
+def hand_out(
+    decision: Decision, heads: list[SlotRow], now: int, taken: frozenset[str] = frozenset()
+) -> Decision:
     """Reserve the queue's head waiters (``heads``, in order) for as many slots as are free. A waiter
     in ``taken`` is known to be waiting right now in the deciding process, which records its
     acquisition in the same transaction: it is busy at once, with no reservation to confirm."""
@@ -125,8 +147,15 @@ def hand_out(decision: Decision, heads: list[SlotRow], now: int, taken: frozense
         if row.id in taken:
             decision.put(row, _hold(row._replace(max_hold_ms=decision.view.max_hold_ms), decision.view, now))
         else:
-            decision.put(row, row._replace(state="reserved", granted_at=now, reserved_until=now + RESERVATION_MS,
-                                           max_hold_ms=decision.view.max_hold_ms))
+            decision.put(
+                row,
+                row._replace(
+                    state="reserved",
+                    granted_at=now,
+                    reserved_until=now + RESERVATION_MS,
+                    max_hold_ms=decision.view.max_hold_ms,
+                ),
+            )
     return decision
 
 
@@ -160,7 +189,9 @@ def leave(view: LimitView, row: SlotRow, now: int) -> Decision:
     """The run of a waiting or just-picked request ended: it leaves the queue (a busy slot stays)."""
     decision = Decision(view)
     if row.state in ("waiting", "reserved"):
-        decision.put(row, row._replace(state="cancelled", ended_at=now, reason="run_ended", reserved_until=None))
+        decision.put(
+            row, row._replace(state="cancelled", ended_at=now, reason="run_ended", reserved_until=None)
+        )
     return decision
 
 

@@ -19,7 +19,9 @@ MAX_RUN_ID = 200
 def check_run_id(run_id: object) -> str:
     """``run_id`` for a new run: a string of 1 to 200 characters without NUL; a :class:`DuroError` otherwise."""
     if not isinstance(run_id, str) or not 0 < len(run_id) <= MAX_RUN_ID or NUL in run_id:
-        raise DuroError(f"run_id {run_id!r} is invalid: use a string of 1 to {MAX_RUN_ID} characters; {NO_NUL}")
+        raise DuroError(
+            f"run_id {run_id!r} is invalid: use a string of 1 to {MAX_RUN_ID} characters; {NO_NUL}"
+        )
     return run_id
 
 
@@ -27,5 +29,7 @@ def refuse_nul(value: str, what: str) -> str:
     """``value``, or a :class:`DuroError` naming ``what`` (not the value: labels stay out of messages
     that may reach a log) when it holds a NUL character."""
     if NUL in value:
-        raise DuroError(f"{what} contains a NUL character (\\x00); remove it: ids, names, keys and labels never hold one")
+        raise DuroError(
+            f"{what} contains a NUL character (\\x00); remove it: ids, names, keys and labels never hold one"
+        )
     return value

@@ -39,17 +39,22 @@ class EmitResult:
 
 def check_event_name(name: Any) -> str:
     if not isinstance(name, str) or not EVENT_NAME.match(name):
-        raise DuroError(f"event name {name!r} is invalid: use 1 to 200 letters, digits, '.', '_', ':', '/' or '-'")
+        raise DuroError(
+            f"event name {name!r} is invalid: use 1 to 200 letters, digits, '.', '_', ':', '/' or '-'"
+        )
     return name
 
 
 async def emit(engine: Engine, name: str, payload: Any, event_id: str | None) -> EmitResult:
     check_event_name(name)
-    if event_id is not None and (not isinstance(event_id, str) or not 0 < len(event_id) <= 120 or NUL in event_id):
+    if event_id is not None and (
+        not isinstance(event_id, str) or not 0 < len(event_id) <= 120 or NUL in event_id
+    ):
         raise DuroError(f"event_id {event_id!r} is invalid: use a string of 1 to 120 characters; {NO_NUL}")
     result = EmitResult(event=name)
-    subscribers = sorted((spec for spec in engine.workflows.values() if spec.on_event == name),
-                         key=lambda spec: spec.name)
+    subscribers = sorted(
+        (spec for spec in engine.workflows.values() if spec.on_event == name), key=lambda spec: spec.name
+    )
     for spec in subscribers:
         run_id = None if event_id is None else f"event:{event_id}:{spec.name}"
         try:

@@ -109,10 +109,10 @@ class Worker:
         self.live: dict[str, tuple[asyncio.Task[None], RunContext]] = {}
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
         self._signal_waiters: Waiters[tuple[str, str]] = Waiters()  # runs parked on a signal
-        self._done_waiters: Waiters[str] = Waiters()                 # waiting for a run to end
-        self._slot_waiters: Waiters[str] = Waiters()                 # runs in a limit's queue
-        self.slot_takers: dict[str, Hook] = {}                       # their hook steps, by slot id
-        self._slot_news: dict[str, SlotRow] = {}                     # rows delivered with a wakeup
+        self._done_waiters: Waiters[str] = Waiters()  # waiting for a run to end
+        self._slot_waiters: Waiters[str] = Waiters()  # runs in a limit's queue
+        self.slot_takers: dict[str, Hook] = {}  # their hook steps, by slot id
+        self._slot_news: dict[str, SlotRow] = {}  # rows delivered with a wakeup
         self._limits_changed = asyncio.Event()
         self._limits_deadline: int | None = None
         self._limits_task: asyncio.Task[None] | None = None
@@ -232,7 +232,8 @@ class Worker:
             return
         ctx = RunContext(self, run)
         task = asyncio.get_running_loop().create_task(
-            self._execute(ctx, fresh), name=f"duro-run-{run.id}", context=contextvars.Context())
+            self._execute(ctx, fresh), name=f"duro-run-{run.id}", context=contextvars.Context()
+        )
         self.live[run.id] = (task, ctx)
 
     async def _execute(self, ctx: RunContext, fresh: bool) -> None:
@@ -247,15 +248,18 @@ class Worker:
             try:
                 inp = spec.input.load(run.input) if spec.takes_input else None
             except Exception as err:  # noqa: BLE001
-                raise DuroError(f"stored input of run {run.id!r} no longer fits workflow {spec.name!r}: "
-                                f"{' '.join(str(err).split())}") from None
+                raise DuroError(
+                    f"stored input of run {run.id!r} no longer fits workflow {spec.name!r}: "
+                    f"{' '.join(str(err).split())}"
+                ) from None
             result = await spec.invoke(inp, ctx)  # type: ignore[misc]
             if ctx.fatal is not None:
                 raise ctx.fatal
             output = spec.dump_output(result)
             self.engine.checkpoint("run.finishing", run.id)
-            if await self.engine.progress.write("finish_run", run.id, self.id, "completed", output, None,
-                                                now()):
+            if await self.engine.progress.write(
+                "finish_run", run.id, self.id, "completed", output, None, now()
+            ):
                 self.engine.events.emit("run.completed", run.id, now(), run.workflow)
         except (LostRun, EngineCrash):
             pass
@@ -268,8 +272,9 @@ class Worker:
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
             ended = now()
-            if await self.engine.progress.write("finish_run", run.id, self.id, "failed", None,
-                                                describe_error(cause), ended):
+            if await self.engine.progress.write(
+                "finish_run", run.id, self.id, "failed", None, describe_error(cause), ended
+            ):
                 self.engine.events.emit("run.failed", run.id, ended, run.workflow, error=type(cause).__name__)
                 await self.engine.leave_queues([run.id], ended)
         finally:
@@ -307,8 +312,11 @@ class Worker:
         if hasattr(self.store, "listen") and getattr(self.store, "dialect", "") == "postgresql":
             self._listening = threading.Event()
             self._listener = threading.Thread(
-                target=self.store.listen, args=(partial(self._deliver, loop), self._listening),
-                name=f"duro-listen-{self.id}", daemon=True)
+                target=self.store.listen,
+                args=(partial(self._deliver, loop), self._listening),
+                name=f"duro-listen-{self.id}",
+                daemon=True,
+            )
             self._listener.start()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
@@ -433,14 +441,26 @@ class Worker:
         if full:
             await self._reap_local_dead()
         condemned = self.watch.condemned(self._monotonic())
-        claimed = await self.db(self.store.claim_runs, Claim(
-            worker_id=self.id, namespace=self.engine.namespace, workflows=self.engine.local_workflow_names(),
-            now=now, serial=self.engine.serial_workflow_names(), condemned=condemned))
+        claimed = await self.db(
+            self.store.claim_runs,
+            Claim(
+                worker_id=self.id,
+                namespace=self.engine.namespace,
+                workflows=self.engine.local_workflow_names(),
+                now=now,
+                serial=self.engine.serial_workflow_names(),
+                condemned=condemned,
+            ),
+        )
         for worker, _ in condemned:
             self.watch.forget(worker)
         if condemned:
-            log.warning("duro worker %s: took over from %s (no heartbeat for a lease: %d ms)", self.id,
-                        ", ".join(worker for worker, _ in condemned), self.engine.lease_ms)
+            log.warning(
+                "duro worker %s: took over from %s (no heartbeat for a lease: %d ms)",
+                self.id,
+                ", ".join(worker for worker, _ in condemned),
+                self.engine.lease_ms,
+            )
         # A claimed run still executing here was not ours a moment ago (our row was condemned and we
         # joined again): another worker may have moved it on since, so our copy is stale. Drop it and
         # replay from the store.
@@ -515,8 +535,11 @@ class Worker:
         self.lease.lapse()
         self.watch.missed()
         dropped = self.drop_all()
-        log.warning("duro worker %s: found its lease taken over; dropped %d in-flight runs and joined again",
-                    self.id, dropped)
+        log.warning(
+            "duro worker %s: found its lease taken over; dropped %d in-flight runs and joined again",
+            self.id,
+            dropped,
+        )
         sent = self._monotonic()
         await call(self.store.register_worker, self.id, self.engine.namespace, self.host, os.getpid(), now)
         self.lease.renewed(sent)
@@ -597,14 +620,19 @@ class Worker:
                 live[0].cancel()
 
     async def _reap_local_dead(self) -> None:
-        dead = [wid for wid, pid in await self.db(self.store.local_workers, self.host)
-                if wid != self.id and not _process_alive(pid)]
+        dead = [
+            wid
+            for wid, pid in await self.db(self.store.local_workers, self.host)
+            if wid != self.id and not _process_alive(pid)
+        ]
         for worker_id in dead:
             await self.db(self.store.remove_worker, worker_id, self.clock.now_ms())
 
     async def _poll_remote_changes(self) -> None:
         if self._signal_waiters:
-            for run_id, name in await self.db(self.store.signalled, {r for r, _ in self._signal_waiters.keys()}):
+            for run_id, name in await self.db(
+                self.store.signalled, {r for r, _ in self._signal_waiters.keys()}
+            ):
                 self.notify_signal(run_id, name)
         if self._slot_waiters:
             states = await self.db(self.store.slot_states, self._slot_waiters.keys())
@@ -621,4 +649,3 @@ class Worker:
                     elif run_id in self.live:
                         self.notify_lost([run_id])
                     self.notify_done(run_id)
-

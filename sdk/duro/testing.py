@@ -24,5 +24,14 @@ def run_store_inline(engine: Any) -> None:
     engine._inline_db = True
 
 
-__all__ = ["run_store_inline", "duration_ms", "datetime_to_ms", "ms_to_datetime", "EngineCrash", "load_project", "Project",
-           "RunEvent", "LimitConfig"]
+__all__ = [
+    "run_store_inline",
+    "duration_ms",
+    "datetime_to_ms",
+    "ms_to_datetime",
+    "EngineCrash",
+    "load_project",
+    "Project",
+    "RunEvent",
+    "LimitConfig",
+]

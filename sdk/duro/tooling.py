@@ -18,6 +18,20 @@ from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
 from ._text import check_run_id
 
-__all__ = ["load_project", "Project", "RunEvent", "RunInfo", "StepInfo", "LimitInfo", "SlotInfo", "ScheduleInfo",
-           "datetime_to_ms", "ms_to_datetime", "duration_ms", "format_ms", "SystemClock",
-           "StoreUnavailable", "check_run_id"]
+__all__ = [
+    "load_project",
+    "Project",
+    "RunEvent",
+    "RunInfo",
+    "StepInfo",
+    "LimitInfo",
+    "SlotInfo",
+    "ScheduleInfo",
+    "datetime_to_ms",
+    "ms_to_datetime",
+    "duration_ms",
+    "format_ms",
+    "SystemClock",
+    "StoreUnavailable",
+    "check_run_id",
+]

@@ -102,8 +102,9 @@ class SqliteDatabase(Database):
     def _connect(self) -> sqlite3.Connection:
         # read-only: this connection can never take the write lock; a read waits at most 1 s (WAL
         # readers wait only while a checkpoint resets the log)
-        return sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None, timeout=1.0,
-                               check_same_thread=False)
+        return sqlite3.connect(
+            f"file:{self.path}?mode=ro", uri=True, isolation_level=None, timeout=1.0, check_same_thread=False
+        )
 
     def install_slot_log(self) -> None:
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)

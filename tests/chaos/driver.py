@@ -40,7 +40,7 @@ from tests.support.pgserver import PgServer, start_server
 from tests.support.waiting import wait_until
 
 SLOT_SETTLE_S = 5 + 15 + 10  # the longest max_hold, the 15 s safety pass, and a margin
-TARGET_PATIENCE_S = 8.0      # how long a SIGSTOP looks for a worker owning a run in its state
+TARGET_PATIENCE_S = 8.0  # how long a SIGSTOP looks for a worker owning a run in its state
 
 
 # -- the client starting runs ----------------------------------------------------------------------
@@ -96,11 +96,13 @@ class Starter(threading.Thread):
                     break
                 self.started.append(run_id)
                 if WORKFLOWS[n % 20] == "chaos.ask":
-                    later.append(asyncio.create_task(self._signal_later(client, run_id,
-                                                                        self.rng.uniform(0.5, 3.0))))
+                    later.append(
+                        asyncio.create_task(self._signal_later(client, run_id, self.rng.uniform(0.5, 3.0)))
+                    )
                 if self.rng.random() < self.plan.cancel_share:
-                    later.append(asyncio.create_task(self._cancel_later(client, run_id,
-                                                                        self.rng.uniform(0.1, 3.0))))
+                    later.append(
+                        asyncio.create_task(self._cancel_later(client, run_id, self.rng.uniform(0.1, 3.0)))
+                    )
             await asyncio.gather(*later)
         finally:
             client.close()
@@ -108,8 +110,12 @@ class Starter(threading.Thread):
     async def _start_on_some_tenant(self, client: Engine, run_id: str, n: int, first: int) -> int | None:
         for k in range(self.plan.tenants):
             tenant = (first + k) % self.plan.tenants
-            job = {"id": run_id, "tenant": f"t{tenant:02d}", "n": n,
-                   "patience": "1500ms" if n % 10 == 3 else "60s"}
+            job = {
+                "id": run_id,
+                "tenant": f"t{tenant:02d}",
+                "n": n,
+                "patience": "1500ms" if n % 10 == 3 else "60s",
+            }
             for _attempt in range(150):  # the same run id again after an error: idempotent
                 try:
                     await client.start(WORKFLOWS[n % 20], job, run_id=run_id)
@@ -156,25 +162,25 @@ class Starter(threading.Thread):
 # 0.3 s), parked on a signal, or waiting in a limit's queue. Columns: owner, run, what it waits for.
 OWNERS_IN_STATE = {
     "sleep": "SELECT r.owner, r.id, 'its sleep ends in ' || CAST(s.wake_at - {now} AS TEXT) || ' ms' "
-             "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
-             "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'sleep' "
-             "AND s.status = 'waiting' AND s.wake_at > {now} + 300 "
-             "AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
+    "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
+    "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'sleep' "
+    "AND s.status = 'waiting' AND s.wake_at > {now} + 300 "
+    "AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
     "signal": "SELECT r.owner, r.id, 'waiting for signal ' || s.name "
-              "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
-              "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'signal' "
-              "AND s.status = 'waiting' AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
+    "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "
+    "WHERE r.status = 'suspended' AND r.owner IS NOT NULL AND s.kind = 'signal' "
+    "AND s.status = 'waiting' AND s.seq = (SELECT max(seq) FROM duro_steps WHERE run_id = r.id)",
     "queue": "SELECT r.owner, r.id, 'waiting in the queue of ' || q.limit_name "
-             "FROM duro_slots q JOIN duro_runs r ON r.id = q.run_id "
-             "WHERE q.state = 'waiting' AND r.owner IS NOT NULL "
-             "AND r.status NOT IN ('completed', 'failed', 'cancelled')",
+    "FROM duro_slots q JOIN duro_runs r ON r.id = q.run_id "
+    "WHERE q.state = 'waiting' AND r.owner IS NOT NULL "
+    "AND r.status NOT IN ('completed', 'failed', 'cancelled')",
 }
 
 
 @dataclass
 class Timeline:
     kills: int = 0
-    stops: list[str] = field(default_factory=list)    # "sleep: chaos-w2-5 owning r000123 (...)"
+    stops: list[str] = field(default_factory=list)  # "sleep: chaos-w2-5 owning r000123 (...)"
     outages: list[str] = field(default_factory=list)  # "PostgreSQL fast, down 6.5s (7.31s in all)"
     missed_targets: list[str] = field(default_factory=list)  # states no stopped worker owned a run in
     log: list[tuple[float, str]] = field(default_factory=list)  # (seconds from the start, what happened)
@@ -240,28 +246,60 @@ class Driver:
                 pool.cont(slot)
             waits["chaos"] = time.perf_counter() - chaos_began
             drain_began = time.perf_counter()
-            waits["drain"] = self._wait("every run ending", lambda: self.db.scalar(
-                "SELECT count(*) FROM duro_runs WHERE status NOT IN ('completed', 'failed', 'cancelled')")
-                == 0, self.plan.drain, pool, sampler, drain_began)
+            waits["drain"] = self._wait(
+                "every run ending",
+                lambda: (
+                    self.db.scalar(
+                        "SELECT count(*) FROM duro_runs WHERE status NOT IN ('completed', 'failed', 'cancelled')"
+                    )
+                    == 0
+                ),
+                self.plan.drain,
+                pool,
+                sampler,
+                drain_began,
+            )
             settle_began = time.perf_counter()
-            waits["slots"] = self._wait("every slot coming back", lambda: self.db.scalar(
-                "SELECT count(*) FROM duro_slots WHERE state IN ('waiting', 'reserved', 'busy')") == 0,
-                SLOT_SETTLE_S, pool, sampler, settle_began)
+            waits["slots"] = self._wait(
+                "every slot coming back",
+                lambda: (
+                    self.db.scalar(
+                        "SELECT count(*) FROM duro_slots WHERE state IN ('waiting', 'reserved', 'busy')"
+                    )
+                    == 0
+                ),
+                SLOT_SETTLE_S,
+                pool,
+                sampler,
+                settle_began,
+            )
         finally:
             sampler.stop.set()
             sampler.join(timeout=10)
             pool.shutdown()
             self.db.close()
-        return audit(Database.for_url(url), self.effects, plan=self.plan, lives=pool.lives,
-                     worst=sampler.worst, capacities=capacities, quota_limits=quota_limits, starter=starter,
-                     timeline=self.timeline, findings=pool.findings,
-                     startup_failures=pool.startup_failures, waits=waits,
-                     seconds=time.perf_counter() - began)
+        return audit(
+            Database.for_url(url),
+            self.effects,
+            plan=self.plan,
+            lives=pool.lives,
+            worst=sampler.worst,
+            capacities=capacities,
+            quota_limits=quota_limits,
+            starter=starter,
+            timeline=self.timeline,
+            findings=pool.findings,
+            startup_failures=pool.startup_failures,
+            waits=waits,
+            seconds=time.perf_counter() - began,
+        )
 
-    def _wait(self, what: str, condition, bound: float, pool: WorkerPool, sampler: Sampler,
-              began: float) -> float:
+    def _wait(
+        self, what: str, condition, bound: float, pool: WorkerPool, sampler: Sampler, began: float
+    ) -> float:
         """Wait for ``condition`` within ``bound`` seconds, replacing dead or stalled workers meanwhile.
         Returns the seconds waited, or -1 when the bound passed (the audit then says what is left)."""
+
         def check() -> bool:
             pool.check(sampler.ages())
             return bool(condition())
@@ -306,8 +344,10 @@ class Driver:
                 return dataclasses.replace(event, at=now + 0.25, due=due)
             if target is None:
                 slot = self.rng.choice(pool.running_slots())
-                why = f"{state}: no worker owned a run in that state for {TARGET_PATIENCE_S:.0f}s; " \
-                      f"stopped {pool.procs[slot][1].id} instead"
+                why = (
+                    f"{state}: no worker owned a run in that state for {TARGET_PATIENCE_S:.0f}s; "
+                    f"stopped {pool.procs[slot][1].id} instead"
+                )
                 timeline.missed_targets.append(state)
             else:
                 slot, run_id, waits_for = target
@@ -323,8 +363,9 @@ class Driver:
             kind, seconds = self.plan.outages[int(event.arg)]
             what = "SQLite write lock held" if kind == "lock" else f"PostgreSQL {kind} restart, down"
             timeline.note(now, f"outage begins: {what} {seconds:.1f}s")
-            outage = threading.Thread(target=self._outage, args=(kind, seconds), daemon=True,
-                                      name="chaos-outage")
+            outage = threading.Thread(
+                target=self._outage, args=(kind, seconds), daemon=True, name="chaos-outage"
+            )
             outage.start()
             self.outages.append(outage)
         return None
@@ -336,8 +377,11 @@ class Driver:
             rows = self.db.rows(OWNERS_IN_STATE[state].format(now=wall_ms()))
         except Error:
             return None  # the database away: look again in a moment
-        found = sorted((slot, run_id, waits_for) for owner, run_id, waits_for in rows
-                       if (slot := pool.running_slot_of(owner)) is not None)
+        found = sorted(
+            (slot, run_id, waits_for)
+            for owner, run_id, waits_for in rows
+            if (slot := pool.running_slot_of(owner)) is not None
+        )
         return self.rng.choice(found) if found else None
 
     def _outage(self, kind: str, seconds: float) -> None:
@@ -351,7 +395,9 @@ class Driver:
         else:
             assert self.server is not None
             self.server.restart(kind, down=seconds)
-            what = f"PostgreSQL {kind} restart, down {seconds:.1f}s ({time.perf_counter() - began:.2f}s in all)"
+            what = (
+                f"PostgreSQL {kind} restart, down {seconds:.1f}s ({time.perf_counter() - began:.2f}s in all)"
+            )
         self.timeline.outages.append(what)
         self.timeline.note(time.perf_counter() - self.began, f"outage over: {what}")
 

@@ -37,17 +37,41 @@ class Plan:
 # The default (CI) plans take about two minutes each. PostgreSQL: one short restart, and one that
 # keeps the server down twice the lease; SQLite: the write lock held twice the lease, twice.
 PLANS = {
-    ("postgresql", False): Plan("default", "postgresql", runs=1000, window=70.0, workers=4,
-                                outages=(("fast", 0.5), ("fast", 6.5))),
-    ("sqlite", False): Plan("default", "sqlite", runs=700, window=80.0, workers=3,
-                            outages=(("lock", 6.0), ("lock", 6.0))),
-    ("postgresql", True): Plan("long", "postgresql", runs=10_000, window=720.0, workers=4,
-                               stop_states=STOP_STATES * 3, stop_for=8.0, drain=300.0,
-                               outages=(("fast", 0.5), ("immediate", 0.5), ("fast", 0.0), ("immediate", 0.0),
-                                        ("fast", 6.0), ("immediate", 8.0))),
-    ("sqlite", True): Plan("long", "sqlite", runs=5_000, window=720.0, workers=3,
-                           stop_states=STOP_STATES * 3, stop_for=8.0, drain=300.0,
-                           outages=(("lock", 6.0),) * 6 + (("lock", 10.0),) * 2),
+    ("postgresql", False): Plan(
+        "default", "postgresql", runs=1000, window=70.0, workers=4, outages=(("fast", 0.5), ("fast", 6.5))
+    ),
+    ("sqlite", False): Plan(
+        "default", "sqlite", runs=700, window=80.0, workers=3, outages=(("lock", 6.0), ("lock", 6.0))
+    ),
+    ("postgresql", True): Plan(
+        "long",
+        "postgresql",
+        runs=10_000,
+        window=720.0,
+        workers=4,
+        stop_states=STOP_STATES * 3,
+        stop_for=8.0,
+        drain=300.0,
+        outages=(
+            ("fast", 0.5),
+            ("immediate", 0.5),
+            ("fast", 0.0),
+            ("immediate", 0.0),
+            ("fast", 6.0),
+            ("immediate", 8.0),
+        ),
+    ),
+    ("sqlite", True): Plan(
+        "long",
+        "sqlite",
+        runs=5_000,
+        window=720.0,
+        workers=3,
+        stop_states=STOP_STATES * 3,
+        stop_for=8.0,
+        drain=300.0,
+        outages=(("lock", 6.0),) * 6 + (("lock", 10.0),) * 2,
+    ),
 }
 
 

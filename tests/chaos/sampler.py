@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 
 from tests.chaos.database import Database, Error, wall_ms
 
-QUOTAS = ("SELECT concurrency_key, count(*) FROM duro_runs WHERE concurrency_key IS NOT NULL "
-          "AND status IN ('pending', 'running', 'suspended', 'blocked') GROUP BY concurrency_key")
+QUOTAS = (
+    "SELECT concurrency_key, count(*) FROM duro_runs WHERE concurrency_key IS NOT NULL "
+    "AND status IN ('pending', 'running', 'suspended', 'blocked') GROUP BY concurrency_key"
+)
 LIMITS = """
 SELECT l.name, l.busy, l.reserved, l.waiting,
        count(s.id) FILTER (WHERE s.state = 'busy'),
@@ -38,13 +40,15 @@ FROM duro_limits l
 LEFT JOIN duro_slots s ON s.limit_name = l.name AND s.state IN ('waiting', 'reserved', 'busy')
 GROUP BY l.name, l.busy, l.reserved, l.waiting
 """
-OLDEST_TRANSACTION = ("SELECT extract(epoch FROM clock_timestamp() - xact_start), state, wait_event_type, "
-                      "left(query, 160) FROM pg_stat_activity WHERE datname = current_database() "
-                      "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL AND state <> 'idle' "
-                      "ORDER BY xact_start LIMIT 1")
+OLDEST_TRANSACTION = (
+    "SELECT extract(epoch FROM clock_timestamp() - xact_start), state, wait_event_type, "
+    "left(query, 160) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL AND state <> 'idle' "
+    "ORDER BY xact_start LIMIT 1"
+)
 HEARTBEATS = {
     "postgresql": "SELECT id, pid, (extract(epoch FROM clock_timestamp()) * 1000)::bigint - heartbeat_at "
-                  "FROM duro_workers",
+    "FROM duro_workers",
     "sqlite": "SELECT id, pid, {now} - heartbeat_at FROM duro_workers",
 }
 
@@ -54,15 +58,15 @@ class Worst:
     """What the sampler saw: maxima, and every violation (kept, with a few examples)."""
 
     samples: int = 0
-    quota_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))   # key -> max active
-    held_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))     # busy+reserved slots
+    quota_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # key -> max active
+    held_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # busy+reserved slots
     counter_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # the same, on its row
     waiting_max: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     counter_mismatches: int = 0
     fifo_violations: int = 0
     examples: list[str] = field(default_factory=list)
     failed_reads: int = 0
-    longest_gap: float = 0.0   # seconds without a successful sample (the server restarting)
+    longest_gap: float = 0.0  # seconds without a successful sample (the server restarting)
     oldest_transaction: float = 0.0  # seconds
     oldest_transaction_was: str = ""
 
@@ -78,7 +82,7 @@ class Sampler(threading.Thread):
         self.interval = interval
         self.stop = threading.Event()
         self.worst = Worst()
-        self.heartbeat_age: dict[str, tuple[int, int]] = {}   # worker id -> (pid, ms since its heartbeat)
+        self.heartbeat_age: dict[str, tuple[int, int]] = {}  # worker id -> (pid, ms since its heartbeat)
         self.lock = threading.Lock()
 
     def run(self) -> None:
@@ -105,12 +109,16 @@ class Sampler(threading.Thread):
             worst.waiting_max[name] = max(worst.waiting_max[name], in_slots[2])
             if on_row != in_slots:
                 worst.counter_mismatches += 1
-                worst.note(f"{name}: row counts busy/reserved/waiting {'/'.join(map(str, on_row))} "
-                           f"but slots {'/'.join(map(str, in_slots))}")
+                worst.note(
+                    f"{name}: row counts busy/reserved/waiting {'/'.join(map(str, on_row))} "
+                    f"but slots {'/'.join(map(str, in_slots))}"
+                )
             if top_granted is not None and first_waiting is not None and top_granted > first_waiting:
                 worst.fifo_violations += 1
-                worst.note(f"{name}: a slot at queue position {top_granted} is handed out while position "
-                           f"{first_waiting} still waits")
+                worst.note(
+                    f"{name}: a slot at queue position {top_granted} is handed out while position "
+                    f"{first_waiting} still waits"
+                )
         if db.dialect == "postgresql":
             for seconds, state, waits_on, query in db.rows(OLDEST_TRANSACTION):
                 if float(seconds) > worst.oldest_transaction:

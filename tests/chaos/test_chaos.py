@@ -36,8 +36,10 @@ LONG = os.environ.get("DURO_CHAOS_LONG") == "1"
 def run_chaos(store: str, tmp_path, capsys) -> None:
     plan = plan_from_env(store)
     with capsys.disabled():
-        print(f"\nchaos on {store}: plan {plan.name}, seed {plan.seed} "
-              f"(DURO_CHAOS_SEED={plan.seed} replays its random choices)")
+        print(
+            f"\nchaos on {store}: plan {plan.name}, seed {plan.seed} "
+            f"(DURO_CHAOS_SEED={plan.seed} replays its random choices)"
+        )
     report = Driver(plan, tmp_path).run()
     with capsys.disabled():
         print(f"\nchaos work files (worker logs, effect logs): {tmp_path}")

@@ -49,7 +49,7 @@ class WorkerPool:
         self.stopped: dict[int, int] = {}  # slot -> wall ms of its SIGSTOP
         self.findings: list[str] = []
         self.startup_failures: list[str] = []  # exited before its first heartbeat: the database was down
-        self.seen: set[str] = set()            # workers whose heartbeat the sampler has seen
+        self.seen: set[str] = set()  # workers whose heartbeat the sampler has seen
         self._generation = 0
 
     def spawn(self, slot: int) -> Life:
@@ -58,9 +58,26 @@ class WorkerPool:
         log = self.workdir / f"{worker_id}.log"
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "duro_devserver", "worker", str(PROJECT), "--database-url", self.url,
-                 "--lease", LEASE, "--poll-interval", POLL, "--worker-id", worker_id],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "duro_devserver",
+                    "worker",
+                    str(PROJECT),
+                    "--database-url",
+                    self.url,
+                    "--lease",
+                    LEASE,
+                    "--poll-interval",
+                    POLL,
+                    "--worker-id",
+                    worker_id,
+                ],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         life = Life(slot=slot, id=worker_id, pid=process.pid, log=log, started_ms=wall_ms())
         self.procs[slot] = (process, life)
         self.lives.append(life)
@@ -111,8 +128,10 @@ class WorkerPool:
                 self.spawn(slot)
                 continue
             if process.poll() is not None:
-                self.findings.append(f"worker {life.id} (pid {life.pid}) died on its own, exit code "
-                                     f"{process.returncode}: {tail(life.log)}")
+                self.findings.append(
+                    f"worker {life.id} (pid {life.pid}) died on its own, exit code "
+                    f"{process.returncode}: {tail(life.log)}"
+                )
                 self._end(slot, "died")
                 self.spawn(slot)
                 continue
@@ -120,10 +139,15 @@ class WorkerPool:
                 continue
             age_s = ages[life.id][1] / 1000
             resumed = max([cont for _, cont in life.stops] + [0])
-            if age_s > STALL_S and time.perf_counter() - life.started_at > STALL_S \
-                    and wall_ms() - resumed > STALL_S * 1000:
-                self.findings.append(f"worker {life.id} (pid {life.pid}) is alive but its heartbeat is "
-                                     f"{age_s:.1f}s old (lease {LEASE}): replaced. Log: {tail(life.log)}")
+            if (
+                age_s > STALL_S
+                and time.perf_counter() - life.started_at > STALL_S
+                and wall_ms() - resumed > STALL_S * 1000
+            ):
+                self.findings.append(
+                    f"worker {life.id} (pid {life.pid}) is alive but its heartbeat is "
+                    f"{age_s:.1f}s old (lease {LEASE}): replaced. Log: {tail(life.log)}"
+                )
                 self._end(slot, "stalled")
                 self.spawn(slot)
 

@@ -110,8 +110,17 @@ def test_a_quota_refusal_exits_1_and_names_key_limit_and_active(dev_server: DevS
     body = json.loads(as_json.stdout)
     assert (body["error"], body["key"], body["limit"], body["active"]) == ("concurrency_limit", "acme", 2, 2)
 
-    per_start = cli(project, "start", "greet", "--input", '{"name": "x"}',
-                    "--concurrency-key", "k", "--concurrency-limit", "0")
+    per_start = cli(
+        project,
+        "start",
+        "greet",
+        "--input",
+        '{"name": "x"}',
+        "--concurrency-key",
+        "k",
+        "--concurrency-limit",
+        "0",
+    )
     assert per_start.exit_code == 1 and "key 'k', limit 0, active 0" in per_start.stderr
     assert len(ok_json(project, "runs", "list")["runs"]) == 2  # refused starts created nothing
 
@@ -122,8 +131,13 @@ def test_refusals_of_other_kinds_exit_1_with_the_servers_message(dev_server: Dev
     assert unknown.exit_code == 1 and unknown.stderr.startswith("error: ") and "nope" in unknown.stderr
     bad_input = cli(project, "start", "greet", "--input", '{"times": 2}')
     assert bad_input.exit_code == 1 and "name" in bad_input.stderr
-    for args in (["runs", "show", "missing"], ["runs", "cancel", "missing"], ["signal", "missing", "done"],
-                 ["limits", "slots", "nope"], ["limits", "release", "nope.0", "--yes"]):
+    for args in (
+        ["runs", "show", "missing"],
+        ["runs", "cancel", "missing"],
+        ["signal", "missing", "done"],
+        ["limits", "slots", "nope"],
+        ["limits", "release", "nope.0", "--yes"],
+    ):
         result = cli(project, *args)
         assert result.exit_code == 1, (args, result.output)
         assert result.stderr.startswith("error: ") and result.stdout == ""
@@ -133,8 +147,10 @@ def test_error_messages_are_for_people_not_python(dev_server: DevServer):
     project = dev_server.project
     invalid = cli(project, "start", "greet", "--input", '{"times": "many"}')
     assert invalid.exit_code == 1
-    assert invalid.stderr.startswith("error: input of workflow 'greet' is invalid: name: Field required; "
-                                     "times: Input should be a valid integer")
+    assert invalid.stderr.startswith(
+        "error: input of workflow 'greet' is invalid: name: Field required; "
+        "times: Input should be a valid integer"
+    )
     assert "pydantic.dev" not in invalid.stderr and "validation error" not in invalid.stderr
     assert invalid.stderr.count("\n") == 1
     unknown_slot = cli(project, "limits", "release", "nope.0", "--yes")
@@ -176,8 +192,9 @@ def test_limits_slots_release_and_a_signal(dev_server: DevServer):
 
     refused = cli(project, "limits", "release", busy["id"])
     assert refused.exit_code == 2
-    assert refused.stderr == (f"error: add --yes to release slot {busy['id']} "
-                              f"(it frees the slot for the next run in the queue)\n")
+    assert refused.stderr == (
+        f"error: add --yes to release slot {busy['id']} (it frees the slot for the next run in the queue)\n"
+    )
     released = cli(project, "limits", "release", busy["id"], "--yes")
     assert released.exit_code == 0 and released.stdout.startswith(f"released slot {busy['id']}")
     (now_busy,) = wait_slots(project, ["busy"])
@@ -210,19 +227,32 @@ def test_capacity_and_max_hold_overrides_reset_and_survive_a_restart(e2e_project
         row = cli(project, "limits", "list").stdout.splitlines()[1]
         assert "3 (config 1)" in row and row.endswith("2h (config 1h)")
 
-        for args in (["max-hold", "partner-api", "31d"], ["capacity", "nope", "2"], ["max-hold", "nope", "2h"]):
+        for args in (
+            ["max-hold", "partner-api", "31d"],
+            ["capacity", "nope", "2"],
+            ["max-hold", "nope", "2h"],
+        ):
             result = cli(project, "limits", *args)  # what only the server can judge: refused, exit 1
             assert result.exit_code == 1, (args, result.output)
             assert result.stderr.startswith("error: ")
-        for args in (["capacity", "partner-api", "0"], ["capacity", "partner-api", "many"],
-                     ["max-hold", "partner-api", "forever"], ["max-hold", "partner-api", "2H"]):
+        for args in (
+            ["capacity", "partner-api", "0"],
+            ["capacity", "partner-api", "many"],
+            ["max-hold", "partner-api", "forever"],
+            ["max-hold", "partner-api", "2H"],
+        ):
             result = cli(project, "limits", *args)  # what the CLI can judge itself: a bad argument, exit 2
             assert result.exit_code == 2, (args, result.output)
             assert result.stderr.startswith("error: ") and "reset" in result.stderr
-        for args in (["capacity", "partner-api", "0"], ["max-hold", "partner-api", "forever"],
-                     ["max-hold", "partner-api", "31d"]):
+        for args in (
+            ["capacity", "partner-api", "0"],
+            ["max-hold", "partner-api", "forever"],
+            ["max-hold", "partner-api", "31d"],
+        ):
             message = cli(project, "limits", *args).stderr  # in the CLI the word is reset, not null
-            assert "null" not in message and "timedelta" not in message and "int of milliseconds" not in message
+            assert (
+                "null" not in message and "timedelta" not in message and "int of milliseconds" not in message
+            )
 
     with running_dev_server(project):  # a new process on a new port: found again through server.json
         (limit,) = ok_json(project, "limits", "list")["limits"]
@@ -232,7 +262,8 @@ def test_capacity_and_max_hold_overrides_reset_and_survive_a_restart(e2e_project
         reset = cli(project, "limits", "capacity", "partner-api", "reset")
         assert reset.stdout == "partner-api: capacity reset to the config (1)\n"
         assert cli(project, "limits", "max-hold", "partner-api", "reset").stdout.startswith(
-            "partner-api: max hold reset to the config (1h)")
+            "partner-api: max hold reset to the config (1h)"
+        )
         answer = ok_json(project, "limits", "capacity", "partner-api", "reset")
         assert answer["limit"]["capacity_override"] is None and answer["limit"]["effective_capacity"] == 1
         row = cli(project, "limits", "list").stdout.splitlines()[1]
@@ -248,12 +279,15 @@ def free_port() -> int:
 def test_a_server_that_does_not_answer_exits_3(e2e_project: Path):
     url = f"http://127.0.0.1:{free_port()}"
     (e2e_project / ".duro").mkdir(exist_ok=True)
-    (e2e_project / ".duro" / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid(),
-                                                                   "token_required": False}))
+    (e2e_project / ".duro" / "server.json").write_text(
+        json.dumps({"url": url, "pid": os.getpid(), "token_required": False})
+    )
     result = cli(e2e_project, "limits", "list")
     assert result.exit_code == 3 and result.stdout == ""
-    assert result.stderr == (f"error: the dev server at {url} is not answering (connection refused): "
-                             f"is `duro dev` running in {e2e_project.resolve()}?\n")
+    assert result.stderr == (
+        f"error: the dev server at {url} is not answering (connection refused): "
+        f"is `duro dev` running in {e2e_project.resolve()}?\n"
+    )
     assert cli(e2e_project, "runs", "list", "--agent", url, "--json").exit_code == 3
 
 
@@ -293,8 +327,10 @@ def test_a_server_with_a_token(e2e_project: Path, monkeypatch: pytest.MonkeyPatc
     with running_dev_server(e2e_project, args=("--token", "s3cret")) as server:
         without = cli(e2e_project, "limits", "list")
         assert without.exit_code == 1
-        assert without.stderr == (f"error: the dev server at {server.url} needs a token: "
-                                  f"set DURO_TOKEN to the token it was started with\n")
+        assert without.stderr == (
+            f"error: the dev server at {server.url} needs a token: "
+            f"set DURO_TOKEN to the token it was started with\n"
+        )
         monkeypatch.setenv("DURO_TOKEN", "wrong")
         assert "refused the token" in cli(e2e_project, "limits", "list").stderr
         monkeypatch.setenv("DURO_TOKEN", "s3cret")
@@ -303,12 +339,22 @@ def test_a_server_with_a_token(e2e_project: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_the_installed_script_uses_the_working_directorys_dev_server(dev_server: DevServer):
     duro = Path(sys.executable).with_name("duro")
-    listed = subprocess.run([str(duro), "limits", "list", "--json"], cwd=dev_server.project,
-                            capture_output=True, text=True, timeout=30)
+    listed = subprocess.run(
+        [str(duro), "limits", "list", "--json"],
+        cwd=dev_server.project,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["limits"][0]["name"] == "partner-api" and listed.stderr == ""
-    bad = subprocess.run([str(duro), "start", "greet", "--input", "{name: ada}"], cwd=dev_server.project,
-                         capture_output=True, text=True, timeout=30)
+    bad = subprocess.run(
+        [str(duro), "start", "greet", "--input", "{name: ada}"],
+        cwd=dev_server.project,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("error: --input is not valid JSON (Expecting property name enclosed")
 
@@ -318,8 +364,14 @@ def release_on_a_terminal(project: Path, slot_id: str, answer: str) -> subproces
     primary, secondary = pty.openpty()
     try:
         os.write(primary, f"{answer}\n".encode())
-        return subprocess.run([str(Path(sys.executable).with_name("duro")), "limits", "release", slot_id],
-                              cwd=project, stdin=secondary, capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            [str(Path(sys.executable).with_name("duro")), "limits", "release", slot_id],
+            cwd=project,
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     finally:
         os.close(primary)
         os.close(secondary)

@@ -53,11 +53,16 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         url = pg.url(database)
     try:
         with running_dev_server(project, args=("--database-url", url)) as server, server.client() as client:
-            finished = client.post("/api/workflows/greet/runs", json={"input": {"name": "ada"}}).json()["run"]["id"]
-            holding = client.post("/api/workflows/hold/runs", json={"input": {"tenant": "a", "job": "1"}}
-                                  ).json()["run"]["id"]
+            finished = client.post("/api/workflows/greet/runs", json={"input": {"name": "ada"}}).json()[
+                "run"
+            ]["id"]
+            holding = client.post(
+                "/api/workflows/hold/runs", json={"input": {"tenant": "a", "job": "1"}}
+            ).json()["run"]["id"]
             wait_until(lambda: run_status(client, finished) == "completed", 15, "the greeting to complete")
-            wait_until(lambda: run_status(client, holding) == "suspended", 15, "the holder to wait for its signal")
+            wait_until(
+                lambda: run_status(client, holding) == "suspended", 15, "the holder to wait for its signal"
+            )
             (slot,) = client.get("/api/limits/partner-api/slots").json()["slots"]
             assert (slot["state"], slot["run_id"]) == ("busy", holding)
             yield Live(request.param, url, server, finished, holding, slot["id"])
@@ -98,12 +103,28 @@ def assert_untouched(live: Live, client: httpx.Client, before: dict) -> None:
 def test_override_values_of_the_wrong_json_type_are_422_and_change_no_limit(live: Live):
     with live.server.client() as client:
         before = store_rows(live.url)
-        for body in ({"capacity": True}, {"capacity": False}, {"capacity": "3"}, {"capacity": 3.0},
-                     {"capacity": [3]}, {"capacity": {"n": 3}}, {}):
+        for body in (
+            {"capacity": True},
+            {"capacity": False},
+            {"capacity": "3"},
+            {"capacity": 3.0},
+            {"capacity": [3]},
+            {"capacity": {"n": 3}},
+            {},
+        ):
             refused(client.put("/api/limits/partner-api/capacity", json=body), 422, "capacity", "1 to 100000")
-        for body in ({"max_hold": True}, {"max_hold": False}, {"max_hold": " 2h"}, {"max_hold": "2H"},
-                     {"max_hold": "2h "}, {"max_hold": "1h 30m"}, {"max_hold": 1.5}, {"max_hold": ["2h"]},
-                     {"max_hold": "2h\u0000"}, {}):
+        for body in (
+            {"max_hold": True},
+            {"max_hold": False},
+            {"max_hold": " 2h"},
+            {"max_hold": "2H"},
+            {"max_hold": "2h "},
+            {"max_hold": "1h 30m"},
+            {"max_hold": 1.5},
+            {"max_hold": ["2h"]},
+            {"max_hold": "2h\u0000"},
+            {},
+        ):
             refused(client.put("/api/limits/partner-api/max-hold", json=body), 422, "max_hold")
         assert_untouched(live, client, before)
         limit = client.get("/api/limits/partner-api").json()["limit"]
@@ -115,10 +136,20 @@ def test_nul_in_ids_keys_and_filters_is_the_same_4xx_on_both_stores_and_stores_n
     n = f"{SECRET}{NUL}"
     asks = [
         ("POST", "/api/workflows/greet/runs", {"input": {"name": "x"}, "run_id": n}, 422, "run_id"),
-        ("POST", "/api/workflows/greet/runs", {"input": {"name": "x"}, "run_id": f"{live.finished}{NUL}"}, 422,
-         "run_id"),
-        ("POST", "/api/workflows/greet/runs", {"input": {"name": "x"}, "concurrency": {"key": n, "limit": 3}}, 422,
-         "Concurrency key"),
+        (
+            "POST",
+            "/api/workflows/greet/runs",
+            {"input": {"name": "x"}, "run_id": f"{live.finished}{NUL}"},
+            422,
+            "run_id",
+        ),
+        (
+            "POST",
+            "/api/workflows/greet/runs",
+            {"input": {"name": "x"}, "concurrency": {"key": n, "limit": 3}},
+            422,
+            "Concurrency key",
+        ),
         ("POST", "/api/workflows/hold/runs", {"input": {"tenant": n, "job": "2"}}, 422, "concurrency key"),
         ("GET", f"/api/runs?workflow={Q}", None, 400, "workflow filter"),
         ("GET", "/api/runs?workflow=greet%00&status=completed", None, 400, "workflow filter"),
@@ -143,7 +174,9 @@ def test_a_slot_label_with_nul_fails_its_run_clearly_and_takes_no_slot(live: Liv
     from it cannot be stored, so the run fails with a message that names no driver and not the label."""
     with live.server.client() as client:
         mark = len(live.server.log())
-        started = client.post("/api/workflows/hold/runs", json={"input": {"tenant": "b", "job": f"{SECRET}{NUL}"}})
+        started = client.post(
+            "/api/workflows/hold/runs", json={"input": {"tenant": "b", "job": f"{SECRET}{NUL}"}}
+        )
         assert started.status_code == 201, started.text
         run_id = started.json()["run"]["id"]
         wait_until(lambda: run_status(client, run_id) == "failed", 15, "the run to fail")
@@ -163,11 +196,14 @@ def test_a_start_with_another_workflows_run_id_is_409_and_the_same_workflows_is_
     naming both workflows) and stores nothing; the same workflow's is the idempotent 200."""
     with live.server.client() as client:
         before = store_rows(live.url)
-        answer = client.post("/api/workflows/hold/runs",
-                             json={"input": {"tenant": "c", "job": "9"}, "run_id": live.finished})
+        answer = client.post(
+            "/api/workflows/hold/runs", json={"input": {"tenant": "c", "job": "9"}, "run_id": live.finished}
+        )
         message = refused(answer, 409, "greet", "hold")
         assert answer.json()["error"] == "conflict", message
         assert store_rows(live.url) == before
-        again = client.post("/api/workflows/greet/runs", json={"input": {"name": "bob"}, "run_id": live.finished})
+        again = client.post(
+            "/api/workflows/greet/runs", json={"input": {"name": "bob"}, "run_id": live.finished}
+        )
         assert again.status_code == 200 and again.json()["run"]["id"] == live.finished, again.text
         assert store_rows(live.url) == before

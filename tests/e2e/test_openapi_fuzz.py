@@ -57,12 +57,28 @@ class Seeded:
 def _seed(server: DevServer) -> Seeded:
     """Something to find: runs, a busy slot, a waiter, a schedule."""
     with server.client() as client:
-        runs = [client.post("/api/workflows/hold/runs", json={"input": {"tenant": job, "job": job}}).json()["run"]["id"]
-                for job in ("1", "2")]
-        client.post("/api/schedules", json={"name": "nightly", "workflow": "greet", "cron": "0 3 * * *",
-                                            "input": {"name": "night"}})
-        slot = wait_until(lambda: next((s for s in client.get("/api/limits/partner-api/slots").json()["slots"]
-                                        if s["state"] == "busy"), None), 15, "a run to take the slot")
+        runs = [
+            client.post("/api/workflows/hold/runs", json={"input": {"tenant": job, "job": job}}).json()[
+                "run"
+            ]["id"]
+            for job in ("1", "2")
+        ]
+        client.post(
+            "/api/schedules",
+            json={"name": "nightly", "workflow": "greet", "cron": "0 3 * * *", "input": {"name": "night"}},
+        )
+        slot = wait_until(
+            lambda: next(
+                (
+                    s
+                    for s in client.get("/api/limits/partner-api/slots").json()["slots"]
+                    if s["state"] == "busy"
+                ),
+                None,
+            ),
+            15,
+            "a run to take the slot",
+        )
     assert slot["run_id"] in runs
     return Seeded(server, slot["run_id"], slot["id"])
 
@@ -75,8 +91,9 @@ def fuzzed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServe
 
 
 @schema.exclude(path="/api/events").parametrize()
-@hypothesis.settings(max_examples=25, deadline=None, derandomize=True,
-                     suppress_health_check=list(hypothesis.HealthCheck))
+@hypothesis.settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(hypothesis.HealthCheck)
+)
 def test_no_input_makes_the_server_fail(case: schemathesis.Case, fuzzed_server: DevServer) -> None:
     case.call_and_validate(base_url=fuzzed_server.url, checks=CHECKS)
 
@@ -96,11 +113,25 @@ def _nested_object(depth: int) -> str:
 
 # JSON text, put in place of a whole body or of one field of a valid body
 HOSTILE_JSON = {
-    "true": "true", "false": "false", "null": "null", "string 3": '"3"', "int 3": "3", "float": "1.5",
-    "negative": "-1", "huge int": "1" + "0" * 30, "huge float": "1e999", "array": "[]", "array of 3": "[3]",
-    "object": "{}", "NUL string": '"x\\u0000y"', "lone NUL": '"\\u0000"', "lone surrogate": '"\\ud800"',
-    "list 150 deep": _nested_list(150), "object 150 deep": _nested_object(150),
-    "list 2000 deep": _nested_list(2_000), "object 2000 deep": _nested_object(2_000),
+    "true": "true",
+    "false": "false",
+    "null": "null",
+    "string 3": '"3"',
+    "int 3": "3",
+    "float": "1.5",
+    "negative": "-1",
+    "huge int": "1" + "0" * 30,
+    "huge float": "1e999",
+    "array": "[]",
+    "array of 3": "[3]",
+    "object": "{}",
+    "NUL string": '"x\\u0000y"',
+    "lone NUL": '"\\u0000"',
+    "lone surrogate": '"\\ud800"',
+    "list 150 deep": _nested_list(150),
+    "object 150 deep": _nested_object(150),
+    "list 2000 deep": _nested_list(2_000),
+    "object 2000 deep": _nested_object(2_000),
     "list 100000 deep": _nested_list(100_000),
 }
 HOSTILE_STRINGS = {"NUL at the end": "{real}" + NUL, "lone NUL": NUL, "NUL inside": "{real}" + NUL + "x"}
@@ -110,22 +141,50 @@ HOSTILE_QUERY_NUMBERS = ["true", "3.0", "-1", "0", "1" + "0" * 30, "[]", NUL, "1
 # ones), and the fields to replace in each, nested ones as a path of keys
 VALID_BODIES: dict[str, list[tuple[dict[str, str], Any, list[tuple[str, ...]]]]] = {
     "POST /api/workflows/{name}/runs": [
-        ({"name": "greet"}, {"input": {"name": "x"}, "concurrency": {"key": "k", "limit": 5}},  # no run_id: no replay
-         [("input",), ("input", "name"), ("run_id",), ("concurrency",), ("concurrency", "key"),
-          ("concurrency", "limit")]),
+        (
+            {"name": "greet"},
+            {"input": {"name": "x"}, "concurrency": {"key": "k", "limit": 5}},  # no run_id: no replay
+            [
+                ("input",),
+                ("input", "name"),
+                ("run_id",),
+                ("concurrency",),
+                ("concurrency", "key"),
+                ("concurrency", "limit"),
+            ],
+        ),
         # hold's input is a plain dict: what is sent is what is stored (no quota: its key null is unlimited)
-        ({"name": "hold"}, {"input": {"tenant": "h", "job": "1", "data": 1}, "concurrency": {"key": None, "limit": 1}},
-         [("input", "job"), ("input", "data")]),
+        (
+            {"name": "hold"},
+            {"input": {"tenant": "h", "job": "1", "data": 1}, "concurrency": {"key": None, "limit": 1}},
+            [("input", "job"), ("input", "data")],
+        ),
         ({"name": "hold"}, {"input": {"tenant": "h", "job": "1"}}, [("input", "tenant")]),  # its quota key
     ],
     "POST /api/runs/{id}/signals/{name}": [({}, {"any": "payload"}, [("any",)])],
     "PUT /api/limits/{name}/capacity": [({}, {"capacity": 1}, [("capacity",)])],
     "PUT /api/limits/{name}/max-hold": [({}, {"max_hold": "1h"}, [("max_hold",)])],
     "POST /api/schedules": [
-        ({}, {"name": "hostile", "workflow": "greet", "cron": "0 4 * * *", "input": {"name": "x"},
-              "concurrency": {"key": "k", "limit": 1}},
-         [("name",), ("workflow",), ("cron",), ("input",), ("input", "name"), ("concurrency",),
-          ("concurrency", "key"), ("concurrency", "limit")]),
+        (
+            {},
+            {
+                "name": "hostile",
+                "workflow": "greet",
+                "cron": "0 4 * * *",
+                "input": {"name": "x"},
+                "concurrency": {"key": "k", "limit": 1},
+            },
+            [
+                ("name",),
+                ("workflow",),
+                ("cron",),
+                ("input",),
+                ("input", "name"),
+                ("concurrency",),
+                ("concurrency", "key"),
+                ("concurrency", "limit"),
+            ],
+        ),
     ],
 }
 PLACEHOLDER = "__hostile__"
@@ -157,7 +216,11 @@ def hostile_cases(operation: Any, seeded: Seeded) -> Iterator[tuple[str, dict[st
     """(what, Case keyword arguments) for every hostile shape that fits the operation."""
     definition = operation.definition.raw
     params = {(p["in"], p["name"]): p.get("schema", {}) for p in definition.get("parameters", [])}
-    real = {name: value for name, value in _real_path_values(operation, seeded).items() if ("path", name) in params}
+    real = {
+        name: value
+        for name, value in _real_path_values(operation, seeded).items()
+        if ("path", name) in params
+    }
     label = f"{operation.method.upper()} {operation.path}"
     bodies = VALID_BODIES.get(label, [])
     base: dict[str, Any] = {"path_parameters": dict(real)}
@@ -165,10 +228,16 @@ def hostile_cases(operation: Any, seeded: Seeded) -> Iterator[tuple[str, dict[st
         base.update(body=json.dumps(bodies[0][1]).encode(), media_type="application/json")
     # beside ids with NUL, so that the unknown parameter is the only news (no cancel, no release)
     nul_ids = {name: value + NUL for name, value in real.items()}
-    yield "an unknown query parameter with NUL", {**base, "path_parameters": nul_ids, "query": {f"x{NUL}": NUL}}
+    yield (
+        "an unknown query parameter with NUL",
+        {**base, "path_parameters": nul_ids, "query": {f"x{NUL}": NUL}},
+    )
     for name, value in real.items():
         for what, template in HOSTILE_STRINGS.items():
-            yield f"path {name}: {what}", {**base, "path_parameters": {**real, name: template.format(real=value)}}
+            yield (
+                f"path {name}: {what}",
+                {**base, "path_parameters": {**real, name: template.format(real=value)}},
+            )
     for (where, name), param_schema in params.items():
         if where != "query":
             continue
@@ -199,7 +268,9 @@ def hostile_cases(operation: Any, seeded: Seeded) -> Iterator[tuple[str, dict[st
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def hostile_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+def hostile_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Seeded]:
     project = _copy_project(tmp_path_factory, f"hostile-{request.param}")
     pg, database = None, None
     if request.param == "sqlite":

@@ -27,8 +27,16 @@ expect = sync_api.expect
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # The machine's network is closed: without these Chromium waits on background connections.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 WAIT_MS = 10_000
 LIVE_MS = 4_000
@@ -101,13 +109,19 @@ def screenshot(page: Any, name: str, *, toasts: bool = False) -> None:
     page.set_viewport_size({"width": size["width"], "height": 240})
     page.evaluate("scrollTo(0, 0)")  # else the sticky top bar is drawn where the window was scrolled
     try:
-        page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True, animations="disabled",
-                        style=None if toasts else ".toasts { display: none; }")
+        page.screenshot(
+            path=SCREENSHOTS / f"{name}.png",
+            full_page=True,
+            animations="disabled",
+            style=None if toasts else ".toasts { display: none; }",
+        )
     finally:
         page.set_viewport_size(size)
 
 
-def test_a_run_started_from_the_form_appears_live_in_the_runs_list(context: Any, dev_server: DevServer) -> None:
+def test_a_run_started_from_the_form_appears_live_in_the_runs_list(
+    context: Any, dev_server: DevServer
+) -> None:
     runs = context.new_page()
     runs.goto("/")
     expect(runs.get_by_test_id("runs-empty")).to_be_visible()
@@ -137,8 +151,9 @@ def test_a_run_started_from_the_form_appears_live_in_the_runs_list(context: Any,
 
     # A run started elsewhere (the API) shows up too, as running (it waits for its signal).
     held = start(dev_server, "hold", {"tenant": "acme", "job": "1"})
-    expect(runs.locator(f"[data-testid=run-row][data-run-id='{held}'] [data-testid=run-status]")).to_have_text(
-        re.compile("running|suspended"))
+    expect(
+        runs.locator(f"[data-testid=run-row][data-run-id='{held}'] [data-testid=run-status]")
+    ).to_have_text(re.compile("running|suspended"))
     expect(runs.get_by_test_id("run-row")).to_have_count(2)
     screenshot(runs, "runs")
 
@@ -151,7 +166,9 @@ def test_a_run_started_from_the_form_appears_live_in_the_runs_list(context: Any,
 def test_the_runs_list_pages_and_filters(page: Any, dev_server: DevServer) -> None:
     with dev_server.client() as client:
         for n in range(53):
-            assert client.post("/api/workflows/greet/runs", json={"input": {"name": f"n{n}"}}).status_code == 201
+            assert (
+                client.post("/api/workflows/greet/runs", json={"input": {"name": f"n{n}"}}).status_code == 201
+            )
     held = start(dev_server, "hold", {"tenant": "acme", "job": "1"})
 
     page.goto("/#/runs")
@@ -309,8 +326,17 @@ def test_start_forms_follow_the_input_schema(browser: Any, tmp_path: Path) -> No
         expect(page.get_by_test_id("run-status")).to_have_text("completed")
         with server.client() as client:
             output = client.get("/api/runs/signup-ana").json()["run"]["output"]
-        assert output == {"email": "ana@example.com", "seats": 3, "price": 9.5, "plan": "pro", "region": "us",
-                          "trial": False, "coupon": None, "tags": ["a", "b"], "address": {"city": "Lugo"}}
+        assert output == {
+            "email": "ana@example.com",
+            "seats": 3,
+            "price": 9.5,
+            "plan": "pro",
+            "region": "us",
+            "trial": False,
+            "coupon": None,
+            "tags": ["a", "b"],
+            "address": {"city": "Lugo"},
+        }
 
         # No input: just the button. A list: one JSON box.
         page.goto("/#/workflows")
@@ -376,11 +402,14 @@ def test_scalar_inputs_get_one_field_of_their_type(browser: Any, tmp_path: Path)
         expect(value).to_have_attribute("type", "text")
         expect(value).to_have_attribute("required", "")
         expect(page.get_by_test_id("start-form-double").get_by_test_id("input-value")).to_have_attribute(
-            "type", "number")
+            "type", "number"
+        )
         expect(page.get_by_test_id("start-form-flip").get_by_test_id("input-value")).to_have_attribute(
-            "type", "checkbox")
+            "type", "checkbox"
+        )
         expect(page.get_by_test_id("start-form-note").get_by_test_id("input-value")).not_to_have_attribute(
-            "required", "")
+            "required", ""
+        )
         value.fill("acme")
         screenshot(page, "workflows-scalar-inputs")
 
@@ -395,7 +424,9 @@ def test_scalar_inputs_get_one_field_of_their_type(browser: Any, tmp_path: Path)
         assert (run["input"], run["output"]) == (None, "nothing")
 
 
-def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: Any, dev_server: DevServer) -> None:
+def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(
+    page: Any, dev_server: DevServer
+) -> None:
     api(dev_server, "PUT", f"/api/limits/{LIMIT}/max-hold", json={"max_hold": "2h"})
     first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
     second = start(dev_server, "hold", {"tenant": "b", "job": "2"})
@@ -460,7 +491,9 @@ def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(page: A
 
     # The second run got its slot: its hook step is closed.
     page.goto(f"/#/runs/{second}")
-    expect(page.locator("[data-testid=step-row][data-kind=hook] [data-testid=step-status]")).to_have_text("completed")
+    expect(page.locator("[data-testid=step-row][data-kind=hook] [data-testid=step-status]")).to_have_text(
+        "completed"
+    )
     expect(page.get_by_test_id("run-waiting-hint")).to_have_count(0)
 
 
@@ -473,14 +506,16 @@ def test_runs_waiting_in_a_limits_queue_say_so_in_the_runs_list(page: Any, dev_s
     hint = row.get_by_test_id("run-waiting-hint")
     expect(hint).to_have_text(f"waiting for a slot · {LIMIT}")
     expect(hint).to_have_attribute("href", f"#/limits/{LIMIT}")
-    expect(page.locator(f"[data-testid=run-row][data-run-id='{first}']").get_by_test_id("run-waiting-hint")
-           ).to_have_count(0)  # it holds the slot
+    expect(
+        page.locator(f"[data-testid=run-row][data-run-id='{first}']").get_by_test_id("run-waiting-hint")
+    ).to_have_count(0)  # it holds the slot
     screenshot(page, "runs-waiting")
 
     # The first gives the slot back: the second takes it, and the list, never reloaded, drops the hint.
     api(dev_server, "POST", f"/api/runs/{first}/signals/done", json=None)
     expect(page.locator(f"[data-testid=run-row][data-run-id='{first}']")).to_have_attribute(
-        "data-status", "completed")
+        "data-status", "completed"
+    )
     expect(hint).to_have_count(0)
 
     page.goto(f"/#/runs/{second}")
@@ -516,7 +551,8 @@ def test_the_limits_screens_follow_live_events(context: Any, dev_server: DevServ
 
 
 def test_editing_capacity_and_max_hold_shows_the_override_and_reset_clears_it(
-        page: Any, dev_server: DevServer) -> None:
+    page: Any, dev_server: DevServer
+) -> None:
     start(dev_server, "hold", {"tenant": "a", "job": "1"})
     start(dev_server, "hold", {"tenant": "b", "job": "2"})
     page.goto(f"/#/limits/{LIMIT}")
@@ -595,8 +631,11 @@ def test_the_limit_chart_has_whole_evenly_spaced_y_ticks(page: Any, dev_server: 
         assert len(gaps) == 1 and gaps.pop() > 0, ys  # downwards from 0 at the bottom, one step apart
 
     # 5 was 0, 3, 5: now every count; larger scales step by 2, 5, 10...
-    for capacity, expected in [(5, ["0", "1", "2", "3", "4", "5"]), (7, ["0", "2", "4", "6", "8"]),
-                               (20, ["0", "5", "10", "15", "20"])]:
+    for capacity, expected in [
+        (5, ["0", "1", "2", "3", "4", "5"]),
+        (7, ["0", "2", "4", "6", "8"]),
+        (20, ["0", "5", "10", "15", "20"]),
+    ]:
         api(dev_server, "PUT", f"/api/limits/{LIMIT}/capacity", json={"capacity": capacity})
         expect(ticks).to_have_text(expected)
         evenly_spaced()
@@ -605,7 +644,9 @@ def test_the_limit_chart_has_whole_evenly_spaced_y_ticks(page: Any, dev_server: 
 def test_a_run_page_sends_a_signal_and_cancels_with_confirmation(page: Any, dev_server: DevServer) -> None:
     first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
     page.goto(f"/#/runs/{first}")
-    expect(page.locator("[data-testid=step-row][data-kind=signal]")).to_have_attribute("data-status", "waiting")
+    expect(page.locator("[data-testid=step-row][data-kind=signal]")).to_have_attribute(
+        "data-status", "waiting"
+    )
 
     page.get_by_test_id("signal-name").fill("done")
     page.get_by_test_id("signal-payload").fill('{"by": "studio"}')

@@ -24,8 +24,11 @@ DURO = [sys.executable, "-m", "duro_devserver"]
 @contextmanager
 def worker_process(project: Path, url: str, worker_id: str) -> Iterator[subprocess.Popen[bytes]]:
     log = open(project / f"{worker_id}.log", "ab")  # noqa: SIM115 - closed below
-    process = subprocess.Popen([*DURO, "worker", str(project), "--database-url", url, "--worker-id", worker_id,
-                                "--lease", "3s"], stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [*DURO, "worker", str(project), "--database-url", url, "--worker-id", worker_id, "--lease", "3s"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield process
     finally:
@@ -34,8 +37,12 @@ def worker_process(project: Path, url: str, worker_id: str) -> Iterator[subproce
 
 
 def health(project: Path, url: str) -> tuple[int, dict]:
-    done = subprocess.run([*DURO, "health", str(project), "--database-url", url, "--lease", "3s", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*DURO, "health", str(project), "--database-url", url, "--lease", "3s", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return done.returncode, json.loads(done.stdout) if done.stdout else {}
 
 
@@ -78,7 +85,9 @@ def test_a_worker_runs_what_a_client_starts_and_hands_runs_back_on_sigterm(e2e_p
         with worker_process(e2e_project, store_url, "w-two"):
             wait_until(lambda: "w-two" in registered(store_url), 30, "the next worker")
             asyncio.run(client.signal(held, "done"))
-            wait_until(lambda: asyncio.run(client.get_run(held)).status == "completed", 30, "the handed-back run")
+            wait_until(
+                lambda: asyncio.run(client.get_run(held)).status == "completed", 30, "the handed-back run"
+            )
             assert asyncio.run(client.get_run(held)).output == "job 1 done"
     finally:
         client.close()

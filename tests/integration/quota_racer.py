@@ -28,8 +28,17 @@ async def turn(inp: dict) -> str:
     return inp["key"]
 
 
-async def main(url: str, limit: int, keys: list[str], starts: int, clients: int, go_file: str,
-               statuses: tuple[str, ...] | None = None, nap: str | None = None, hold_ms: int = 0) -> None:
+async def main(
+    url: str,
+    limit: int,
+    keys: list[str],
+    starts: int,
+    clients: int,
+    go_file: str,
+    statuses: tuple[str, ...] | None = None,
+    nap: str | None = None,
+    hold_ms: int = 0,
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 60
     while not Path(go_file).exists():  # all processes begin together
@@ -47,8 +56,9 @@ async def main(url: str, limit: int, keys: list[str], starts: int, clients: int,
             for i in range(starts):
                 key = keys[(offset + i) % len(keys)]
                 try:
-                    await engine.start(turn, {"key": key, **extra},
-                                       concurrency=Concurrency(key=key, limit=limit, **quota))
+                    await engine.start(
+                        turn, {"key": key, **extra}, concurrency=Concurrency(key=key, limit=limit, **quota)
+                    )
                     counts["admitted"] += 1
                 except ConcurrencyLimitError:
                     counts["refused"] += 1
@@ -70,5 +80,16 @@ if __name__ == "__main__":
     parser.add_argument("--sleep")
     parser.add_argument("--hold-ms", type=int, default=0)
     args = parser.parse_args()
-    asyncio.run(main(args.url, int(args.limit), args.keys.split(","), int(args.starts), int(args.clients),
-                     args.go_file, args.statuses and tuple(args.statuses.split(",")), args.sleep, args.hold_ms))
+    asyncio.run(
+        main(
+            args.url,
+            int(args.limit),
+            args.keys.split(","),
+            int(args.starts),
+            int(args.clients),
+            args.go_file,
+            args.statuses and tuple(args.statuses.split(",")),
+            args.sleep,
+            args.hold_ms,
+        )
+    )

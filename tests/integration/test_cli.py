@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from duro_devserver.cli import main
 
-WORKFLOW = '''
+WORKFLOW = """
 from duro import step, workflow
 
 @step
@@ -26,7 +26,7 @@ async def echo(text: str) -> str:
 @workflow
 async def broken(text: str) -> str:
     raise ValueError("no")
-'''
+"""
 
 
 def project(tmp_path):
@@ -38,11 +38,14 @@ def project(tmp_path):
 def test_run_prints_steps_and_result_and_json(tmp_path):
     root = project(tmp_path)
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    result = CliRunner().invoke(main, ["run", "echo", "--input", '"hi"', "--project", str(root), "--database-url", db])
+    result = CliRunner().invoke(
+        main, ["run", "echo", "--input", '"hi"', "--project", str(root), "--database-url", db]
+    )
     assert result.exit_code == 0, result.output
     assert "completed" in result.output and 'result: "HI"' in result.output and "shout" in result.output
-    result = CliRunner().invoke(main, ["run", "echo", "--input", '"x"', "--project", str(root), "--database-url", db,
-                                       "--json"])
+    result = CliRunner().invoke(
+        main, ["run", "echo", "--input", '"x"', "--project", str(root), "--database-url", db, "--json"]
+    )
     data = json.loads(result.output)
     assert (data["status"], data["output"], data["steps"][0]["name"]) == ("completed", "X", "shout")
 
@@ -50,7 +53,9 @@ def test_run_prints_steps_and_result_and_json(tmp_path):
 def test_failures_and_bad_arguments_exit_non_zero_with_a_message(tmp_path):
     root = project(tmp_path)
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    failed = CliRunner().invoke(main, ["run", "broken", "--input", '"x"', "--project", str(root), "--database-url", db])
+    failed = CliRunner().invoke(
+        main, ["run", "broken", "--input", '"x"', "--project", str(root), "--database-url", db]
+    )
     assert failed.exit_code == 1 and "ValueError: no" in failed.output
     unknown = CliRunner().invoke(main, ["run", "nope", "--project", str(root), "--database-url", db])
     assert unknown.exit_code == 2 and "unknown workflow 'nope'" in unknown.output
@@ -70,9 +75,11 @@ def test_a_busy_port_says_so_and_to_pass_port(tmp_path):
         for command in ("dev", "serve"):
             result = CliRunner().invoke(main, [command, str(root), "--port", str(port)])
             assert result.exit_code == 2, result.output
-            assert result.stderr == (f"error: port {port} on 127.0.0.1 is in use (another `duro dev` or `duro "
-                                     f"serve`?): stop that server, or pass --port N for another port (--port 0 "
-                                     f"picks a free one)\n")
+            assert result.stderr == (
+                f"error: port {port} on 127.0.0.1 is in use (another `duro dev` or `duro "
+                f"serve`?): stop that server, or pass --port N for another port (--port 0 "
+                f"picks a free one)\n"
+            )
             assert "Errno" not in result.output and "Traceback" not in result.output
 
 
@@ -82,11 +89,14 @@ def test_a_file_that_is_not_a_sqlite_database_is_named_with_what_to_do(tmp_path,
     (root / ".duro").mkdir()
     db = root / ".duro" / "dev.db"
     db.write_text("these are not the runs you are looking for\n" * 100)
-    result = CliRunner().invoke(main, [command, str(root), "--port", "0"] if command != "worker" else
-                                [command, str(root)])
+    result = CliRunner().invoke(
+        main, [command, str(root), "--port", "0"] if command != "worker" else [command, str(root)]
+    )
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith(f"error: {db} is not a usable SQLite database (file is not a database): "
-                                    f"move it away (or delete it, losing the runs it held)")
+    assert result.stderr.startswith(
+        f"error: {db} is not a usable SQLite database (file is not a database): "
+        f"move it away (or delete it, losing the runs it held)"
+    )
     assert "--database-url" in result.stderr and "Traceback" not in result.output
     assert result.stderr.count("\n") == 1
 

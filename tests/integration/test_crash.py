@@ -19,15 +19,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def spawn_worker(url: str, run_id: str, tmp_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "DURO_TEST_JOURNAL": str(tmp_path / "journal"),
-           "DURO_TEST_SLEEP": "2s", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "tests.integration.crash_worker", url, run_id], env=env,
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "DURO_TEST_JOURNAL": str(tmp_path / "journal"),
+        "DURO_TEST_SLEEP": "2s",
+        "PYTHONPATH": str(ROOT),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.crash_worker", url, run_id],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.mark.parametrize("detection", ["same-host pid check", "lease expiry"])
-async def test_a_killed_worker_run_completes_elsewhere_with_steps_run_once(database_url, tmp_path, monkeypatch,
-                                                                          detection):
+async def test_a_killed_worker_run_completes_elsewhere_with_steps_run_once(
+    database_url, tmp_path, monkeypatch, detection
+):
     if detection == "lease expiry":  # as if the dead worker had been on another machine
         monkeypatch.setattr("duro._worker._process_alive", lambda pid: True)
     monkeypatch.setenv("DURO_TEST_JOURNAL", str(tmp_path / "journal"))
@@ -61,8 +71,11 @@ async def test_a_killed_worker_run_completes_elsewhere_with_steps_run_once(datab
         assert run.status == "suspended"
         assert await engine.handle("crash-1").result(timeout="30s") == Packed(name="lamp", boxes=4)
         kinds = [(s.kind, s.name, s.status) for s in await engine.steps("crash-1")]
-        assert kinds == [("step", "pick", "completed"), ("step", "pack", "completed"),
-                         ("sleep", "sleep", "completed")]
+        assert kinds == [
+            ("step", "pick", "completed"),
+            ("step", "pack", "completed"),
+            ("sleep", "sleep", "completed"),
+        ]
     lines = [line.split() for line in (tmp_path / "journal").read_text().split("\n") if line]
     assert sorted(kind for kind, _ in lines) == ["pack", "pick"]
     assert {pid for _, pid in lines} == {str(process.pid)}

@@ -36,7 +36,10 @@ async def test_steps_results_and_history(database_url):
         assert await handle.status() == RunStatus.COMPLETED == "completed"
         steps = await handle.steps()
         assert [(s.seq, s.kind, s.name, s.status) for s in steps] == [
-            (0, "step", "pick", "completed"), (1, "step", "pack", "completed"), (2, "sleep", "sleep", "completed")]
+            (0, "step", "pick", "completed"),
+            (1, "step", "pack", "completed"),
+            (2, "sleep", "sleep", "completed"),
+        ]
         assert steps[1].result == {"name": "lamp", "boxes": 6}
         assert steps[0].started_at <= steps[0].ended_at
         info = await engine.get_run(handle.id)
@@ -45,8 +48,11 @@ async def test_steps_results_and_history(database_url):
 
 async def test_idempotent_start_by_run_id(database_url):
     async with engine_for(database_url) as engine:
-        first = await engine.start("double", 2, run_id="same") if "double" in engine.workflows else \
-            await double.start(2, run_id="same")
+        first = (
+            await engine.start("double", 2, run_id="same")
+            if "double" in engine.workflows
+            else await double.start(2, run_id="same")
+        )
         assert await first.result(timeout="10s") == 4
         again = await double.start(99, run_id="same")
         assert again.id == "same" and await again.result() == 4
@@ -189,7 +195,8 @@ async def test_durable_now_and_helpers_outside_runs(database_url):
         stamped = await stamp.start(1)
         value = await stamped.result(timeout="10s")
         assert (await stamped.steps())[0].result == int(
-            __import__("datetime").datetime.fromisoformat(value).timestamp() * 1000)
+            __import__("datetime").datetime.fromisoformat(value).timestamp() * 1000
+        )
         with pytest.raises(RunFailedError, match="inside step 'inner'"):
             await (await misuse.start(1)).result(timeout="10s")
     with pytest.raises(DuroError, match="outside any workflow run"):
@@ -206,7 +213,12 @@ async def test_quota_refuses_at_start_and_idempotent_restart_passes(database_url
         a, b = await turn.start(0, run_id="a"), await turn.start(2, run_id="b")
         with pytest.raises(ConcurrencyLimitError) as info:
             await turn.start(4)
-        assert (info.value.workflow, info.value.key, info.value.limit, info.value.active) == ("turn", "tenant:0", 2, 2)
+        assert (info.value.workflow, info.value.key, info.value.limit, info.value.active) == (
+            "turn",
+            "tenant:0",
+            2,
+            2,
+        )
         assert (await turn.start(4, run_id="a")).id == "a"
         await turn.start(1)  # another key
         assert len(await engine.list_runs(tag="concurrency:tenant:0")) == 2
@@ -224,8 +236,10 @@ async def test_quota_refuses_at_start_and_idempotent_restart_passes(database_url
 
 
 async def test_namespaces_and_scoped_reads(database_url):
-    async with engine_for(database_url, namespace="blue", scope_reads=True) as blue, \
-            Engine(database_url, namespace="green") as green:
+    async with (
+        engine_for(database_url, namespace="blue", scope_reads=True) as blue,
+        Engine(database_url, namespace="green") as green,
+    ):
         run = await double.start(1, engine=blue)
         assert await run.result(timeout="10s") == 2
         assert [r.id for r in await blue.list_runs()] == [run.id]
@@ -290,12 +304,15 @@ async def test_two_live_workers_never_run_the_same_run(database_url):
     client.close()
 
 
-@pytest.mark.parametrize(("conc", "words"), [
-    (Concurrency(key=lambda n: 1 / 0, limit=1), ["key function raised ZeroDivisionError"]),
-    (Concurrency(key=lambda n: 42, limit=1), ["key must be a non-empty string", "42"]),
-    (Concurrency(key="k", limit=lambda key: "three"), ["limit for key 'k' must be an int"]),
-    (Concurrency(key="k", limit=lambda key: {}["x"]), ["limit function (key 'k') raised KeyError"]),
-])
+@pytest.mark.parametrize(
+    ("conc", "words"),
+    [
+        (Concurrency(key=lambda n: 1 / 0, limit=1), ["key function raised ZeroDivisionError"]),
+        (Concurrency(key=lambda n: 42, limit=1), ["key must be a non-empty string", "42"]),
+        (Concurrency(key="k", limit=lambda key: "three"), ["limit for key 'k' must be an int"]),
+        (Concurrency(key="k", limit=lambda key: {}["x"]), ["limit function (key 'k') raised KeyError"]),
+    ],
+)
 async def test_bad_quota_functions_fail_the_start_and_create_nothing(database_url, conc, words):
     @workflow(concurrency=conc)
     async def guarded(n: int) -> int:

@@ -41,6 +41,7 @@ STEPS = ("a", "b", "c")
 
 # -- plumbing --------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A fresh copy of fence_project (``duro serve`` writes its ``.duro/`` there) and its effects dir."""
@@ -55,8 +56,12 @@ def process_env(tmp_path: Path) -> dict[str, str]:
     against another checkout spawns that checkout's code), the effects directory, and faulthandler
     (a process that ignores SIGTERM shows its stacks on SIGABRT: see ``finish``)."""
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
-    return {**os.environ, "PYTHONPATH": path, EFFECTS_DIR: str(tmp_path / "effects"),
-            "PYTHONFAULTHANDLER": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        EFFECTS_DIR: str(tmp_path / "effects"),
+        "PYTHONFAULTHANDLER": "1",
+    }
 
 
 @dataclass
@@ -81,9 +86,26 @@ def duro_worker(project: Path, url: str, worker_id: str, env: dict[str, str], le
     log_path = project.parent / f"{worker_id}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "duro_devserver", "worker", str(project), "--database-url", url,
-             "--lease", lease, "--poll-interval", "200ms", "--worker-id", worker_id],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "duro_devserver",
+                "worker",
+                str(project),
+                "--database-url",
+                url,
+                "--lease",
+                lease,
+                "--poll-interval",
+                "200ms",
+                "--worker-id",
+                worker_id,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield Worker(worker_id, process, log_path)
     finally:
@@ -120,8 +142,10 @@ def effects(tmp_path: Path) -> list[tuple[str, str, int]]:
     path = tmp_path / "effects" / "effects.log"
     if not path.exists():
         return []
-    return [(run, step, int(pid)) for run, step, pid in
-            (line.split() for line in path.read_text().splitlines() if line)]
+    return [
+        (run, step, int(pid))
+        for run, step, pid in (line.split() for line in path.read_text().splitlines() if line)
+    ]
 
 
 def start_runs(project: Path, url: str, workflow: str, jobs: list[dict[str, str]]) -> None:
@@ -161,13 +185,19 @@ def finish(*processes: subprocess.Popen[bytes], grace: float = 15.0) -> list[int
 
 
 @contextmanager
-def write_lock_holder(db_path: str, seconds: float, env: dict[str, str],
-                      out: Path) -> Iterator[subprocess.Popen[bytes]]:
+def write_lock_holder(
+    db_path: str, seconds: float, env: dict[str, str], out: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     """``tests.support.write_lock`` started and connected, waiting for a line on its stdin to lock."""
     with open(out, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "tests.support.write_lock", db_path, str(seconds)],
-                                   cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.write_lock", db_path, str(seconds)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield process
     finally:
@@ -186,9 +216,11 @@ def alive(*workers: Worker) -> None:
 
 # -- a worker frozen past its lease mid-sleep ------------------------------------------------------
 
+
 @pytest.mark.timeout(180)
-def test_a_worker_frozen_past_its_lease_mid_sleep_runs_no_step_again(database_url: str, project: Path,
-                                                                    tmp_path: Path):
+def test_a_worker_frozen_past_its_lease_mid_sleep_runs_no_step_again(
+    database_url: str, project: Path, tmp_path: Path
+):
     """w1 runs ``a`` and sleeps 3 s; frozen past its 2 s lease, w2 takes the run over and completes
     it; w1, continued, may beat its heartbeat again, but executes neither ``b`` nor ``c``."""
     env = process_env(tmp_path)
@@ -200,6 +232,7 @@ def test_a_worker_frozen_past_its_lease_mid_sleep_runs_no_step_again(database_ur
         w1 = stack.enter_context(duro_worker(project, database_url, "fence-w1", env, lease="2s"))
         logs = [w1]
         try:
+
             def asleep_at_w1() -> bool:
                 alive(w1)
                 state = peek.run(run_id)
@@ -239,8 +272,10 @@ def test_a_worker_frozen_past_its_lease_mid_sleep_runs_no_step_again(database_ur
 
             continued_at = time.perf_counter()
             wait_until(beat_twice, 30, "two heartbeats of fence-w1 after its SIGCONT")
-            print(f"\nfence-w1 frozen {frozen_for:.1f}s (lease 2s, the run completed by fence-w2 meanwhile); "
-                  f"two heartbeats {time.perf_counter() - continued_at:.1f}s after its SIGCONT")
+            print(
+                f"\nfence-w1 frozen {frozen_for:.1f}s (lease 2s, the run completed by fence-w2 meanwhile); "
+                f"two heartbeats {time.perf_counter() - continued_at:.1f}s after its SIGCONT"
+            )
         except BaseException:
             finish(*(worker.process for worker in logs))
             print("\n".join(worker.log() for worker in logs), file=sys.stderr)
@@ -252,16 +287,17 @@ def test_a_worker_frozen_past_its_lease_mid_sleep_runs_no_step_again(database_ur
         executed = [(step, pid) for run, step, pid in done if run == run_id]
         failure = "\n".join(worker.log() for worker in logs)
         assert counts == dict.fromkeys(STEPS, 1), f"step bodies executed {dict(counts)}: {done}\n{failure}"
-        assert executed == [("a", w1.process.pid), ("b", w2.process.pid), ("c", w2.process.pid)], \
+        assert executed == [("a", w1.process.pid), ("b", w2.process.pid), ("c", w2.process.pid)], (
             f"{done}\n{failure}"
+        )
         assert codes == {"fence-w1": 0, "fence-w2": 0}, f"exit codes {codes}\n{failure}"
 
 
 # -- SQLite's write lock held past the lease -------------------------------------------------------
 
 RUNS = 50
-LOCK_S = 8.0      # more than twice the workers' 3 s lease
-HEALTH_S = 1.0    # "well under a second"
+LOCK_S = 8.0  # more than twice the workers' 3 s lease
+HEALTH_S = 1.0  # "well under a second"
 
 
 @dataclass
@@ -303,7 +339,8 @@ def executed_twice(done: list[tuple[str, str, int]]) -> dict[tuple[str, str], li
 
 @pytest.mark.timeout(180)
 def test_the_sqlite_write_lock_held_past_the_lease_runs_no_step_twice_and_health_answers(
-        sqlite_url: str, project: Path, tmp_path: Path):
+    sqlite_url: str, project: Path, tmp_path: Path
+):
     """Two ``duro worker`` and one ``duro serve --worker`` (lease 3 s each) on one SQLite file run 50
     runs; meanwhile another process holds the write lock 8 s."""
     env = process_env(tmp_path)
@@ -317,22 +354,35 @@ def test_the_sqlite_write_lock_held_past_the_lease_runs_no_step_twice_and_health
     with ExitStack() as stack:
         stack.callback(peek.close)
         holder = stack.enter_context(write_lock_holder(db_path, LOCK_S, env, said))
-        server = stack.enter_context(running_dev_server(  # first: it starts slowest, and within 30 s
-            project, command="serve", args=("--database-url", sqlite_url, "--worker", "--lease", "3s",
-                                                   "--poll-interval", "200ms"), env=env))
-        workers = [stack.enter_context(duro_worker(project, sqlite_url, f"fence-w{i}", env, lease="3s"))
-                   for i in (1, 2)]
+        server = stack.enter_context(
+            running_dev_server(  # first: it starts slowest, and within 30 s
+                project,
+                command="serve",
+                args=("--database-url", sqlite_url, "--worker", "--lease", "3s", "--poll-interval", "200ms"),
+                env=env,
+            )
+        )
+        workers = [
+            stack.enter_context(duro_worker(project, sqlite_url, f"fence-w{i}", env, lease="3s"))
+            for i in (1, 2)
+        ]
         http = stack.enter_context(httpx.Client(base_url=server.url, timeout=30.0))
 
         def logs() -> str:
-            return "\n".join([*(worker.log() for worker in workers), f"--- duro serve ---\n{server.log()}",
-                              f"--- write lock ---\n{said.read_text()}"])
+            return "\n".join(
+                [
+                    *(worker.log() for worker in workers),
+                    f"--- duro serve ---\n{server.log()}",
+                    f"--- write lock ---\n{said.read_text()}",
+                ]
+            )
 
         def released() -> bool:
             return "released" in said.read_text() or holder.poll() is not None
 
         problems: list[str] = []
         try:
+
             def three_workers() -> bool:
                 alive(*workers)
                 return peek.rows("SELECT count(*) FROM duro_workers")[0][0] == 3
@@ -357,8 +407,13 @@ def test_the_sqlite_write_lock_held_past_the_lease_runs_no_step_twice_and_health
             finish(*(worker.process for worker in workers), server.process)
             print(logs(), file=sys.stderr)
             raise
-        codes = dict(zip(["fence-w1", "fence-w2", "serve"],
-                         finish(*(worker.process for worker in workers), server.process), strict=True))
+        codes = dict(
+            zip(
+                ["fence-w1", "fence-w2", "serve"],
+                finish(*(worker.process for worker in workers), server.process),
+                strict=True,
+            )
+        )
 
         done = effects(tmp_path)
         twice = executed_twice(done)
@@ -371,16 +426,21 @@ def test_the_sqlite_write_lock_held_past_the_lease_runs_no_step_twice_and_health
             problems.append(f"completed steps with no execution in the effect log: {missing}")
         if not samples:
             problems.append("no GET /api/health was answered while the lock was held")
-        slow = [(round(s.took, 2), s.status, s.error) for s in samples
-                if s.status != 200 or s.took >= HEALTH_S]
+        slow = [
+            (round(s.took, 2), s.status, s.error) for s in samples if s.status != 200 or s.took >= HEALTH_S
+        ]
         if slow:
-            problems.append(f"{len(slow)} of {len(samples)} GET /api/health during the lock took >= "
-                            f"{HEALTH_S}s or failed: {slow}")
+            problems.append(
+                f"{len(slow)} of {len(samples)} GET /api/health during the lock took >= "
+                f"{HEALTH_S}s or failed: {slow}"
+            )
         # uvicorn raises the SIGTERM it caught again once it has shut down gracefully: serve ends -15
         if codes != {"fence-w1": 0, "fence-w2": 0, "serve": -signal.SIGTERM}:
             problems.append(f"exit codes {codes}")
         worst = max((s.took for s in samples), default=0.0)
-        print(f"\nwrite lock held {LOCK_S}s with {in_flight} of {RUNS} runs in flight; {len(samples)} health "
-              f"answers during it, slowest {worst:.3f}s; {len(done)} step executions, {len(completed)} runs "
-              f"completed; exit codes {codes}")
+        print(
+            f"\nwrite lock held {LOCK_S}s with {in_flight} of {RUNS} runs in flight; {len(samples)} health "
+            f"answers during it, slowest {worst:.3f}s; {len(done)} step executions, {len(completed)} runs "
+            f"completed; exit codes {codes}"
+        )
         assert not problems, "\n".join(problems) + "\n" + logs()

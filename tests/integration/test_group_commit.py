@@ -37,6 +37,7 @@ async def test_concurrent_runs_share_commits(database_url):
 async def test_slot_decisions_of_concurrent_runs_share_commits(database_url):
     """On SQLite the slot requests and releases of runs ready together go in one transaction too
     (PostgreSQL keeps one per decision: a batch must not hold several limits' locks at once)."""
+
     @workflow
     async def cycle(n: int) -> int:
         for i in range(n):
@@ -44,7 +45,9 @@ async def test_slot_decisions_of_concurrent_runs_share_commits(database_url):
             assert (await release_slot(slot.id)).released
         return n
 
-    engine = Engine(database_url, workspace=define_workspace(limits={"phones": Limit(capacity=8, max_hold="1h")}))
+    engine = Engine(
+        database_url, workspace=define_workspace(limits={"phones": Limit(capacity=8, max_hold="1h")})
+    )
     commits = []
     sa.event.listen(engine.store._engine, "commit", lambda conn: commits.append(1))
     async with engine:
@@ -62,8 +65,12 @@ async def test_slot_decisions_of_concurrent_runs_share_commits(database_url):
 
 
 def _owned_run(store: SqlStore, run_id: str) -> None:
-    store.insert_run(NewRun(id=run_id, namespace="default", workflow="w", version="1", input=None, owner="me",
-                            created_at=1), None)
+    store.insert_run(
+        NewRun(
+            id=run_id, namespace="default", workflow="w", version="1", input=None, owner="me", created_at=1
+        ),
+        None,
+    )
 
 
 def _hook(run_id: str, owner: str) -> tuple[str, str, StepRecord]:
@@ -84,7 +91,9 @@ async def test_a_fenced_slot_request_in_a_batch_fails_alone(sqlite_url):
         progress = GroupCommit(store, _inline)
         config = LimitConfig("phones", capacity=2, max_hold_ms=3_600_000)
         mine = progress.write("slot_request", config, "mine.0", "mine", None, None, 5, _hook("mine", "me"))
-        lost = progress.write("slot_request", config, "lost.0", "lost", None, None, 5, _hook("lost", "not me"))
+        lost = progress.write(
+            "slot_request", config, "lost.0", "lost", None, None, 5, _hook("lost", "not me")
+        )
         results = await asyncio.gather(mine, lost, return_exceptions=True)
         assert batches == [2]  # tried together first
         assert results[0].state == "busy" and isinstance(results[1], Fenced)

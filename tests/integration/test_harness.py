@@ -151,8 +151,6 @@ def test_duro_env_needs_an_async_test(pytester):
     assert "needs an `async def` test" in result.stdout.str()
 
 
-
-
 async def test_waiting_for_an_unfinished_run_says_what_to_do_instead_of_hanging(duro_env):
     run = await duro_env.start("nap", 1)
     with pytest.raises(AssertionError, match="it is suspended at 2030-01-01T00:00:00.*advance time"):

@@ -72,8 +72,10 @@ def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     db = sa.create_engine(url.split("?")[0])
     try:
         with db.connect() as conn:
-            return {table: sorted((tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))), key=repr)
-                    for table in TABLES}
+            return {
+                table: sorted((tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))), key=repr)
+                for table in TABLES
+            }
     finally:
         db.dispose()
 
@@ -216,29 +218,55 @@ def refused(answer: httpx.Response, status: int, *words: str) -> str:
     return message
 
 
-@pytest.mark.parametrize("body", [
-    {"capacity": True}, {"capacity": False}, {"capacity": "3"}, {"capacity": 3.0}, {"capacity": [3]},
-    {"capacity": {"n": 3}}, {"capacity": 0}, {},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"capacity": True},
+        {"capacity": False},
+        {"capacity": "3"},
+        {"capacity": 3.0},
+        {"capacity": [3]},
+        {"capacity": {"n": 3}},
+        {"capacity": 0},
+        {},
+    ],
+)
 async def test_http_capacity_of_the_wrong_json_type_is_422_and_changes_nothing(database_url, body):
     async with served(database_url) as (_engine, client):
         before = rows(database_url)
         answer = await client.put("/api/limits/lines/capacity", json=body)
-        refused(answer, 422, "limit 'lines'", "capacity must be a JSON integer from 1 to 100000", "null to reset")
+        refused(
+            answer, 422, "limit 'lines'", "capacity must be a JSON integer from 1 to 100000", "null to reset"
+        )
         assert rows(database_url) == before
         limit = (await client.get("/api/limits/lines")).json()["limit"]
         assert (limit["effective_capacity"], limit["capacity_override"]) == (2, None)
 
 
-@pytest.mark.parametrize("body", [
-    {"max_hold": True}, {"max_hold": False}, {"max_hold": " 2h"}, {"max_hold": "2H"}, {"max_hold": "2h "},
-    {"max_hold": "1h 30m"}, {"max_hold": "2 h"}, {"max_hold": 1.5}, {"max_hold": ["2h"]}, {"max_hold": "31d"},
-    {"max_hold": 0}, {"max_hold": "2h\u0000"}, {},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_hold": True},
+        {"max_hold": False},
+        {"max_hold": " 2h"},
+        {"max_hold": "2H"},
+        {"max_hold": "2h "},
+        {"max_hold": "1h 30m"},
+        {"max_hold": "2 h"},
+        {"max_hold": 1.5},
+        {"max_hold": ["2h"]},
+        {"max_hold": "31d"},
+        {"max_hold": 0},
+        {"max_hold": "2h\u0000"},
+        {},
+    ],
+)
 async def test_http_max_hold_outside_the_grammar_is_422_and_changes_nothing(database_url, body):
     async with served(database_url) as (_engine, client):
         before = rows(database_url)
-        message = refused(await client.put("/api/limits/lines/max-hold", json=body), 422, "limit 'lines'", "max_hold")
+        message = refused(
+            await client.put("/api/limits/lines/max-hold", json=body), 422, "limit 'lines'", "max_hold"
+        )
         assert "lowercase" in message or "30 days" in message
         assert rows(database_url) == before
         limit = (await client.get("/api/limits/lines")).json()["limit"]
@@ -248,15 +276,19 @@ async def test_http_max_hold_outside_the_grammar_is_422_and_changes_nothing(data
 async def test_http_strict_override_values_that_are_right_still_work(database_url):
     async with served(database_url) as (_engine, client):
         assert (await client.put("/api/limits/lines/capacity", json={"capacity": 3})).json()["limit"][
-            "capacity_override"] == 3
+            "capacity_override"
+        ] == 3
         for value, shown in (("1h30m", "90m"), (7_200_000, "2h"), ("500ms", "500ms")):
             answer = await client.put("/api/limits/lines/max-hold", json={"max_hold": value})
             assert answer.json()["limit"]["max_hold_override"] == shown, answer.text
         assert (await client.put("/api/limits/lines/max-hold", json={"max_hold": None})).json()["limit"][
-            "max_hold_override"] is None
+            "max_hold_override"
+        ] is None
 
 
-async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_logs_no_data(database_url, caplog):
+async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_logs_no_data(
+    database_url, caplog
+):
     caplog.set_level(logging.DEBUG)
     async with served(database_url) as (engine, client):
         waiting = await settled(engine)
@@ -266,11 +298,26 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
         cursor = base64.urlsafe_b64encode(f"1:{n}".encode()).decode()  # a forged page cursor
         asks = [
             ("POST", "/api/workflows/echo/runs", {"input": 1, "run_id": n}, 422, "run_id"),
-            ("POST", "/api/workflows/echo/runs", {"input": 1, "concurrency": {"key": n, "limit": 3}}, 422,
-             "Concurrency key"),
+            (
+                "POST",
+                "/api/workflows/echo/runs",
+                {"input": 1, "concurrency": {"key": n, "limit": 3}},
+                422,
+                "Concurrency key",
+            ),
             ("POST", "/api/workflows/tenant_job/runs", {"input": {"tenant": n}}, 422, "concurrency key"),
-            ("POST", "/api/schedules", {"name": "nightly", "workflow": "echo", "cron": "0 3 * * *",
-                                        "concurrency": {"key": n, "limit": 1}}, 422, "Concurrency key"),
+            (
+                "POST",
+                "/api/schedules",
+                {
+                    "name": "nightly",
+                    "workflow": "echo",
+                    "cron": "0 3 * * *",
+                    "concurrency": {"key": n, "limit": 1},
+                },
+                422,
+                "Concurrency key",
+            ),
             ("GET", f"/api/runs?workflow={q}", None, 400, "workflow filter"),
             ("GET", f"/api/runs?tag={q}", None, 400, "tag filter"),
             ("GET", f"/api/runs?cursor={cursor}", None, 400, "cursor"),
@@ -288,8 +335,11 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
         assert rows(database_url) == before
         assert (await engine.get_run(waiting)).status.value == "suspended"
     # the server's side (duro, the app, the drivers); httpx logs this test's own requests
-    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records
-                       if not r.name.startswith(("httpx", "httpcore")))
+    logged = "\n".join(
+        r.getMessage() + (r.exc_text or "")
+        for r in caplog.records
+        if not r.name.startswith(("httpx", "httpcore"))
+    )
     assert SECRET not in logged and "DataError" not in logged
 
 
@@ -298,28 +348,48 @@ async def test_http_a_quota_limit_of_the_wrong_json_type_is_422_and_starts_nothi
     """A per-start quota's limit (and a schedule's) is a JSON integer: ``true`` is not 1."""
     async with served(database_url) as (_engine, client):
         before = rows(database_url)
-        answer = await client.post("/api/workflows/echo/runs",
-                                   json={"input": 1, "concurrency": {"key": "k", "limit": limit}})
+        answer = await client.post(
+            "/api/workflows/echo/runs", json={"input": 1, "concurrency": {"key": "k", "limit": limit}}
+        )
         assert answer.status_code == 422, answer.text
-        answer = await client.post("/api/schedules", json={"name": "nightly", "workflow": "echo", "cron": "0 3 * * *",
-                                                            "input": 1, "concurrency": {"key": "k", "limit": limit}})
+        answer = await client.post(
+            "/api/schedules",
+            json={
+                "name": "nightly",
+                "workflow": "echo",
+                "cron": "0 3 * * *",
+                "input": 1,
+                "concurrency": {"key": "k", "limit": limit},
+            },
+        )
         assert answer.status_code == 422, answer.text
         assert rows(database_url) == before
 
 
-@pytest.mark.parametrize("raw", [b'{"input": NaN}', b'{"input": Infinity}', b'{"input": -Infinity}',
-                                 b'{"input": 1e999}', b'{"input": {"x": -1e999}}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"input": NaN}',
+        b'{"input": Infinity}',
+        b'{"input": -Infinity}',
+        b'{"input": 1e999}',
+        b'{"input": {"x": -1e999}}',
+    ],
+)
 async def test_http_numbers_json_cannot_hold_are_400_not_null(database_url, raw):
     """NaN, Infinity and numbers too large for a float are refused, not stored as null."""
     async with served(database_url) as (_engine, client):
         before = rows(database_url)
-        answer = await client.post("/api/workflows/echo/runs", content=raw,
-                                   headers={"Content-Type": "application/json"})
+        answer = await client.post(
+            "/api/workflows/echo/runs", content=raw, headers={"Content-Type": "application/json"}
+        )
         refused(answer, 400, "number")
         assert rows(database_url) == before
 
 
-@pytest.mark.parametrize("raw", [b'{"input": "\\ud800"}', b'{"input": {"\\udc00": 1}}', b'{"input": ["a\\ud83d"]}'])
+@pytest.mark.parametrize(
+    "raw", [b'{"input": "\\ud800"}', b'{"input": {"\\udc00": 1}}', b'{"input": ["a\\ud83d"]}']
+)
 async def test_http_a_lone_surrogate_is_400_not_stored(database_url, raw):
     """An escape such as \\ud800 without its pair is no character: refused, in an input or a signal
     payload; a proper pair (an emoji) is text like any other."""
@@ -329,9 +399,14 @@ async def test_http_a_lone_surrogate_is_400_not_stored(database_url, raw):
         headers = {"Content-Type": "application/json"}
         refused(await client.post("/api/workflows/echo/runs", content=raw, headers=headers), 400, "surrogate")
         signal = raw.replace(b'{"input": ', b"")[:-1]
-        refused(await client.post(f"/api/runs/{waiting}/signals/poke", content=signal, headers=headers), 400,
-                "surrogate")
+        refused(
+            await client.post(f"/api/runs/{waiting}/signals/poke", content=signal, headers=headers),
+            400,
+            "surrogate",
+        )
         assert rows(database_url) == before
-        answer = await client.post("/api/workflows/echo/runs", content=b'{"input": "\\ud83d\\ude00"}', headers=headers)
+        answer = await client.post(
+            "/api/workflows/echo/runs", content=b'{"input": "\\ud83d\\ude00"}', headers=headers
+        )
         assert answer.status_code == 201, answer.text
-        assert await engine.handle(answer.json()["run"]["id"]).result(timeout="10s") == "\U0001F600"
+        assert await engine.handle(answer.json()["run"]["id"]).result(timeout="10s") == "\U0001f600"

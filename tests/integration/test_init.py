@@ -31,7 +31,9 @@ EXPECTED = [
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_init_writes_the_template_and_says_what_to_run_next(tmp_path):
@@ -63,7 +65,11 @@ def test_a_non_empty_directory_is_refused_and_left_as_it_was(tmp_path):
     before = tree(target)
     result = CliRunner().invoke(main, ["init", str(target)])
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith("error: ") and "is not empty" in result.stderr and "README.md" in result.stderr
+    assert (
+        result.stderr.startswith("error: ")
+        and "is not empty" in result.stderr
+        and "README.md" in result.stderr
+    )
     assert tree(target) == before and sorted(p.name for p in target.iterdir()) == ["README.md", "workflows"]
 
 
@@ -94,13 +100,18 @@ def test_caches_next_to_a_template_are_not_copied(tmp_path):
     (template / ".duro").mkdir()
     (template / ".duro" / "dev.db").write_bytes(b"\0")
     (template / "workflows" / "a.py").write_text("# {{project_name}}\n")
-    assert [(str(path), text) for path, text in template_files(template)] == [("workflows/a.py", "# {{project_name}}\n")]
+    assert [(str(path), text) for path, text in template_files(template)] == [
+        ("workflows/a.py", "# {{project_name}}\n")
+    ]
 
 
 def test_the_template_found_is_the_repositorys_project_template():
     # a source checkout (the editable install) reads it in place; an installed wheel carries a copy
     found = template_dir()
-    assert Path(str(found)) in (REPO / "templates" / "project", Path(str(files("duro_devserver"))) / "_templates" / "project")
+    assert Path(str(found)) in (
+        REPO / "templates" / "project",
+        Path(str(files("duro_devserver"))) / "_templates" / "project",
+    )
     assert list(template_files(found)) == list(template_files(REPO / "templates" / "project"))
     assert [str(path) for path, _ in template_files(found)] == EXPECTED
 
@@ -114,7 +125,13 @@ def test_the_scaffolded_project_passes_its_own_tests(tmp_path):
     target = tmp_path / "shop"
     assert CliRunner().invoke(main, ["init", str(target)]).exit_code == 0
     env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=target, env=env,
-                          capture_output=True, text=True, timeout=90)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=target,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert done.returncode == 0, done.stdout + done.stderr  # (no test collected would be 5)
     assert " passed" in done.stdout and "warning" not in done.stdout, done.stdout

@@ -27,7 +27,9 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 @workflow
 async def hold(inp: dict) -> dict:
     """Take a slot, wait for "done" (or a while), release it unless told to keep it."""
-    slot = await acquire_slot(inp.get("limit", "voice-calls"), label=inp.get("label"), timeout=inp.get("timeout", "24h"))
+    slot = await acquire_slot(
+        inp.get("limit", "voice-calls"), label=inp.get("label"), timeout=inp.get("timeout", "24h")
+    )
     await wait_for_signal("done", timeout=inp.get("work", "1h"))
     released = None if inp.get("keep") else (await release_slot(slot.id)).released
     return {"slot": slot.id, "released": released}
@@ -48,7 +50,12 @@ async def test_a_slot_is_acquired_labelled_and_released_once(duro_env):
     (run,) = await started(duro_env, 1)
     (slot,) = await duro_env.engine.limits.slots("voice-calls")
     assert (slot.state, slot.run_id, slot.label, slot.held_since, slot.expires_at) == (
-        "busy", run.id, "call-0", T0, T0 + timedelta(minutes=45))
+        "busy",
+        run.id,
+        "call-0",
+        T0,
+        T0 + timedelta(minutes=45),
+    )
     await run.signal("done")
     assert (await run.result())["released"] is True
     assert await release_slot(slot.id) == SlotRelease(released=False)  # a second release changes nothing
@@ -90,9 +97,17 @@ async def test_a_waiter_in_the_releasing_engine_takes_the_slot_in_the_release_tr
     await duro_env.run_until_idle()
     assert confirms == []
     (slot,) = [s for s in await duro_env.engine.limits.slots("voice-calls") if s.run_id == second.id]
-    assert (slot.state, slot.held_since, slot.expires_at) == ("busy", duro_env.now, duro_env.now + timedelta(minutes=45))
+    assert (slot.state, slot.held_since, slot.expires_at) == (
+        "busy",
+        duro_env.now,
+        duro_env.now + timedelta(minutes=45),
+    )
     hook = (await second.steps())[0]
-    assert (hook.name, hook.status, hook.ended_at) == ("Esperando hueco · voice-calls", "completed", duro_env.now)
+    assert (hook.name, hook.status, hook.ended_at) == (
+        "Esperando hueco · voice-calls",
+        "completed",
+        duro_env.now,
+    )
 
 
 async def test_a_cancelled_waiter_leaves_the_queue(duro_env):
@@ -101,7 +116,11 @@ async def test_a_cancelled_waiter_leaves_the_queue(duro_env):
     await second.cancel()
     assert await duro_env.queue("voice-calls") == [third.id]
     hook = (await second.steps())[0]  # closed when the run left the queue, not left "waiting"
-    assert (hook.name, hook.status, hook.ended_at) == ("Esperando hueco · voice-calls", "cancelled", duro_env.now)
+    assert (hook.name, hook.status, hook.ended_at) == (
+        "Esperando hueco · voice-calls",
+        "cancelled",
+        duro_env.now,
+    )
     await first.signal("done")
     await duro_env.run_until_idle()
     assert await duro_env.busy("voice-calls") == [third.id]
@@ -199,16 +218,19 @@ async def test_overrides_win_until_reset_and_survive_restarts(duro_env):
     assert (info.effective_capacity, info.capacity_override, info.effective_max_hold) == (2, None, "10m")
 
 
-@pytest.mark.parametrize(("call", "words"), [
-    (lambda limits: limits.set_capacity("voice-calls", 0), ["voice-calls", "capacity"]),
-    (lambda limits: limits.set_capacity("voice-calls", 100_001), ["voice-calls", "capacity"]),
-    (lambda limits: limits.set_capacity("voice-calls", "3"), ["voice-calls", "capacity"]),
-    (lambda limits: limits.set_max_hold("voice-calls", "31d"), ["voice-calls", "max_hold"]),
-    (lambda limits: limits.set_max_hold("voice-calls", "soon"), ["voice-calls", "max_hold"]),
-    (lambda limits: limits.set_capacity("nope", 3), ["unknown limit 'nope'"]),
-    (lambda limits: limits.slots("nope"), ["unknown limit 'nope'"]),
-    (lambda limits: limits.release("no-such-slot"), ["slot 'no-such-slot' does not exist"]),
-])
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda limits: limits.set_capacity("voice-calls", 0), ["voice-calls", "capacity"]),
+        (lambda limits: limits.set_capacity("voice-calls", 100_001), ["voice-calls", "capacity"]),
+        (lambda limits: limits.set_capacity("voice-calls", "3"), ["voice-calls", "capacity"]),
+        (lambda limits: limits.set_max_hold("voice-calls", "31d"), ["voice-calls", "max_hold"]),
+        (lambda limits: limits.set_max_hold("voice-calls", "soon"), ["voice-calls", "max_hold"]),
+        (lambda limits: limits.set_capacity("nope", 3), ["unknown limit 'nope'"]),
+        (lambda limits: limits.slots("nope"), ["unknown limit 'nope'"]),
+        (lambda limits: limits.release("no-such-slot"), ["slot 'no-such-slot' does not exist"]),
+    ],
+)
 async def test_bad_overrides_name_the_limit_and_the_field_and_change_nothing(duro_env, call, words):
     before = await duro_env.engine.limits.list()
     with pytest.raises(DuroError) as info:
@@ -235,7 +257,9 @@ async def test_bad_labels_and_unknown_limits_fail_the_acquire(duro_env):
             return str(err)
         return "ok"
 
-    assert "label must be a string of at most 200" in await (await duro_env.start(labelled, "x" * 201)).result()
+    assert (
+        "label must be a string of at most 200" in await (await duro_env.start(labelled, "x" * 201)).result()
+    )
     assert "label must be a string" in await (await duro_env.start(labelled, 5)).result()
     assert "unknown limit 'nope'" in await (await duro_env.start(unknown, 1)).result()
     await duro_env.assert_limit("partner-api", busy=0, waiting=0)
@@ -247,6 +271,7 @@ async def test_with_limit_and_limit_slot_release_on_return_and_on_raise(duro_env
         async def body() -> str:
             await sleep("1m")
             return "done"
+
         first = await with_limit("partner-api", body, label="report")
         try:
             async with limit_slot("partner-api", label="export") as slot:
@@ -373,6 +398,7 @@ async def test_the_class_form_gets_the_slot_helpers_on_ctx(duro_env):
 
             async def body() -> str:
                 return "inside"
+
             inside = await ctx.with_limit("partner-api", body)
             return [released.released, inside]
 
@@ -388,8 +414,13 @@ async def test_a_capacity_raised_in_the_config_hands_slots_out_after_a_restart(d
 
     duro_env._project.workspace = replace(
         duro_env._project.workspace,
-        limits=define_workspace(limits={"voice-calls": {"capacity": 3, "max_hold": "45m"},
-                                        "partner-api": {"capacity": 2, "max_hold": "10m"}}).limits)
+        limits=define_workspace(
+            limits={
+                "voice-calls": {"capacity": 3, "max_hold": "45m"},
+                "partner-api": {"capacity": 2, "max_hold": "10m"},
+            }
+        ).limits,
+    )
     await duro_env.restart()  # a redeploy with the larger capacity
     await duro_env.run_until_idle()
     assert await duro_env.busy("voice-calls") == [r.id for r in runs]

@@ -122,8 +122,9 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres
         ahead = engine(postgres_url, worker_id="ahead", clock=SkewedClock(10 * 60_000))
         async with ahead:
             await ahead.worker.tick()  # type: ignore[union-attr]
-            changed, granted = await ahead.db(ahead.store.slots_expire, ahead.limit_configs(),
-                                              ahead.clock.now_ms())
+            changed, granted = await ahead.db(
+                ahead.store.slots_expire, ahead.limit_configs(), ahead.clock.now_ms()
+            )
             assert changed == [] and granted == []  # 10 minutes "later" on its clock: not on the database's
             (slot,) = await honest.limits.slots("line")
             assert slot.state == "busy" and slot.run_id == held.id
@@ -141,15 +142,39 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
     store.register_worker("slow-clock", "default", "elsewhere", 1, now - 3_600_000)  # stamped by the database
     from duro.store import Claim, NewRun
 
-    store.insert_run(NewRun(id="r", namespace="default", workflow="waiter", version="1", input='"x"',
-                            owner="slow-clock", created_at=now), None)
+    store.insert_run(
+        NewRun(
+            id="r",
+            namespace="default",
+            workflow="waiter",
+            version="1",
+            input='"x"',
+            owner="slow-clock",
+            created_at=now,
+        ),
+        None,
+    )
     far_ahead = now + 3_600_000  # a claimer an hour ahead thinks the owner's heartbeat is an hour old
-    assert store.claim_runs(Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
-                                  now=far_ahead)) == []
+    assert (
+        store.claim_runs(
+            Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"], now=far_ahead)
+        )
+        == []
+    )
     seen = store.heartbeat("slow-clock", now)["slow-clock"]
     assert store.heartbeat("slow-clock", now)["slow-clock"] > seen  # every beat moves the stamp on
-    assert store.claim_runs(Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"],
-                                  now=far_ahead, condemned=[("slow-clock", seen)])) == []
+    assert (
+        store.claim_runs(
+            Claim(
+                worker_id="fast-clock",
+                namespace="default",
+                workflows=["waiter"],
+                now=far_ahead,
+                condemned=[("slow-clock", seen)],
+            )
+        )
+        == []
+    )
     assert store.heartbeat("slow-clock", now) is not None  # still registered: it beat after the stamp seen
     store.close()
 
@@ -165,12 +190,17 @@ async def test_workers_blocked_behind_a_frozen_transaction_keep_their_leases(pos
         await (await eng.start("waiter", "creates the limit's row")).result(timeout="10s")
         with psycopg.connect(raw) as frozen:
             frozen.execute("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
-            handles = [await client.start("waiter", f"w{i}") for i in range(12)]  # more than the store's threads
+            handles = [
+                await client.start("waiter", f"w{i}") for i in range(12)
+            ]  # more than the store's threads
 
             def lock_waits() -> int:
                 with psycopg.connect(raw, autocommit=True) as conn:
-                    return int(conn.execute("SELECT count(*) FROM pg_stat_activity "
-                                            "WHERE wait_event_type = 'Lock'").fetchone()[0])
+                    return int(
+                        conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        ).fetchone()[0]
+                    )
 
             await eventually(lambda: asyncio.to_thread(lock_waits), 10, "the store's threads blocked")
             loop = asyncio.get_running_loop()
@@ -193,8 +223,10 @@ def test_a_session_frozen_inside_a_transaction_is_ended_by_the_server(postgres_u
     store.create_schema()
     other = SqlStore(postgres_url)
     with store._engine.connect() as frozen:  # a transaction of the store, left waiting for its client
-        frozen.exec_driver_sql("INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
-                               "VALUES ('line', 0, 0, 0, 0, 0)")
+        frozen.exec_driver_sql(
+            "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
+            "VALUES ('line', 0, 0, 0, 0, 0)"
+        )
         frozen.commit()
         frozen.exec_driver_sql("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
         with other._engine.connect() as waiting:  # blocked behind it until the server ends the frozen one
@@ -216,7 +248,9 @@ async def test_a_worker_carries_on_across_a_server_restart():
     reconnects, and runs started before and after the restart complete."""
     from tests.support.pgserver import start_server
 
-    server = await asyncio.to_thread(start_server, True)  # an immediate restart keeps every acknowledged commit
+    server = await asyncio.to_thread(
+        start_server, True
+    )  # an immediate restart keeps every acknowledged commit
     try:
         url = server.url(server.create_database())
         async with engine(url, worker_id="survivor", poll_interval="200ms") as eng:
@@ -258,7 +292,9 @@ async def test_a_worker_stops_only_after_its_heartbeat_in_flight_has_finished(po
 
 def _db_now(url: str) -> int:
     with psycopg.connect(dsn(url)) as conn:
-        return int(conn.execute("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").fetchone()[0])
+        return int(
+            conn.execute("SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint").fetchone()[0]
+        )
 
 
 def test_listen_delivers_notifications_and_stops(postgres_url):
@@ -273,9 +309,21 @@ def test_listen_delivers_notifications_and_stops(postgres_url):
 
         attempts = iter(range(1_000_000))
 
-        def sent() -> bool:  # the listener may not be listening yet: keep starting new runs until one is heard
-            store.insert_run(NewRun(id=f"n{next(attempts)}", namespace="default", workflow="w",
-                                    version="1", input="null", owner=None, created_at=1), None)
+        def sent() -> (
+            bool
+        ):  # the listener may not be listening yet: keep starting new runs until one is heard
+            store.insert_run(
+                NewRun(
+                    id=f"n{next(attempts)}",
+                    namespace="default",
+                    workflow="w",
+                    version="1",
+                    input="null",
+                    owner=None,
+                    created_at=1,
+                ),
+                None,
+            )
             return ["run", "default"] in received
 
         asyncio.run(eventually(sent, 10, "a notification"))
@@ -313,8 +361,13 @@ async def test_one_run_notice_on_its_way_to_the_loop_stands_for_those_after_it(p
     async with engine(postgres_url, worker_id="worker") as worker:
         loop, fake = worker.worker, _Loop()
         assert loop is not None
-        for message in (["run", "default"], ["run", "default"], ["run", "elsewhere"], ["done", "r", "completed"],
-                        ["run", None]):
+        for message in (
+            ["run", "default"],
+            ["run", "default"],
+            ["run", "elsewhere"],
+            ["done", "r", "completed"],
+            ["run", None],
+        ):
             loop._deliver(fake, message)  # type: ignore[arg-type]
         assert fake.handed == [["run", "default"], ["done", "r", "completed"]]
         loop._on_notice(["run", "default"])  # the loop took it: the next one goes through again

@@ -35,13 +35,17 @@ def write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_convention_scan_imports_every_module_once(tmp_path):
-    root = write(tmp_path, {
-        "duro.config.py": "from duro import define_workspace, Limit\n"
-                          "workspace = define_workspace(limits={'partner-api': Limit(capacity=5, max_hold='10m')})\n",
-        "workflows/a.py": WORKFLOW.format(name="alpha", delta=1),
-        "workflows/nested/b.py": WORKFLOW.format(name="beta", delta=2) + "\nfrom workflows.a import flow as _a\n",
-        "workflows/helpers.py": "VALUE = 1\n",
-    })
+    root = write(
+        tmp_path,
+        {
+            "duro.config.py": "from duro import define_workspace, Limit\n"
+            "workspace = define_workspace(limits={'partner-api': Limit(capacity=5, max_hold='10m')})\n",
+            "workflows/a.py": WORKFLOW.format(name="alpha", delta=1),
+            "workflows/nested/b.py": WORKFLOW.format(name="beta", delta=2)
+            + "\nfrom workflows.a import flow as _a\n",
+            "workflows/helpers.py": "VALUE = 1\n",
+        },
+    )
     project = load_project(root)
     assert sorted(spec.name for spec in project.workflows) == ["alpha", "beta"]
     assert project.workspace.limits["partner-api"].capacity == 5
@@ -50,12 +54,15 @@ def test_convention_scan_imports_every_module_once(tmp_path):
 
 
 def test_a_workflows_list_replaces_the_scan_and_marks_serial(tmp_path):
-    root = write(tmp_path, {
-        "duro.config.py": "from duro import define_workspace\n"
-                          "workspace = define_workspace(workflows=[{'path': 'workflows/a.py', 'serial': True}])\n",
-        "workflows/a.py": WORKFLOW.format(name="alpha", delta=1),
-        "workflows/b.py": WORKFLOW.format(name="beta", delta=2),
-    })
+    root = write(
+        tmp_path,
+        {
+            "duro.config.py": "from duro import define_workspace\n"
+            "workspace = define_workspace(workflows=[{'path': 'workflows/a.py', 'serial': True}])\n",
+            "workflows/a.py": WORKFLOW.format(name="alpha", delta=1),
+            "workflows/b.py": WORKFLOW.format(name="beta", delta=2),
+        },
+    )
     project = load_project(root)
     assert [(s.name, s.serial) for s in project.workflows] == [("alpha", True)]
 
@@ -68,18 +75,35 @@ async def test_engines_load_projects_one_after_another(tmp_path):
             assert await (await engine.start("flow", 1)).result(timeout="10s") == expected
 
 
-@pytest.mark.parametrize(("files", "words"), [
-    ({"duro.config.py": "from duro import define_workspace, Limit\n"
-                        "workspace = define_workspace(limits={'calls': Limit(capacity=0, max_hold='1m')})\n"},
-     ["calls", "capacity"]),
-    ({"duro.config.py": "raise RuntimeError('boom')\n"}, ["duro.config.py", "boom"]),
-    ({"duro.config.py": "limits = {}\n"}, ["workspace = define_workspace"]),
-    ({"workflows/a.py": "import nonexistent_module_xyz\n"}, ["workflows/a.py", "nonexistent_module_xyz"]),
-    ({"workflows/a.py": WORKFLOW.format(name="same", delta=1), "workflows/b.py": WORKFLOW.format(name="same", delta=2)},
-     ["same", "a.py", "b.py"]),
-    ({"duro.config.py": "from duro import define_workspace\n"
-                        "workspace = define_workspace(workflows=['workflows/missing.py'])\n"}, ["missing.py"]),
-])
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        (
+            {
+                "duro.config.py": "from duro import define_workspace, Limit\n"
+                "workspace = define_workspace(limits={'calls': Limit(capacity=0, max_hold='1m')})\n"
+            },
+            ["calls", "capacity"],
+        ),
+        ({"duro.config.py": "raise RuntimeError('boom')\n"}, ["duro.config.py", "boom"]),
+        ({"duro.config.py": "limits = {}\n"}, ["workspace = define_workspace"]),
+        ({"workflows/a.py": "import nonexistent_module_xyz\n"}, ["workflows/a.py", "nonexistent_module_xyz"]),
+        (
+            {
+                "workflows/a.py": WORKFLOW.format(name="same", delta=1),
+                "workflows/b.py": WORKFLOW.format(name="same", delta=2),
+            },
+            ["same", "a.py", "b.py"],
+        ),
+        (
+            {
+                "duro.config.py": "from duro import define_workspace\n"
+                "workspace = define_workspace(workflows=['workflows/missing.py'])\n"
+            },
+            ["missing.py"],
+        ),
+    ],
+)
 def test_project_errors_name_the_file_and_the_field(tmp_path, files, words):
     root = write(tmp_path, files)
     with pytest.raises(ConfigError) as info:

@@ -22,8 +22,10 @@ from tests.support.waiting import eventually
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES, CLIENTS, STARTS, LIMIT = 8, 3, 40, 3
 KEYS = ["tenant:a", "tenant:b"]
-COUNT = ("SELECT concurrency_key, count(*) FROM duro_runs WHERE status IN "
-         "('pending', 'running', 'suspended', 'blocked') GROUP BY concurrency_key")
+COUNT = (
+    "SELECT concurrency_key, count(*) FROM duro_runs WHERE status IN "
+    "('pending', 'running', 'suspended', 'blocked') GROUP BY concurrency_key"
+)
 
 
 class Sampler(threading.Thread):
@@ -50,23 +52,52 @@ class Sampler(threading.Thread):
             self.maximum[key] = max(self.maximum[key], count)
 
 
-async def race(database_url: str, tmp_path: Path, sampler: Sampler, limit: int, keys: list[str], processes: int,
-               clients: int, starts: int, *options: str) -> tuple[int, int]:
+async def race(
+    database_url: str,
+    tmp_path: Path,
+    sampler: Sampler,
+    limit: int,
+    keys: list[str],
+    processes: int,
+    clients: int,
+    starts: int,
+    *options: str,
+) -> tuple[int, int]:
     """Runs the racing processes (``quota_racer``) with the sampler going; returns (admitted, refused)."""
     schema = Engine(database_url)  # the sampler needs the tables from the start
     schema.store.create_schema()
     schema.close()
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    racers = [subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.quota_racer", database_url, str(limit), ",".join(keys),
-         str(starts), str(clients), str(go), *options], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE) for _ in range(processes)]
+    racers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.quota_racer",
+                database_url,
+                str(limit),
+                ",".join(keys),
+                str(starts),
+                str(clients),
+                str(go),
+                *options,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(processes)
+    ]
     sampler.start()
     try:
         go.write_text("go")
-        await eventually(lambda: all(p.poll() is not None for p in racers), timeout=240,
-                         what="every racing process finishing")
+        await eventually(
+            lambda: all(p.poll() is not None for p in racers),
+            timeout=240,
+            what="every racing process finishing",
+        )
     finally:
         sampler.stop.set()
         sampler.join(timeout=10)
@@ -83,8 +114,10 @@ async def race(database_url: str, tmp_path: Path, sampler: Sampler, limit: int, 
 async def test_the_quota_holds_across_processes(database_url, tmp_path):
     sampler = Sampler(database_url)
     admitted, refused = await race(database_url, tmp_path, sampler, LIMIT, KEYS, PROCESSES, CLIENTS, STARTS)
-    print(f"quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
-          f"max active per key {dict(sampler.maximum)} (limit {LIMIT})")
+    print(
+        f"quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
+        f"max active per key {dict(sampler.maximum)} (limit {LIMIT})"
+    )
     assert admitted + refused == PROCESSES * CLIENTS * STARTS
     assert refused > 0 and admitted > LIMIT * len(KEYS)  # real contention, and runs did finish and free keys
     assert sampler.samples > 50
@@ -99,9 +132,11 @@ N_OPTIONS = ("--statuses", "pending,running", "--sleep", "40ms", "--hold-ms", "3
 # One statement, so one snapshot: every unfinished run of a key, and whether it has begun its sleep (the
 # sleep's record is written in the same transaction as the run's `suspended`). A counted run without
 # that record has never left the counted statuses since its start.
-RUNS = ("SELECT r.concurrency_key, r.status, EXISTS (SELECT 1 FROM duro_steps s WHERE s.run_id = r.id "
-        "AND s.kind = 'sleep') FROM duro_runs r WHERE r.concurrency_key IS NOT NULL "
-        "AND r.status IN ('pending', 'running', 'suspended', 'blocked')")
+RUNS = (
+    "SELECT r.concurrency_key, r.status, EXISTS (SELECT 1 FROM duro_steps s WHERE s.run_id = r.id "
+    "AND s.kind = 'sleep') FROM duro_runs r WHERE r.concurrency_key IS NOT NULL "
+    "AND r.status IN ('pending', 'running', 'suspended', 'blocked')"
+)
 
 
 class NarrowedSampler(Sampler):
@@ -137,11 +172,14 @@ class NarrowedSampler(Sampler):
 
 async def test_narrowed_statuses_exceed_the_limit_only_by_the_runs_that_came_back(database_url, tmp_path):
     sampler = NarrowedSampler(database_url)
-    admitted, refused = await race(database_url, tmp_path, sampler, N_LIMIT, KEYS, N_PROCESSES, N_CLIENTS,
-                                   N_STARTS, *N_OPTIONS)
-    print(f"narrowed quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
-          f"max counted per key {dict(sampler.counted)}, max came back {dict(sampler.came_back)}, "
-          f"max never left {dict(sampler.never_left)}, max unfinished {dict(sampler.unfinished)} (limit {N_LIMIT})")
+    admitted, refused = await race(
+        database_url, tmp_path, sampler, N_LIMIT, KEYS, N_PROCESSES, N_CLIENTS, N_STARTS, *N_OPTIONS
+    )
+    print(
+        f"narrowed quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
+        f"max counted per key {dict(sampler.counted)}, max came back {dict(sampler.came_back)}, "
+        f"max never left {dict(sampler.never_left)}, max unfinished {dict(sampler.unfinished)} (limit {N_LIMIT})"
+    )
     assert admitted + refused == N_PROCESSES * N_CLIENTS * N_STARTS
     assert refused > 0 and admitted > N_LIMIT * len(KEYS)
     assert sampler.samples > 50

@@ -67,7 +67,9 @@ async def test_keys_are_global_across_workflows(database_url):
 
 
 async def test_count_statuses_narrow_what_counts(database_url):
-    @workflow(concurrency=Concurrency(key=lambda n: "only-running", limit=1, count_statuses=("pending", "running")))
+    @workflow(
+        concurrency=Concurrency(key=lambda n: "only-running", limit=1, count_statuses=("pending", "running"))
+    )
     async def parks(n: int) -> int:
         await wait_for_signal("go")  # suspended: stops counting
         return n
@@ -106,8 +108,11 @@ async def test_idempotent_restart_is_never_refused(database_url):
 
 
 async def test_namespaces_share_quotas_unless_reads_are_scoped(database_url):
-    async with engine_for(database_url, namespace="a") as a, engine_for(database_url, namespace="b") as b, \
-            engine_for(database_url, namespace="c", scope_reads=True) as c:
+    async with (
+        engine_for(database_url, namespace="a") as a,
+        engine_for(database_url, namespace="b") as b,
+        engine_for(database_url, namespace="c", scope_reads=True) as c,
+    ):
         await a.start(chat_turn, {"tenant": "globex"})
         await refused(b.start(chat_turn, {"tenant": "globex"}))
         await c.start(chat_turn, {"tenant": "globex"})  # counts only namespace c
@@ -139,8 +144,11 @@ async def test_event_triggers_skip_refused_subscribers(database_url):
     async def notify(inp: dict) -> str:
         return f"notified {inp['tenant']}"
 
-    @workflow(name="bill", on_event="order.created",
-              concurrency=Concurrency(key=lambda inp: f"bill:{inp['tenant']}", limit=1))
+    @workflow(
+        name="bill",
+        on_event="order.created",
+        concurrency=Concurrency(key=lambda inp: f"bill:{inp['tenant']}", limit=1),
+    )
     async def bill(inp: dict) -> str:
         await wait_for_signal("paid")
         return "billed"
@@ -205,12 +213,16 @@ def test_the_queries_on_partial_indexes_still_use_them(sqlite_url):
     with store._engine.connect() as conn:
         plan = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN SELECT count(*) FROM duro_runs WHERE concurrency_key = ? "
-            "AND status IN ('pending', 'running')", ("k",)).fetchall()
+            "AND status IN ('pending', 'running')",
+            ("k",),
+        ).fetchall()
         children = conn.exec_driver_sql(
-            "EXPLAIN QUERY PLAN SELECT id FROM duro_runs WHERE parent_id = ?", ("p",)).fetchall()
-        plans = {name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store._sql[name], params).fetchall()
-                 for name, params in (("run_slots", {"run_id": "r"}), ("due_slots", {"now": 1}),
-                                      ("next_due", {}))}
+            "EXPLAIN QUERY PLAN SELECT id FROM duro_runs WHERE parent_id = ?", ("p",)
+        ).fetchall()
+        plans = {
+            name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store._sql[name], params).fetchall()
+            for name, params in (("run_slots", {"run_id": "r"}), ("due_slots", {"now": 1}), ("next_due", {}))
+        }
     store.close()
     assert any("duro_runs_quota" in str(row) for row in plan), plan
     assert any("duro_runs_parent" in str(row) for row in children), children

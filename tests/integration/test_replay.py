@@ -74,7 +74,9 @@ async def test_step_retries_back_off_exponentially(sqlite_url):
         assert [a - start for a in attempts] == [0, 1000, 3000]
         steps = await handle.steps()
         assert [(s.name, s.status, s.detail) for s in steps] == [
-            ("flaky", "completed", {"attempts": 3}), ("hopeless", "failed", {"attempts": 2})]
+            ("flaky", "completed", {"attempts": 3}),
+            ("hopeless", "failed", {"attempts": 2}),
+        ]
 
 
 async def test_signal_timeout_fires_in_simulated_time(sqlite_url):

@@ -41,8 +41,13 @@ async def test_a_schedule_fires_each_window_once_and_is_persisted(duro_env):
 async def test_an_over_limit_window_is_skipped_and_recorded(duro_env):
     engine = duro_env.engine
     engine.register(digest)
-    await engine.schedules.create("hourly-digest", "digest", "0 * * * *", input={"to": "ops"},
-                                  concurrency=Concurrency(key="digest:ops", limit=1))
+    await engine.schedules.create(
+        "hourly-digest",
+        "digest",
+        "0 * * * *",
+        input={"to": "ops"},
+        concurrency=Concurrency(key="digest:ops", limit=1),
+    )
     await duro_env.advance("1h")
     first = await engine.list_runs(workflow="digest")
     assert len(first) == 1 and first[0].tags == ("concurrency:digest:ops",)
@@ -67,8 +72,9 @@ async def test_schedules_are_validated_and_deleted(duro_env):
     with pytest.raises(DuroError, match="input of workflow 'digest' is invalid"):
         await engine.schedules.create("typed", digest, "* * * * *", input=[1, 2])
     with pytest.raises(DuroError, match="key must be a string"):
-        await engine.schedules.create("fn", "tick", "* * * * *", input={"n": 1},
-                                      concurrency=Concurrency(key=lambda inp: "x", limit=1))
+        await engine.schedules.create(
+            "fn", "tick", "* * * * *", input={"n": 1}, concurrency=Concurrency(key=lambda inp: "x", limit=1)
+        )
     with pytest.raises(DuroError, match="schedule name"):
         await engine.schedules.create("no spaces", "tick", "* * * * *")
     assert await engine.schedules.list() == []

@@ -21,7 +21,9 @@ async def test_a_run_whose_sleep_record_is_fenced_stops_at_once_instead_of_sleep
 
     def take_the_run_away(run_id: str) -> None:
         with outside.begin() as conn:
-            conn.execute(sa.text("UPDATE duro_runs SET owner = 'another-worker' WHERE id = :id"), {"id": run_id})
+            conn.execute(
+                sa.text("UPDATE duro_runs SET owner = 'another-worker' WHERE id = :id"), {"id": run_id}
+            )
 
     @step
     async def prepare() -> int:
@@ -44,7 +46,9 @@ async def test_a_run_whose_sleep_record_is_fenced_stops_at_once_instead_of_sleep
             await engine.start("stolen_nap", run_id, run_id=run_id)
             await eventually(lambda: run_id not in engine.worker.live, what="the run to leave the worker")
             assert clock.now_ms() == int(START.timestamp() * 1000)  # no time passed: it did not sleep
-            assert [s.name for s in await engine.steps(run_id)] == ["prepare"]  # the sleep's record did not take
+            assert [s.name for s in await engine.steps(run_id)] == [
+                "prepare"
+            ]  # the sleep's record did not take
             info = await engine.get_run(run_id)
             assert info.status == "running"  # left as the other worker's, untouched by this one
     finally:
@@ -65,8 +69,12 @@ async def test_a_sleep_record_the_store_refuses_fails_the_run_with_the_error(sql
         engine.register(doomed_nap)
         outside = sa.create_engine(sqlite_url)
         with outside.begin() as conn:
-            conn.execute(sa.text("CREATE TRIGGER refuse_sleeps BEFORE INSERT ON duro_steps WHEN NEW.kind = 'sleep' "
-                                 "BEGIN SELECT RAISE(ABORT, 'no room left for sleeps'); END"))
+            conn.execute(
+                sa.text(
+                    "CREATE TRIGGER refuse_sleeps BEFORE INSERT ON duro_steps WHEN NEW.kind = 'sleep' "
+                    "BEGIN SELECT RAISE(ABORT, 'no room left for sleeps'); END"
+                )
+            )
         outside.dispose()
         handle = await engine.start("doomed_nap")
         info = await eventually(lambda: _ended(engine, handle.id), what="the run to end")

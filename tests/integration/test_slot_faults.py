@@ -30,8 +30,10 @@ class Sampler(threading.Thread):
         conn = connect(self.url)
         try:
             while not self.stop.is_set():
-                (held,) = conn.execute("SELECT count(*) FROM duro_slots WHERE limit_name = 'lines' "
-                                       "AND state IN ('busy', 'reserved')").fetchone()
+                (held,) = conn.execute(
+                    "SELECT count(*) FROM duro_slots WHERE limit_name = 'lines' "
+                    "AND state IN ('busy', 'reserved')"
+                ).fetchone()
                 self.worst = max(self.worst, held)
                 self.samples += 1
         finally:
@@ -39,9 +41,13 @@ class Sampler(threading.Thread):
 
 
 def spawn(url: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.integration.slot_worker", url], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.slot_worker", url],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 async def test_killing_a_slot_worker_at_random_points_loses_nothing(database_url):

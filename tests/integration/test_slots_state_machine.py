@@ -33,7 +33,7 @@ class Model:
         self.capacity = capacity
         self.queue: list[str] = []
         self.reserved: dict[str, int] = {}  # id -> reserved_until
-        self.busy: dict[str, int] = {}      # id -> expires_at
+        self.busy: dict[str, int] = {}  # id -> expires_at
         self.timeouts: dict[str, int] = {}
         self.ended: set[str] = set()
         self.grant_order: list[str] = []
@@ -92,9 +92,11 @@ class Model:
 
     def expire(self, now: int) -> None:
         # due at the same instant: in queue order (position), as the store does
-        due = sorted([(t, self.pos[s], "busy", s) for s, t in self.busy.items() if t <= now]
-                     + [(t, self.pos[s], "reserved", s) for s, t in self.reserved.items() if t <= now]
-                     + [(self.timeouts[s], self.pos[s], "waiting", s) for s in self.queue if self.timeouts[s] <= now])
+        due = sorted(
+            [(t, self.pos[s], "busy", s) for s, t in self.busy.items() if t <= now]
+            + [(t, self.pos[s], "reserved", s) for s, t in self.reserved.items() if t <= now]
+            + [(self.timeouts[s], self.pos[s], "waiting", s) for s in self.queue if self.timeouts[s] <= now]
+        )
         for _, _, state, slot_id in due:
             if state == "busy":
                 del self.busy[slot_id]
@@ -169,7 +171,10 @@ def make_machine(url: str, fresh):
             counts = self.store.limit_states().get("bench")
             if counts is not None:
                 assert (counts.busy, counts.reserved, counts.waiting) == (
-                    len(self.model.busy), len(self.model.reserved), len(self.model.queue))
+                    len(self.model.busy),
+                    len(self.model.reserved),
+                    len(self.model.queue),
+                )
 
     return SlotMachine
 
@@ -185,6 +190,13 @@ def _fresh_store(url: str) -> SqlStore:
 
 def test_slot_decisions_through_the_real_store_match_the_reference_model(database_url):
     machine = make_machine(database_url, _fresh_store)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=120 if database_url.startswith("sqlite") else 40, stateful_step_count=30, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow], database=None))
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=120 if database_url.startswith("sqlite") else 40,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+            database=None,
+        ),
+    )

@@ -22,9 +22,18 @@ def store(database_url):
 
 
 def new_run(run_id="r1", owner=None, key=None, workflow="wf", namespace="default", parent=None):
-    return NewRun(id=run_id, namespace=namespace, workflow=workflow, version="1", input='{"a":1}', owner=owner,
-                  created_at=1000, tags=[f"concurrency:{key}"] if key else [], concurrency_key=key,
-                  parent_id=parent)
+    return NewRun(
+        id=run_id,
+        namespace=namespace,
+        workflow=workflow,
+        version="1",
+        input='{"a":1}',
+        owner=owner,
+        created_at=1000,
+        tags=[f"concurrency:{key}"] if key else [],
+        concurrency_key=key,
+        parent_id=parent,
+    )
 
 
 def quota(key, limit, statuses=("pending", "running", "suspended", "blocked"), namespace=None):
@@ -138,11 +147,21 @@ def test_claims_take_unowned_and_condemned_workers_runs_once(store):
     claimed = {run.id: run for run in store.claim_runs(claim)}
     assert set(claimed) == {"free", "gone"}  # a registered owner is alive until someone condemns it
     assert claimed["free"].status == "running" and claimed["gone"].owner == "alive"
-    stale = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000,
-                  condemned=[("dead", stamps["dead"] - 1)])
+    stale = Claim(
+        worker_id="alive",
+        namespace="default",
+        workflows=["wf"],
+        now=1000,
+        condemned=[("dead", stamps["dead"] - 1)],
+    )
     assert store.claim_runs(stale) == []  # its heartbeat is not the one the claimer saw: it lives
-    condemned = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000,
-                      condemned=[("dead", stamps["dead"])])
+    condemned = Claim(
+        worker_id="alive",
+        namespace="default",
+        workflows=["wf"],
+        now=1000,
+        condemned=[("dead", stamps["dead"])],
+    )
     assert [run.id for run in store.claim_runs(condemned)] == ["orphan"]
     assert store.heartbeat("dead", 1001) is None  # its row went with the claim: it finds out at once
     assert store.claim_runs(claim) == []
@@ -173,8 +192,10 @@ def test_handing_runs_back_and_taking_them_up_change_no_runs_record(store):
     assert (claimed["pending"].status, claimed["pending"].updated_at) == ("running", 3000)
     assert store.get_run("started").updated_at == 1000
     store.register_worker("w2", "default", "h", 2, 4000)  # joins again: its runs are handed back
-    assert [(r.owner, r.updated_at) for r in map(store.get_run, ("started", "pending"))] == [(None, 1000),
-                                                                                            (None, 3000)]
+    assert [(r.owner, r.updated_at) for r in map(store.get_run, ("started", "pending"))] == [
+        (None, 1000),
+        (None, 3000),
+    ]
 
 
 def test_listing_filters_and_pages(store):
@@ -200,8 +221,16 @@ def test_parent_step_is_written_with_the_child(store):
     assert [s.kind for s in store.get_steps("p")] == ["child"]
 
 
-@pytest.mark.parametrize("url", ["not a url", "mysql://u@h/db", "sqlite://", "sqlite:///x.db?synchronous=MAYBE",
-                                 "postgresql+psycopg://u@h/db?synchronous=FULL"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not a url",
+        "mysql://u@h/db",
+        "sqlite://",
+        "sqlite:///x.db?synchronous=MAYBE",
+        "postgresql+psycopg://u@h/db?synchronous=FULL",
+    ],
+)
 def test_bad_database_urls_say_what_to_use(url):
     with pytest.raises(DuroError) as info:
         SqlStore(url)
@@ -211,12 +240,20 @@ def test_bad_database_urls_say_what_to_use(url):
 def test_a_batch_keeps_each_writes_fence_and_result(store):
     store.insert_run(new_run("a", owner="w1"), None)
     store.insert_run(new_run("b", owner="w2"), None)
-    results = store.apply_batch([
-        ("record_step", ("a", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
-        ("record_step", ("b", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
-        ("finish_run", ("a", "w1", "completed", '"done"', None, 3)),
-        ("finish_run", ("b", "w1", "completed", '"stolen"', None, 3)),
-    ])
+    results = store.apply_batch(
+        [
+            (
+                "record_step",
+                ("a", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2),
+            ),
+            (
+                "record_step",
+                ("b", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2),
+            ),
+            ("finish_run", ("a", "w1", "completed", '"done"', None, 3)),
+            ("finish_run", ("b", "w1", "completed", '"stolen"', None, 3)),
+        ]
+    )
     assert results == [True, False, True, False]
     assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
     assert (store.get_run("a").status, store.get_run("b").status) == ("completed", "running")
@@ -235,12 +272,20 @@ def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(st
     try:
         if store.dialect == "postgresql":  # the listener is connected once a notification gets through
             wait_until(lambda: _pinged(store, heard), what="the listener to connect")
-        results = store.apply_batch([
-            ("record_step", ("p.0", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2)),
-            ("record_step", ("q", "w1", StepRecord(0, "sleep", "sleep", "waiting", 1, wake_at=9), "suspended", 9, 2)),
-            ("finish_run", ("p.0", "w1", "completed", '"done"', None, 3)),
-            ("record_step", ("p", "w1", None, "running", None, 3)),
-        ])
+        results = store.apply_batch(
+            [
+                (
+                    "record_step",
+                    ("p.0", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2),
+                ),
+                (
+                    "record_step",
+                    ("q", "w1", StepRecord(0, "sleep", "sleep", "waiting", 1, wake_at=9), "suspended", 9, 2),
+                ),
+                ("finish_run", ("p.0", "w1", "completed", '"done"', None, 3)),
+                ("record_step", ("p", "w1", None, "running", None, 3)),
+            ]
+        )
         assert results == [True, True, True, True]
         assert [s.result for s in store.get_steps("p.0")] == ["1"]
         assert (store.get_run("q").status, store.get_run("q").wake_at) == ("suspended", 9)
@@ -284,10 +329,12 @@ def _index_definition(store: SqlStore, name: str) -> str:
 
 
 # (schema 4's index, schema 3's index in its place, its table and columns)
-SCHEMA_3_INDEXES = [("duro_runs_quota", "duro_runs_quota", "duro_runs", "concurrency_key, status"),
-                    ("duro_runs_parent", "duro_runs_parent", "duro_runs", "parent_id"),
-                    ("duro_slots_due", "duro_slots_due", "duro_slots", "due_at"),
-                    ("duro_slots_run", "duro_slots_run", "duro_slots", "run_id")]
+SCHEMA_3_INDEXES = [
+    ("duro_runs_quota", "duro_runs_quota", "duro_runs", "concurrency_key, status"),
+    ("duro_runs_parent", "duro_runs_parent", "duro_runs", "parent_id"),
+    ("duro_slots_due", "duro_slots_due", "duro_slots", "due_at"),
+    ("duro_slots_run", "duro_slots_run", "duro_slots", "run_id"),
+]
 # PostgreSQL only: schema 4 claims through duro_runs_active instead (SQLite keeps duro_runs_claim)
 SCHEMA_3_CLAIM_INDEX = ("duro_runs_active", "duro_runs_claim", "duro_runs", "namespace, status, owner")
 
@@ -299,7 +346,9 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first = SqlStore(database_url)
     first.create_schema()
     first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
-    first.insert_run(NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None)
+    first.insert_run(
+        NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None
+    )
     with first._engine.begin() as conn:  # back to schema 3's layout
         claim = [SCHEMA_3_CLAIM_INDEX] if first.dialect == "postgresql" else []
         for index, old, table, columns in SCHEMA_3_INDEXES + claim:
@@ -318,8 +367,9 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     if second.dialect == "postgresql":
         assert "pending" in _index_definition(second, "duro_runs_active")
         with second._engine.connect() as conn:
-            assert not conn.execute(sa.text("SELECT count(*) FROM pg_indexes "
-                                            "WHERE indexname = 'duro_runs_claim'")).scalar()
+            assert not conn.execute(
+                sa.text("SELECT count(*) FROM pg_indexes WHERE indexname = 'duro_runs_claim'")
+            ).scalar()
     else:
         assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
@@ -354,8 +404,9 @@ def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(store,
     assert store.slot_request(config, "h.1", "holder", None, None, 1000).state == "busy"
     assert store.slot_request(config, "w.1", "waiter", None, 9000, 1000).state == "waiting"
     hook = StepRecord(1, "hook", "Esperando hueco · line", "waiting", 1000, wake_at=9000)
-    _, released, granted = store.slot_release({"line": config}, "h.1", 2000,
-                                              takers={"w.1": ("waiter", owner, hook)})
+    _, released, granted = store.slot_release(
+        {"line": config}, "h.1", 2000, takers={"w.1": ("waiter", owner, hook)}
+    )
     assert released and [row.id for row in granted] == ["w.1"]
     assert granted[0].state == ("busy" if taken else "reserved")
     assert hook.status == "waiting"  # the caller's record is not touched: the store wrote a copy
@@ -402,12 +453,16 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
     with store._write() as conn:  # raw only
         conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('raw', '1')")
     with store._write() as conn:  # raw, then Core
-        conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('mixed-raw', '1')")
+        conn.connection.driver_connection.execute(
+            "INSERT INTO duro_meta (key, value) VALUES ('mixed-raw', '1')"
+        )
         conn.execute(meta.insert().values(key="mixed-core", value="1"))
     assert {"raw", "mixed-raw", "mixed-core"} <= keys()
     for core, explicit in [(False, False), (False, True), (True, False), (True, True)]:
         with pytest.raises(RuntimeError, match="undo"), store._write() as conn:
-            conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('gone-raw', '1')")
+            conn.connection.driver_connection.execute(
+                "INSERT INTO duro_meta (key, value) VALUES ('gone-raw', '1')"
+            )
             if core:
                 conn.execute(meta.insert().values(key="gone-core", value="1"))
             if explicit:
@@ -440,18 +495,31 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
     assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
     # taken from pending: nothing to replay; the dead worker's run: its history must be read
     assert {run.id: (run.fresh, run.status) for run in claimed} == {
-        "r0": (True, "running"), "r1": (True, "running"), "r2": (True, "running"), "orphan": (False, "running")}
+        "r0": (True, "running"),
+        "r1": (True, "running"),
+        "r2": (True, "running"),
+        "orphan": (False, "running"),
+    }
     with store._engine.connect() as conn:
         driver = conn.connection.driver_connection
         if store.dialect == "sqlite":
-            (statement, parameters), = statements
+            ((statement, parameters),) = statements
             plan = driver.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
         else:  # one fixed statement, run on the driver
             assert statements == []
             driver.execute("SET enable_seqscan = off")  # a 4-row table: make the planner show its index
-            plan = driver.execute("EXPLAIN " + store._sql["claim"], {
-                "namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "limit": 100,
-                "dead": [], "stamps": []}).fetchall()
+            plan = driver.execute(
+                "EXPLAIN " + store._sql["claim"],
+                {
+                    "namespace": "default",
+                    "workflows": ["wf"],
+                    "owner": "w2",
+                    "now": 20,
+                    "limit": 100,
+                    "dead": [],
+                    "stamps": [],
+                },
+            ).fetchall()
     if store.dialect == "postgresql":
         assert any("duro_runs_active" in str(row) for row in plan), plan
     else:  # SQLite searches the namespace's runs in creation order, as before schema 4
@@ -484,8 +552,12 @@ def test_concurrent_starts_of_one_run_id_create_it_once(store, with_quota):
     (on PostgreSQL their inserts race past each other's existence check)."""
     for attempt in range(10):
         run_id = f"same-{attempt}"
-        results = _start_together(store, 6, new_run(run_id, key="k" if with_quota else None),
-                                  quota("k", 100) if with_quota else None)
+        results = _start_together(
+            store,
+            6,
+            new_run(run_id, key="k" if with_quota else None),
+            quota("k", 100) if with_quota else None,
+        )
         assert all(isinstance(r, tuple) for r in results), results
         assert sorted(created for _, created in results) == [False] * 5 + [True]
         assert {record.id for record, _ in results} == {run_id}
@@ -505,8 +577,10 @@ def test_ended_runs_leave_every_queue_they_wait_in_and_hand_the_places_on(store)
     for name in configs:
         assert store.get_slot(f"{name}.leaving").state not in ("waiting", "reserved", "busy")
         assert store.get_slot(f"{name}.holder").state == "busy"  # ending a run never releases its slot
-        assert [(s.id, s.state) for s in store.limit_slots(name)] == [(f"{name}.holder", "busy"),
-                                                                      (f"{name}.next", "waiting")]
+        assert [(s.id, s.state) for s in store.limit_slots(name)] == [
+            (f"{name}.holder", "busy"),
+            (f"{name}.next", "waiting"),
+        ]
         assert (store.limit_states()[name].busy, store.limit_states()[name].waiting) == (1, 1)
 
 
@@ -551,7 +625,9 @@ def test_an_expired_request_still_closes_its_hook_step_when_its_run_gives_up(sto
     _queued_with_hook(store, config, "late", 1000, timeout_at=3000)
     store.slots_expire({"lines": config}, 3000)
     assert store.get_slot("late.0").state == "timed_out"
-    failed = StepRecord(0, "hook", "Esperando hueco · lines", "failed", 1000, 3500, wake_at=3000, error='{"a": 1}')
+    failed = StepRecord(
+        0, "hook", "Esperando hueco · lines", "failed", 1000, 3500, wake_at=3000, error='{"a": 1}'
+    )
     assert store.slot_give_up(config, "late.0", 3500, ("late", "w1", failed)).state == "timed_out"
     (hook,) = store.get_steps("late")
     assert (hook.status, hook.ended_at) == ("failed", 3500)
@@ -573,7 +649,10 @@ def test_a_released_reservation_goes_back_to_the_queue_and_the_slot_to_the_next_
     row, released, granted = store.slot_release(configs, "first.0", 3000, "operator")
     assert released and (row.id, row.state, row.timeout_at) == ("first.0", "waiting", 50_000)
     assert [(r.id, r.state) for r in granted] == [("second.0", "reserved")]
-    assert [(s.id, s.state) for s in store.limit_slots("lines")] == [("second.0", "reserved"), ("first.0", "waiting")]
+    assert [(s.id, s.state) for s in store.limit_slots("lines")] == [
+        ("second.0", "reserved"),
+        ("first.0", "waiting"),
+    ]
     assert store.slot_release(configs, "first.0", 3001, "operator")[1] is False  # waiting: nothing to release
     store.slot_confirm(config, "second.0", 3002)
     store.slot_release(configs, "second.0", 4000)

@@ -36,11 +36,13 @@ from tests.support.waiting import eventually
 SQL = "INSERT INTO duro_runs (id, input) VALUES (?, ?)"
 PARAMS = ("secret-run-id", '{"card": "4111-secret"}')
 # nothing of the store's error may reach the client: no SQL, no parameters, no traceback, no driver text
-LEAKS = ("INSERT", "SELECT", "BEGIN", "[SQL", "secret", "Traceback", "File \"", "10.9.8.7", "OperationalError")
+LEAKS = ("INSERT", "SELECT", "BEGIN", "[SQL", "secret", "Traceback", 'File "', "10.9.8.7", "OperationalError")
 
 
 @asynccontextmanager
-async def served(engine: Engine, *, run_worker: bool = True) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+async def served(
+    engine: Engine, *, run_worker: bool = True
+) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
     """The dev server's app on ``engine``, its lifespan running, and a client of it."""
     app = create_app(FixedEngine(engine, run_worker=run_worker))
     async with app.router.lifespan_context(app):
@@ -116,21 +118,51 @@ def _unavailable(cause: BaseException, retry_after_s: int = 5) -> StoreUnavailab
     return err
 
 
-@pytest.mark.parametrize(("make_error", "retry_after", "words"), [
-    (lambda: _unavailable(_locked(), 7), 7, "SQLite file's write lock"),
-    (lambda: _unavailable(sa.exc.OperationalError(SQL, PARAMS, psycopg.OperationalError(
-        'connection to server at "10.9.8.7", port 5432 failed: Connection refused'))), 5, "out of reach"),
-    # a driver's error that escaped the engine's StoreUnavailable is answered the same way
-    (_locked, 5, "SQLite file's write lock"),
-    (lambda: sqlite3.OperationalError("database is locked"), 5, "SQLite file's write lock"),
-    (lambda: psycopg.OperationalError('connection to server at "10.9.8.7" failed: Connection refused'),
-     5, "out of reach"),
-    (lambda: sa.exc.OperationalError(SQL, PARAMS, psycopg.errors.AdminShutdown("terminating connection")),
-     5, "out of reach"),
-], ids=["StoreUnavailable-sqlite", "StoreUnavailable-postgres", "sqlalchemy-sqlite", "sqlite3", "psycopg",
-        "sqlalchemy-psycopg"])
-async def test_a_store_that_did_not_answer_is_a_clean_503_never_a_500(tmp_path, make_error, retry_after, words,
-                                                                      caplog):
+@pytest.mark.parametrize(
+    ("make_error", "retry_after", "words"),
+    [
+        (lambda: _unavailable(_locked(), 7), 7, "SQLite file's write lock"),
+        (
+            lambda: _unavailable(
+                sa.exc.OperationalError(
+                    SQL,
+                    PARAMS,
+                    psycopg.OperationalError(
+                        'connection to server at "10.9.8.7", port 5432 failed: Connection refused'
+                    ),
+                )
+            ),
+            5,
+            "out of reach",
+        ),
+        # a driver's error that escaped the engine's StoreUnavailable is answered the same way
+        (_locked, 5, "SQLite file's write lock"),
+        (lambda: sqlite3.OperationalError("database is locked"), 5, "SQLite file's write lock"),
+        (
+            lambda: psycopg.OperationalError('connection to server at "10.9.8.7" failed: Connection refused'),
+            5,
+            "out of reach",
+        ),
+        (
+            lambda: sa.exc.OperationalError(
+                SQL, PARAMS, psycopg.errors.AdminShutdown("terminating connection")
+            ),
+            5,
+            "out of reach",
+        ),
+    ],
+    ids=[
+        "StoreUnavailable-sqlite",
+        "StoreUnavailable-postgres",
+        "sqlalchemy-sqlite",
+        "sqlite3",
+        "psycopg",
+        "sqlalchemy-psycopg",
+    ],
+)
+async def test_a_store_that_did_not_answer_is_a_clean_503_never_a_500(
+    tmp_path, make_error, retry_after, words, caplog
+):
     async def store_call_failed(_request: Request) -> Response:
         raise make_error()
 
@@ -145,16 +177,20 @@ async def test_a_store_that_did_not_answer_is_a_clean_503_never_a_500(tmp_path, 
         assert leak not in logged[0]
 
 
-@pytest.mark.parametrize(("method", "store_method", "request_args"), [
-    ("post", "insert_run", ("/api/workflows/double/runs", {"input": 1})),  # its DuroError would be a 422
-    ("post", "get_run", ("/api/workflows/double/runs", {"input": 1, "run_id": "r"})),
-    ("get", "get_run", ("/api/runs/r", None)),  # "no such run" would be a 404
-    ("post", "get_run", ("/api/runs/r/signals/go", None)),
-    ("post", "get_run", ("/api/runs/r/cancel", None)),
-    ("get", "list_runs", ("/api/runs", None)),
-])
-async def test_no_route_turns_an_unavailable_store_into_a_404_or_a_422(tmp_path, monkeypatch, method, store_method,
-                                                                       request_args):
+@pytest.mark.parametrize(
+    ("method", "store_method", "request_args"),
+    [
+        ("post", "insert_run", ("/api/workflows/double/runs", {"input": 1})),  # its DuroError would be a 422
+        ("post", "get_run", ("/api/workflows/double/runs", {"input": 1, "run_id": "r"})),
+        ("get", "get_run", ("/api/runs/r", None)),  # "no such run" would be a 404
+        ("post", "get_run", ("/api/runs/r/signals/go", None)),
+        ("post", "get_run", ("/api/runs/r/cancel", None)),
+        ("get", "list_runs", ("/api/runs", None)),
+    ],
+)
+async def test_no_route_turns_an_unavailable_store_into_a_404_or_a_422(
+    tmp_path, monkeypatch, method, store_method, request_args
+):
     engine = Engine(f"sqlite:///{tmp_path / 'duro.db'}")
     engine.register(double)
     async with served(engine, run_worker=False) as (_app, client):
@@ -167,6 +203,7 @@ async def test_no_route_turns_an_unavailable_store_into_a_404_or_a_422(tmp_path,
 async def test_the_limits_monitor_skips_a_sample_while_the_store_does_not_answer(tmp_path, monkeypatch):
     engine = Engine(f"sqlite:///{tmp_path / 'duro.db'}")
     async with served(engine, run_worker=False) as (app, _client):
+
         async def limits_unavailable() -> Any:
             raise _unavailable(_locked())
 
@@ -181,7 +218,9 @@ def test_busy_timeout_bounds_how_long_a_write_waits_for_a_locked_file(tmp_path):
     store = SqlStore(f"sqlite:///{path}?busy_timeout=200ms")
     try:
         store.create_schema()
-        new = NewRun(id="r", namespace="default", workflow="double", version="1", input="1", owner=None, created_at=0)
+        new = NewRun(
+            id="r", namespace="default", workflow="double", version="1", input="1", owner=None, created_at=0
+        )
         with write_lock(path):
             began = time.perf_counter()
             with pytest.raises(Exception) as caught:  # noqa: B017 - whichever the driver raises, classified below

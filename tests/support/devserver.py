@@ -39,8 +39,14 @@ def _server_file(project: Path) -> Path:
 
 
 @contextmanager
-def running_dev_server(project: Path, *, command: str = "dev", args: tuple[str, ...] = (),
-                       env: dict[str, str] | None = None, host: str = "127.0.0.1") -> Iterator[DevServer]:
+def running_dev_server(
+    project: Path,
+    *,
+    command: str = "dev",
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+) -> Iterator[DevServer]:
     """Start ``duro COMMAND PROJECT --port 0 ARGS`` and yield it once it answers ``/api/health``."""
     project = Path(project).resolve()
     info = _server_file(project)
@@ -49,12 +55,29 @@ def running_dev_server(project: Path, *, command: str = "dev", args: tuple[str, 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "duro_devserver", command, str(project), "--port", "0", "--host", host, *args],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+            [
+                sys.executable,
+                "-m",
+                "duro_devserver",
+                command,
+                str(project),
+                "--port",
+                "0",
+                "--host",
+                host,
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
     try:
+
         def ready() -> str | None:
             if process.poll() is not None:
-                raise AssertionError(f"duro {command} exited with {process.returncode}:\n{log_path.read_text()}")
+                raise AssertionError(
+                    f"duro {command} exited with {process.returncode}:\n{log_path.read_text()}"
+                )
             try:
                 data = json.loads(info.read_text())
             except (FileNotFoundError, json.JSONDecodeError):

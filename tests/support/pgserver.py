@@ -76,11 +76,24 @@ class PgServer:
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-m", mode, "-w", "stop")
 
     def start(self) -> None:
-        options = (f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
-                   f"-c max_connections=300")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
-                  "-o", options, "-w", "-t", "60", "start")
+        options = (
+            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
+            f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
+            f"-c max_connections=300"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.base / "data"),
+            "-l",
+            str(self.base / "log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def restart(self, mode: str = "fast", down: float = 0.0) -> None:
         """``pg_ctl restart``: stop (``fast`` disconnects every client; ``immediate`` is a crash that
@@ -92,8 +105,19 @@ class PgServer:
             threading.Event().wait(down)
             self.start()
             return
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "log"),
-                  "-m", mode, "-w", "-t", "60", "restart")
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.base / "data"),
+            "-l",
+            str(self.base / "log"),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
 
     def destroy(self) -> None:
         try:
@@ -107,15 +131,27 @@ def start_server(durable: bool = False) -> PgServer:
     every acknowledged commit (see ``PgServer.durable``)."""
     bindir = find_bindir()
     if bindir is None:
-        raise RuntimeError("PostgreSQL's binaries are not installed: run `apt-get install -y postgresql` "
-                           "(scripts/install-system-deps.sh does it), then run the tests again")
+        raise RuntimeError(
+            "PostgreSQL's binaries are not installed: run `apt-get install -y postgresql` "
+            "(scripts/install-system-deps.sh does it), then run the tests again"
+        )
     base = Path(tempfile.mkdtemp(prefix="duro-pg-", dir="/tmp"))
     as_user: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     server = PgServer(bindir=bindir, base=base, port=_free_port(), as_user=as_user, durable=durable)
-    server._run(str(bindir / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "postgres",
-                "-E", "UTF8", "--no-sync")
+    server._run(
+        str(bindir / "initdb"),
+        "-D",
+        str(base / "data"),
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+        "-E",
+        "UTF8",
+        "--no-sync",
+    )
     server.start()
     return server

@@ -13,4 +13,6 @@ def connect(url: str) -> Any:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return sqlite3.connect(parsed.database, isolation_level=None, check_same_thread=False)
-    return psycopg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True)
+    return psycopg.connect(
+        parsed.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True
+    )

@@ -16,7 +16,9 @@ def store_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     db = sa.create_engine(url.split("?")[0])
     try:
         with db.connect() as conn:
-            return {table: sorted((tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))), key=repr)
-                    for table in TABLES}
+            return {
+                table: sorted((tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))), key=repr)
+                for table in TABLES
+            }
     finally:
         db.dispose()

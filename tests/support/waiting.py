@@ -24,8 +24,9 @@ async def eventually(condition: Callable[[], Any], timeout: float = 10.0, what: 
         await asyncio.sleep(0.01)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-               interval: float = 0.02) -> Any:
+def wait_until(
+    condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.02
+) -> Any:
     """The synchronous twin of :func:`eventually`: poll ``condition`` until it is truthy, within a bound."""
     pause = threading.Event()
     deadline = time.perf_counter() + timeout

@@ -59,8 +59,10 @@ def test_a_relative_project_resolves_from_the_working_directory(tmp_path, monkey
 def test_no_server_json_says_how_to_start_one_and_exits_3(tmp_path):
     err = error_of(tmp_path, None, {})
     root = tmp_path.resolve()
-    assert str(err) == (f"no dev server found for {root} ({root}/.duro/server.json is missing): "
-                        f"start one with `duro dev {root}`, or pass --agent URL")
+    assert str(err) == (
+        f"no dev server found for {root} ({root}/.duro/server.json is missing): "
+        f"start one with `duro dev {root}`, or pass --agent URL"
+    )
     assert err.exit_code == 3
 
 
@@ -141,15 +143,18 @@ def test_an_unknown_agent_without_an_agents_file_shows_how_to_write_one(tmp_path
     assert err.exit_code == 2
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("[agents.prod\nurl = 1", "is not valid TOML"),
-    ("agents = 3", "is malformed"),
-    ("[agents]\nprod = 'http://a:1'", "is malformed"),
-    ("[agents.prod]\nurl = 'ftp://a:1'", "needs url = \"http://HOST:PORT\""),
-    ("[agents.prod]\ntoken_env = 'X'", "needs url ="),
-    ("[agents.prod]\nurl = 'http://a:1'\ntoken = 'inline'", "unknown key 'token'"),
-    ("[agents.prod]\nurl = 'http://a:1'\ntoken_env = 5", "token_env must name an environment variable"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[agents.prod\nurl = 1", "is not valid TOML"),
+        ("agents = 3", "is malformed"),
+        ("[agents]\nprod = 'http://a:1'", "is malformed"),
+        ("[agents.prod]\nurl = 'ftp://a:1'", 'needs url = "http://HOST:PORT"'),
+        ("[agents.prod]\ntoken_env = 'X'", "needs url ="),
+        ("[agents.prod]\nurl = 'http://a:1'\ntoken = 'inline'", "unknown key 'token'"),
+        ("[agents.prod]\nurl = 'http://a:1'\ntoken_env = 5", "token_env must name an environment variable"),
+    ],
+)
 def test_a_malformed_agents_file_is_named_with_what_is_wrong(tmp_path, text, expected):
     env = write_agents(tmp_path, text)
     err = error_of(tmp_path, "prod", env)
@@ -159,12 +164,21 @@ def test_a_malformed_agents_file_is_named_with_what_is_wrong(tmp_path, text, exp
 # -- through the CLI: the error and its exit code ---------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [
-    ["limits", "list"], ["runs", "list"], ["runs", "show", "r1"], ["start", "place_call"],
-    ["signal", "r1", "go"], ["limits", "slots", "calls"], ["limits", "capacity", "calls", "3"],
-    ["limits", "max-hold", "calls", "reset"], ["limits", "release", "calls:1", "--yes"],
-    ["runs", "cancel", "r1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["limits", "list"],
+        ["runs", "list"],
+        ["runs", "show", "r1"],
+        ["start", "place_call"],
+        ["signal", "r1", "go"],
+        ["limits", "slots", "calls"],
+        ["limits", "capacity", "calls", "3"],
+        ["limits", "max-hold", "calls", "reset"],
+        ["limits", "release", "calls:1", "--yes"],
+        ["runs", "cancel", "r1"],
+    ],
+)
 def test_every_command_without_a_dev_server_exits_3_and_says_how_to_start_one(tmp_path, args):
     result = CliRunner().invoke(main, [*args, "--project", str(tmp_path)])
     assert result.exit_code == 3, result.output

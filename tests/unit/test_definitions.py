@@ -30,8 +30,15 @@ class Receipt:
 def test_run_status_is_a_str_enum():
     assert RunStatus.RUNNING == "running"
     assert str(RunStatus.BLOCKED) == "blocked"
-    assert [s.value for s in RunStatus] == ["pending", "running", "suspended", "blocked", "completed",
-                                             "failed", "cancelled"]
+    assert [s.value for s in RunStatus] == [
+        "pending",
+        "running",
+        "suspended",
+        "blocked",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
     assert set(DEFAULT_CONCURRENCY_STATUSES) == {"pending", "running", "suspended", "blocked"}
 
 
@@ -87,8 +94,10 @@ def test_definition_errors():
     with pytest.raises(ConfigError):
         workflow(lambda x: x)  # not async
     with pytest.raises(ConfigError):
+
         @workflow
         async def two(a, b): ...
+
     with pytest.raises(ConfigError):
         step(retries=-1)(lambda: 1)
     with pytest.raises(ConfigError):
@@ -104,7 +113,9 @@ def test_steps_outside_a_run_are_plain_calls():
 
     assert add(2, 3) == 5
     assert Concurrency(key="k", limit=1, count_statuses=["running", RunStatus.PENDING]).count_statuses == (
-        "running", "pending")
+        "running",
+        "pending",
+    )
 
 
 async def test_starting_without_an_engine_says_how_to_get_one():

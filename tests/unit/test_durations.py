@@ -6,10 +6,21 @@ from duro import DuroError
 from duro._durations import format_ms, to_ms
 
 
-@pytest.mark.parametrize(("value", "ms"), [
-    ("500ms", 500), ("10s", 10_000), ("45m", 2_700_000), ("2h", 7_200_000), ("30d", 2_592_000_000),
-    ("1h30m", 5_400_000), ("1.5s", 1500), (250, 250), (0, 0), (timedelta(seconds=3), 3000),
-])
+@pytest.mark.parametrize(
+    ("value", "ms"),
+    [
+        ("500ms", 500),
+        ("10s", 10_000),
+        ("45m", 2_700_000),
+        ("2h", 7_200_000),
+        ("30d", 2_592_000_000),
+        ("1h30m", 5_400_000),
+        ("1.5s", 1500),
+        (250, 250),
+        (0, 0),
+        (timedelta(seconds=3), 3000),
+    ],
+)
 def test_durations_parse(value, ms):
     assert to_ms(value) == ms
 
@@ -21,7 +32,9 @@ def test_bad_durations_name_the_value_and_the_forms(value):
     assert "sleep duration" in str(info.value)
 
 
-@pytest.mark.parametrize("value", [" 2h", "2h ", "2H", "2Ms", "1h 30m", "2 h", "\t2h", "2h\n", "\u0662h", "2h\x00"])
+@pytest.mark.parametrize(
+    "value", [" 2h", "2h ", "2H", "2Ms", "1h 30m", "2 h", "\t2h", "2h\n", "\u0662h", "2h\x00"]
+)
 def test_the_grammar_is_exact_no_spaces_no_capitals(value):
     """Only the documented spellings: what the SDK accepts, the API, CLI and Studio accept too."""
     with pytest.raises(DuroError) as info:
@@ -30,4 +43,10 @@ def test_the_grammar_is_exact_no_spaces_no_capitals(value):
 
 
 def test_format_is_the_shortest_exact_unit():
-    assert [format_ms(v) for v in (90_000, 500, 3_600_000, 0, 86_400_000)] == ["90s", "500ms", "1h", "0ms", "1d"]
+    assert [format_ms(v) for v in (90_000, 500, 3_600_000, 0, 86_400_000)] == [
+        "90s",
+        "500ms",
+        "1h",
+        "0ms",
+        "1d",
+    ]

@@ -20,7 +20,9 @@ def test_our_lease_runs_from_when_the_last_good_heartbeat_was_sent():
     assert not lease.valid(1000)
 
 
-def beats(watch: Watch, start: int, end: int, stamps, me: str = "me", every: int = EVERY, took: int = 10) -> int:
+def beats(
+    watch: Watch, start: int, end: int, stamps, me: str = "me", every: int = EVERY, took: int = 10
+) -> int:
     """Our heartbeats every ``every`` ms from ``start`` to ``end``, each reading ``stamps(t)``."""
     t = start
     while t <= end:

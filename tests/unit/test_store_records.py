@@ -6,9 +6,25 @@ from duro.store import RunRecord, StepRecord, settle_sleeps
 
 
 def run(updated_at: int, status: str = "suspended") -> RunRecord:
-    return RunRecord(id="r", namespace="default", workflow="wf", version="1", status=status, input=None,
-                     output=None, error=None, tags=[], concurrency_key=None, parent_id=None, parent_seq=None,
-                     owner="w", wake_at=None, created_at=0, updated_at=updated_at, ended_at=None)
+    return RunRecord(
+        id="r",
+        namespace="default",
+        workflow="wf",
+        version="1",
+        status=status,
+        input=None,
+        output=None,
+        error=None,
+        tags=[],
+        concurrency_key=None,
+        parent_id=None,
+        parent_seq=None,
+        owner="w",
+        wake_at=None,
+        created_at=0,
+        updated_at=updated_at,
+        ended_at=None,
+    )
 
 
 def sleep(seq: int, started: int, wake: int) -> StepRecord:

@@ -32,18 +32,33 @@ RETRY_AFTER_S = 5  # a store error that escaped without saying how long to wait
 # What says the store did not answer: the engine's StoreUnavailable, or a driver's error that
 # escaped it (answered the same way, never as a 500 with SQL and a traceback)
 STORE_DOWN: tuple[type[BaseException], ...] = (
-    StoreUnavailable, sa.exc.OperationalError, sqlite3.OperationalError, psycopg.OperationalError)
+    StoreUnavailable,
+    sa.exc.OperationalError,
+    sqlite3.OperationalError,
+    psycopg.OperationalError,
+)
 
 log = logging.getLogger("duro.devserver")
 
-_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 409: "conflict",
-          413: "payload_too_large", 422: "unprocessable", 429: "concurrency_limit", 503: "unavailable"}
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "unprocessable",
+    429: "concurrency_limit",
+    503: "unavailable",
+}
 
 
 class ApiError(Exception):
     """An answer other than success: ``status``, a message that says what to do, extra fields."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> None:
+    def __init__(
+        self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -51,7 +66,9 @@ class ApiError(Exception):
         self.extra = extra
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
     body = {"error": _CODES.get(status, "error"), "message": message, **extra}
     return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
 
@@ -80,8 +97,12 @@ def unavailable_response(err: BaseException) -> Response:
     else:
         what = "the database is busy or out of reach"
     log.warning("duro: answered 503, %s (%s)", what, type(cause).__name__)
-    return error_response(503, f"{what}; the request did not complete: retry in {retry} s",
-                          {"Retry-After": str(retry)}, retry_after=retry)
+    return error_response(
+        503,
+        f"{what}; the request did not complete: retry in {retry} s",
+        {"Retry-After": str(retry)},
+        retry_after=retry,
+    )
 
 
 def answer(model: BaseModel, status: int = 200) -> Response:
@@ -105,26 +126,38 @@ async def read_json(request: Request) -> Any:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise ApiError(413, f"the request body is over {MAX_BODY_BYTES} bytes, the limit; send less "
-                                f"(large data belongs in your own storage, with its key in the input)")
+            raise ApiError(
+                413,
+                f"the request body is over {MAX_BODY_BYTES} bytes, the limit; send less "
+                f"(large data belongs in your own storage, with its key in the input)",
+            )
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
         return None
-    too_deep = ApiError(400, f"the request body nests JSON arrays and objects more than {MAX_JSON_DEPTH} deep, "
-                             f"the maximum; flatten it")
+    too_deep = ApiError(
+        400,
+        f"the request body nests JSON arrays and objects more than {MAX_JSON_DEPTH} deep, "
+        f"the maximum; flatten it",
+    )
     try:
         data = json.loads(raw, parse_constant=_not_a_number, parse_float=_finite)
     except RecursionError:
         raise too_deep from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ApiError(400, f"the request body is not JSON ({err}); send e.g. {{\"input\": {{\"id\": 1}}}} "
-                            f"with Content-Type: application/json") from None
+        raise ApiError(
+            400,
+            f'the request body is not JSON ({err}); send e.g. {{"input": {{"id": 1}}}} '
+            f"with Content-Type: application/json",
+        ) from None
     if json_depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise too_deep
     if _SURROGATE_ESCAPE.search(raw) and _lone_surrogate(data):
-        raise ApiError(400, "the request body holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
-                            "pair), which is not text; send valid Unicode")
+        raise ApiError(
+            400,
+            "the request body holds a lone UTF-16 surrogate (an escape such as \\ud800 without its "
+            "pair), which is not text; send valid Unicode",
+        )
     return data
 
 
@@ -150,8 +183,11 @@ def _finite(text: str) -> float:
     """A JSON number too large for a float (``1e999``) is refused, not turned into null."""
     value = float(text)
     if not math.isfinite(value):
-        raise ApiError(400, f"the request body holds the number {text[:40]}, too large to keep; send a "
-                            f"smaller one, or a string")
+        raise ApiError(
+            400,
+            f"the request body holds the number {text[:40]}, too large to keep; send a "
+            f"smaller one, or a string",
+        )
     return value
 
 
@@ -207,7 +243,9 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
     try:
         value = int(text)
     except ValueError:
-        raise ApiError(400, f"query parameter {name}={text!r} is not an integer; use {low} to {high}") from None
+        raise ApiError(
+            400, f"query parameter {name}={text!r} is not an integer; use {low} to {high}"
+        ) from None
     if not low <= value <= high:
         raise ApiError(400, f"query parameter {name}={value} is out of range; use {low} to {high}")
     return value

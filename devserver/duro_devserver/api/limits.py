@@ -60,8 +60,14 @@ async def limit_history(request: Request) -> Response:
     minutes = query_int(request, "minutes", 60, 1, 24 * 60)
     since = eng.clock.now_ms() - minutes * 60_000
     points = request.app.state.monitor.history(info.name, since)
-    return answer(HistoryOut(points=[HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)  # type: ignore[arg-type]
-                                     for at, busy, waiting in points]))
+    return answer(
+        HistoryOut(
+            points=[
+                HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)  # type: ignore[arg-type]
+                for at, busy, waiting in points
+            ]
+        )
+    )
 
 
 async def release_slot(request: Request) -> Response:
@@ -69,8 +75,11 @@ async def release_slot(request: Request) -> Response:
     try:
         outcome = await engine(request).limits.release(slot_id)
     except DuroError:
-        raise ApiError(404, f"slot {slot_id!r} does not exist; list a limit's slots with GET "
-                            f"/api/limits/{{name}}/slots (the CLI: duro limits slots LIMIT)") from None
+        raise ApiError(
+            404,
+            f"slot {slot_id!r} does not exist; list a limit's slots with GET "
+            f"/api/limits/{{name}}/slots (the CLI: duro limits slots LIMIT)",
+        ) from None
     _changed(request)
     return answer(ReleasedOut(released=outcome.released, slot_id=slot_id))
 
@@ -83,8 +92,11 @@ async def set_capacity(request: Request) -> Response:
     except ApiError as err:
         if err.status != 422:
             raise
-        raise ApiError(422, f"limit {info.name!r}: capacity must be a JSON integer from 1 to 100000 (not a "
-                            f"string or a boolean), or null to reset to duro.config.py ({err.message})") from None
+        raise ApiError(
+            422,
+            f"limit {info.name!r}: capacity must be a JSON integer from 1 to 100000 (not a "
+            f"string or a boolean), or null to reset to duro.config.py ({err.message})",
+        ) from None
     try:
         updated = await eng.limits.set_capacity(info.name, body.capacity)
     except DuroError as err:
@@ -101,9 +113,12 @@ async def set_max_hold(request: Request) -> Response:
     except ApiError as err:
         if err.status != 422:
             raise
-        raise ApiError(422, f"limit {info.name!r}: max_hold must be a duration string such as \"45m\" or \"2h\" "
-                            f"(units ms, s, m, h, d in lowercase, no spaces; at most 30d), a JSON integer of "
-                            f"milliseconds, or null to reset to duro.config.py ({err.message})") from None
+        raise ApiError(
+            422,
+            f'limit {info.name!r}: max_hold must be a duration string such as "45m" or "2h" '
+            f"(units ms, s, m, h, d in lowercase, no spaces; at most 30d), a JSON integer of "
+            f"milliseconds, or null to reset to duro.config.py ({err.message})",
+        ) from None
     try:
         updated = await eng.limits.set_max_hold(info.name, body.max_hold)
     except DuroError as err:  # the SDK's hint names Python values; over HTTP the body's are meant

@@ -17,6 +17,7 @@ class Body(BaseModel):
 
 # -- requests --------------------------------------------------------------------------------------
 
+
 class QuotaBody(Body):
     """A per-start quota: replaces the workflow's own entirely. ``key`` null = unlimited."""
 
@@ -33,7 +34,9 @@ class StartBody(Body):
 class CapacityBody(Body):
     """Strict: a JSON integer (never ``true`` or ``"3"``), or null."""
 
-    capacity: StrictInt | None = Field(ge=1, le=100_000, description="an integer; null resets to duro.config.py")
+    capacity: StrictInt | None = Field(
+        ge=1, le=100_000, description="an integer; null resets to duro.config.py"
+    )
 
 
 class MaxHoldBody(Body):
@@ -41,7 +44,8 @@ class MaxHoldBody(Body):
 
     max_hold: StrictStr | StrictInt | None = Field(
         description="a duration such as '45m' or '2h' (units ms, s, m, h, d in lowercase, no spaces; "
-                    "at most 30 days), an integer of milliseconds, or null to reset to duro.config.py")
+        "at most 30 days), an integer of milliseconds, or null to reset to duro.config.py"
+    )
 
 
 class ScheduleBody(Body):
@@ -53,6 +57,7 @@ class ScheduleBody(Body):
 
 
 # -- responses -------------------------------------------------------------------------------------
+
 
 class ErrorOut(BaseModel):
     error: str
@@ -96,11 +101,21 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, info: RunInfo) -> RunOut:
-        return cls(id=info.id, workflow=info.workflow, version=info.version, namespace=info.namespace,
-                   status=info.status.value, input=info.input, output=info.output,  # type: ignore[arg-type]
-                   error=None if info.error is None else RunErrorOut(**info.error), tags=list(info.tags),
-                   parent_id=info.parent_id, created_at=info.created_at, updated_at=info.updated_at,
-                   ended_at=info.ended_at)
+        return cls(
+            id=info.id,
+            workflow=info.workflow,
+            version=info.version,
+            namespace=info.namespace,
+            status=info.status.value,
+            input=info.input,
+            output=info.output,  # type: ignore[arg-type]
+            error=None if info.error is None else RunErrorOut(**info.error),
+            tags=list(info.tags),
+            parent_id=info.parent_id,
+            created_at=info.created_at,
+            updated_at=info.updated_at,
+            ended_at=info.ended_at,
+        )
 
 
 class StepOut(BaseModel):
@@ -117,9 +132,18 @@ class StepOut(BaseModel):
 
     @classmethod
     def of(cls, info: StepInfo) -> StepOut:
-        return cls(seq=info.seq, name=info.name, kind=info.kind, status=info.status, started_at=info.started_at,
-                   ended_at=info.ended_at, wake_at=info.wake_at, result=info.result,
-                   error=None if info.error is None else RunErrorOut(**info.error), detail=info.detail)
+        return cls(
+            seq=info.seq,
+            name=info.name,
+            kind=info.kind,
+            status=info.status,
+            started_at=info.started_at,
+            ended_at=info.ended_at,
+            wake_at=info.wake_at,
+            result=info.result,
+            error=None if info.error is None else RunErrorOut(**info.error),
+            detail=info.detail,
+        )
 
 
 class RunCreatedOut(BaseModel):
@@ -146,7 +170,9 @@ class SignalSentOut(BaseModel):
 
 
 class QuotaOut(BaseModel):
-    limit: int | None = Field(description="the limit when it is a number; null when a function decides it per key")
+    limit: int | None = Field(
+        description="the limit when it is a number; null when a function decides it per key"
+    )
     key_from_input: bool
     statuses: list[str]
 
@@ -208,10 +234,20 @@ class SlotOut(BaseModel):
     @classmethod
     def of(cls, info: SlotInfo) -> SlotOut:
         waited = None if info.waited is None else round(info.waited.total_seconds() * 1000)
-        return cls(id=info.id, limit=info.limit, state=info.state, run_id=info.run_id,  # type: ignore[arg-type]
-                   label=info.label, position=info.position, enqueued_at=info.enqueued_at, waited_ms=waited,
-                   held_since=info.held_since, expires_at=info.expires_at, reserved_until=info.reserved_until,
-                   timeout_at=info.timeout_at)
+        return cls(
+            id=info.id,
+            limit=info.limit,
+            state=info.state,
+            run_id=info.run_id,  # type: ignore[arg-type]
+            label=info.label,
+            position=info.position,
+            enqueued_at=info.enqueued_at,
+            waited_ms=waited,
+            held_since=info.held_since,
+            expires_at=info.expires_at,
+            reserved_until=info.reserved_until,
+            timeout_at=info.timeout_at,
+        )
 
 
 class SlotsOut(BaseModel):

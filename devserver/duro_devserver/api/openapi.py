@@ -16,9 +16,19 @@ Operation = tuple[str, str, str, type[BaseModel] | None, dict[int, type[BaseMode
 _STR = {"type": "string"}
 _RUN_FILTERS = [
     {"name": "workflow", "in": "query", "schema": _STR},
-    {"name": "status", "in": "query", "schema": {"type": "array", "items": {
-        "type": "string", "enum": ["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]}},
-     "style": "form", "explode": True},
+    {
+        "name": "status",
+        "in": "query",
+        "schema": {
+            "type": "array",
+            "items": {
+                "type": "string",
+                "enum": ["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"],
+            },
+        },
+        "style": "form",
+        "explode": True,
+    },
     {"name": "tag", "in": "query", "schema": _STR},
     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
     {"name": "cursor", "in": "query", "schema": _STR},
@@ -27,87 +37,196 @@ _E = m.ErrorOut
 # 503 (every operation but these, added below): the project failed to load, or the store was busy
 # or out of reach (then with Retry-After)
 _NO_STORE = {"/api/health", "/api/status"}
-_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before trying again (the store was busy or out "
-                                               "of reach)", "schema": {"type": "integer", "minimum": 1}}}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before trying again (the store was busy or out of reach)",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
 OPERATIONS: list[Operation] = [
     ("get", "/api/health", "Is the server up", None, {200: m.HealthOut}, []),
     ("get", "/api/status", "The project, its store and its last load", None, {200: m.StatusOut}, []),
-    ("get", "/api/workflows", "Workflows that can be started, with their input schema", None,
-     {200: m.WorkflowsOut}, []),
-    ("post", "/api/workflows/{name}/runs", "Start a run", m.StartBody,
-     {201: m.RunCreatedOut, 200: m.RunCreatedOut, 400: _E, 404: _E, 409: _E, 413: _E, 422: _E,
-      429: m.QuotaErrorOut}, []),
+    (
+        "get",
+        "/api/workflows",
+        "Workflows that can be started, with their input schema",
+        None,
+        {200: m.WorkflowsOut},
+        [],
+    ),
+    (
+        "post",
+        "/api/workflows/{name}/runs",
+        "Start a run",
+        m.StartBody,
+        {
+            201: m.RunCreatedOut,
+            200: m.RunCreatedOut,
+            400: _E,
+            404: _E,
+            409: _E,
+            413: _E,
+            422: _E,
+            429: m.QuotaErrorOut,
+        },
+        [],
+    ),
     ("get", "/api/runs", "Runs, newest first", None, {200: m.RunPageOut, 400: _E}, _RUN_FILTERS),
     ("get", "/api/runs/{id}", "A run and its steps", None, {200: m.RunDetailOut, 404: _E}, []),
-    ("post", "/api/runs/{id}/cancel", "Cancel a run and its unfinished children", None,
-     {200: m.RunOnlyOut, 404: _E}, []),
-    ("post", "/api/runs/{id}/signals/{name}", "Send a signal (the body is its JSON payload)", None,
-     {202: m.SignalSentOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
+    (
+        "post",
+        "/api/runs/{id}/cancel",
+        "Cancel a run and its unfinished children",
+        None,
+        {200: m.RunOnlyOut, 404: _E},
+        [],
+    ),
+    (
+        "post",
+        "/api/runs/{id}/signals/{name}",
+        "Send a signal (the body is its JSON payload)",
+        None,
+        {202: m.SignalSentOut, 400: _E, 404: _E, 413: _E, 422: _E},
+        [],
+    ),
     ("get", "/api/limits", "Limits with their live counts", None, {200: m.LimitsOut}, []),
     ("get", "/api/limits/{name}", "One limit", None, {200: m.LimitOnlyOut, 404: _E}, []),
-    ("get", "/api/limits/{name}/slots", "A limit's slots: busy first, then the queue in order", None,
-     {200: m.SlotsOut, 404: _E}, []),
-    ("get", "/api/limits/{name}/history", "Busy and waiting counts over time", None,
-     {200: m.HistoryOut, 400: _E, 404: _E},
-     [{"name": "minutes", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1440}}]),
-    ("put", "/api/limits/{name}/capacity", "Override the capacity (null resets)", m.CapacityBody,
-     {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
-    ("put", "/api/limits/{name}/max-hold", "Override the max hold (null resets)", m.MaxHoldBody,
-     {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
-    ("post", "/api/slots/{id}/release", "Release a busy or reserved slot", None, {200: m.ReleasedOut, 404: _E}, []),
+    (
+        "get",
+        "/api/limits/{name}/slots",
+        "A limit's slots: busy first, then the queue in order",
+        None,
+        {200: m.SlotsOut, 404: _E},
+        [],
+    ),
+    (
+        "get",
+        "/api/limits/{name}/history",
+        "Busy and waiting counts over time",
+        None,
+        {200: m.HistoryOut, 400: _E, 404: _E},
+        [{"name": "minutes", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1440}}],
+    ),
+    (
+        "put",
+        "/api/limits/{name}/capacity",
+        "Override the capacity (null resets)",
+        m.CapacityBody,
+        {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E},
+        [],
+    ),
+    (
+        "put",
+        "/api/limits/{name}/max-hold",
+        "Override the max hold (null resets)",
+        m.MaxHoldBody,
+        {200: m.LimitOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E},
+        [],
+    ),
+    (
+        "post",
+        "/api/slots/{id}/release",
+        "Release a busy or reserved slot",
+        None,
+        {200: m.ReleasedOut, 404: _E},
+        [],
+    ),
     ("get", "/api/schedules", "Cron schedules", None, {200: m.SchedulesOut}, []),
-    ("post", "/api/schedules", "Create or redefine a schedule", m.ScheduleBody,
-     {201: m.ScheduleOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E}, []),
+    (
+        "post",
+        "/api/schedules",
+        "Create or redefine a schedule",
+        m.ScheduleBody,
+        {201: m.ScheduleOnlyOut, 400: _E, 404: _E, 413: _E, 422: _E},
+        [],
+    ),
     ("delete", "/api/schedules/{name}", "Delete a schedule", None, {200: m.DeletedOut, 404: _E}, []),
 ]
 
-_SIGNAL_PAYLOAD = {"description": "any JSON value (empty: null)", "required": False,
-                   "content": {"application/json": {"schema": {}}}}
+_SIGNAL_PAYLOAD = {
+    "description": "any JSON value (empty: null)",
+    "required": False,
+    "content": {"application/json": {"schema": {}}},
+}
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    used = sorted({model for op in _operations() for model in (op[3], *op[4].values()) if model is not None},
-                  key=lambda model: model.__name__)
+    used = sorted(
+        {model for op in _operations() for model in (op[3], *op[4].values()) if model is not None},
+        key=lambda model: model.__name__,
+    )
     modes = [(model, "validation" if issubclass(model, m.Body) else "serialization") for model in used]
     _, defs = models_json_schema(modes, ref_template="#/components/schemas/{model}")  # type: ignore[arg-type]
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, body, answers, query in _operations():
-        parameters = [{"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-                      for name in _path_names(path)] + query
+        parameters = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+            for name in _path_names(path)
+        ] + query
         operation: dict[str, Any] = {
-            "summary": summary, "operationId": f"{method}_{path.strip('/').replace('/', '_')}",
+            "summary": summary,
+            "operationId": f"{method}_{path.strip('/').replace('/', '_')}",
             "parameters": parameters,
-            "responses": {str(status): {"description": summary if status < 300 else "error", "content": {
-                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
-                for status, model in answers.items()},
+            "responses": {
+                str(status): {
+                    "description": summary if status < 300 else "error",
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+                    },
+                }
+                for status, model in answers.items()
+            },
         }
         if 503 in answers:
             operation["responses"]["503"]["headers"] = _RETRY_AFTER
         if body is not None:
-            operation["requestBody"] = {"required": True, "content": {"application/json": {
-                "schema": {"$ref": f"#/components/schemas/{body.__name__}"}}}}
+            operation["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{body.__name__}"}}
+                },
+            }
         elif path.endswith("/signals/{name}"):
             operation["requestBody"] = _SIGNAL_PAYLOAD
         paths.setdefault(path, {})[method] = operation
-    paths["/api/events"] = {"get": {"summary": "Live events (text/event-stream): run, limits, reload",
-                                    "operationId": "get_api_events",
-                                    "responses": {"200": {"description": "an event stream",
-                                                          "content": {"text/event-stream": {"schema": _STR}}}}}}
+    paths["/api/events"] = {
+        "get": {
+            "summary": "Live events (text/event-stream): run, limits, reload",
+            "operationId": "get_api_events",
+            "responses": {
+                "200": {"description": "an event stream", "content": {"text/event-stream": {"schema": _STR}}}
+            },
+        }
+    }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "duro", "version": "0.1.0",
-                 "description": "The duro dev server's API: workflows, runs, limits, schedules. See docs/api.md."},
+        "info": {
+            "title": "duro",
+            "version": "0.1.0",
+            "description": "The duro dev server's API: workflows, runs, limits, schedules. See docs/api.md.",
+        },
         "paths": paths,
-        "components": {"schemas": defs.get("$defs", {}),
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
     }
 
 
 def _operations() -> list[Operation]:
     """The table, each operation that needs the project or the store with its 503."""
-    return [(method, path, summary, body, answers if path in _NO_STORE else {**answers, 503: m.UnavailableOut}, query)
-            for method, path, summary, body, answers, query in OPERATIONS]
+    return [
+        (
+            method,
+            path,
+            summary,
+            body,
+            answers if path in _NO_STORE else {**answers, 503: m.UnavailableOut},
+            query,
+        )
+        for method, path, summary, body, answers, query in OPERATIONS
+    ]
 
 
 def _path_names(path: str) -> list[str]:

@@ -29,8 +29,11 @@ def _before(cursor: str) -> tuple[int, str]:
             raise ValueError(run_id)
         return int(created), run_id
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ApiError(400, f"cursor {cursor!r} is not one this server gave; pass next_cursor from the "
-                            f"previous page, or leave it out for the first page") from None
+        raise ApiError(
+            400,
+            f"cursor {cursor!r} is not one this server gave; pass next_cursor from the "
+            f"previous page, or leave it out for the first page",
+        ) from None
 
 
 async def _run(eng: Engine, run_id: str) -> RunInfo:
@@ -49,13 +52,19 @@ async def list_runs(request: Request) -> Response:
     limit = query_int(request, "limit", 50, 1, 500)
     cursor = params.get("cursor")
     try:
-        runs = await engine(request).list_runs(workflow=params.get("workflow") or None, status=statuses or None,
-                                               tag=params.get("tag") or None, limit=limit + 1,
-                                               before=_before(cursor) if cursor else None)
+        runs = await engine(request).list_runs(
+            workflow=params.get("workflow") or None,
+            status=statuses or None,
+            tag=params.get("tag") or None,
+            limit=limit + 1,
+            before=_before(cursor) if cursor else None,
+        )
     except DuroError as err:  # a filter no run can match (a NUL character)
         raise ApiError(400, f"query parameter refused: {err}") from None
     page, more = runs[:limit], len(runs) > limit
-    return answer(RunPageOut(runs=[RunOut.of(r) for r in page], next_cursor=_cursor(page[-1]) if more else None))
+    return answer(
+        RunPageOut(runs=[RunOut.of(r) for r in page], next_cursor=_cursor(page[-1]) if more else None)
+    )
 
 
 async def get_run(request: Request) -> Response:

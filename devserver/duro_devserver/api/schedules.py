@@ -20,9 +20,16 @@ async def create_schedule(request: Request) -> Response:
     eng = engine(request)
     body = await read_body(request, ScheduleBody)
     if body.workflow not in eng.workflows:
-        raise ApiError(404, f"workflow {body.workflow!r} does not exist; known workflows: "
-                            f"{', '.join(sorted(eng.workflows)) or 'none'}")
-    quota = None if body.concurrency is None else Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
+        raise ApiError(
+            404,
+            f"workflow {body.workflow!r} does not exist; known workflows: "
+            f"{', '.join(sorted(eng.workflows)) or 'none'}",
+        )
+    quota = (
+        None
+        if body.concurrency is None
+        else Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
+    )
     try:
         info = await eng.schedules.create(body.name, body.workflow, body.cron, body.input, quota)
     except DuroError as err:

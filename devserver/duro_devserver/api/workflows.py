@@ -17,12 +17,21 @@ RETRY_AFTER_SECONDS = "1"
 def _workflow(spec) -> WorkflowOut:  # type: ignore[no-untyped-def]
     quota = spec.concurrency
     return WorkflowOut(
-        name=spec.name, version=spec.version, takes_input=spec.takes_input,
+        name=spec.name,
+        version=spec.version,
+        takes_input=spec.takes_input,
         input_schema=spec.input.json_schema() if spec.takes_input else None,
-        concurrency=None if quota is None else QuotaOut(
+        concurrency=None
+        if quota is None
+        else QuotaOut(
             limit=quota.limit if isinstance(quota.limit, int) else None,
-            key_from_input=callable(quota.key), statuses=list(quota.count_statuses)),
-        on_event=spec.on_event, remote=spec.remote, serial=spec.serial)
+            key_from_input=callable(quota.key),
+            statuses=list(quota.count_statuses),
+        ),
+        on_event=spec.on_event,
+        remote=spec.remote,
+        serial=spec.serial,
+    )
 
 
 async def list_workflows(request: Request) -> Response:
@@ -43,8 +52,15 @@ async def start_run(request: Request) -> Response:
     try:
         handle, created = await eng.start_run(name, body.input, run_id=body.run_id, concurrency=quota)
     except ConcurrencyLimitError as err:
-        raise ApiError(429, str(err), headers={"Retry-After": RETRY_AFTER_SECONDS}, workflow=err.workflow,
-                       key=err.key, limit=err.limit, active=err.active) from None
+        raise ApiError(
+            429,
+            str(err),
+            headers={"Retry-After": RETRY_AFTER_SECONDS},
+            workflow=err.workflow,
+            key=err.key,
+            limit=err.limit,
+            active=err.active,
+        ) from None
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None
     except DuroError as err:

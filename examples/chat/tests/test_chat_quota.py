@@ -45,8 +45,9 @@ async def test_a_turn_waiting_for_a_human_still_counts(duro_env):
 
 async def test_support_can_bypass_a_tenants_quota_for_one_start(duro_env):
     await duro_env.start("chat.turn", turn("initech"))
-    escalated = await duro_env.start("chat.turn", turn("initech"),
-                                     concurrency=Concurrency(key="support:escalations", limit=2))
+    escalated = await duro_env.start(
+        "chat.turn", turn("initech"), concurrency=Concurrency(key="support:escalations", limit=2)
+    )
     info = await duro_env.engine.get_run(escalated.id)
     assert info.tags == ("concurrency:support:escalations",)
 

@@ -32,8 +32,9 @@ async def call_tool(name: str, conversation_id: str) -> str:
     return f"{name} ok"
 
 
-@workflow(name="chat.turn",
-          concurrency=Concurrency(key=lambda inp: f"tenant:{inp.tenant_id}", limit=turns_for))
+@workflow(
+    name="chat.turn", concurrency=Concurrency(key=lambda inp: f"tenant:{inp.tenant_id}", limit=turns_for)
+)
 async def chat_turn(inp: TurnInput) -> TurnOutput:
     tools = []
     if "book" in inp.message:

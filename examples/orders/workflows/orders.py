@@ -20,7 +20,7 @@ async def book_courier(order_id: str) -> str:
 async def fulfil_order(order: Order) -> Receipt:
     amount = await price_order(order.items)
     payment = await child(charge_payment, Payment(order.id, amount, reference=order.customer))
-    await sleep("1s")                       # the warehouse's cool-off before booking a courier
+    await sleep("1s")  # the warehouse's cool-off before booking a courier
     tracking = await book_courier(order.id)
     # Parked (status "suspended") until the courier's webhook calls engine.signal(run_id, "delivered").
     delivered = await wait_for_signal("delivered", timeout="7d")

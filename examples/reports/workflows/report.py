@@ -20,9 +20,11 @@ async def sleep_for_partner() -> None:  # the partner's latency (plain asyncio, 
 async def monthly_report(tenant: str) -> dict:
     rows: list[int] = []
     for page in range(PAGES):
+
         async def pull(page: int = page) -> list[int]:
             data = await fetch_page(tenant, page)
             await sleep("2m")  # the session stays open while the partner prepares the next page
             return data
+
         rows += await with_limit("partner-api", pull, label=f"{tenant} p{page}", timeout="1h")
     return {"tenant": tenant, "rows": len(rows)}

@@ -14,7 +14,9 @@ async def test_the_21st_call_waits_for_a_line_and_gets_the_first_one_freed(duro_
     await duro_env.assert_status(calls[20], "running")  # waiting in the queue
     first = await calls[0].result()
     assert first["placed"] and first["slot_id"]
-    ended = await duro_env.engine.emit("call.ended", {"call_id": "c0", "slot_id": first["slot_id"], "seconds": 95})
+    ended = await duro_env.engine.emit(
+        "call.ended", {"call_id": "c0", "slot_id": first["slot_id"], "seconds": 95}
+    )
     assert len(ended.started) == 1 and await ended.started[0].result() is True
     assert (await calls[20].result())["placed"] is True
     await duro_env.assert_limit("voice-calls", busy=20, waiting=0)

@@ -24,8 +24,11 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     sent: a round trip for nothing. When this statement is the transaction's first, the two go in
     one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
     driver = conn.connection.driver_connection
-    if (isinstance(driver, psycopg.Connection) and not driver.autocommit
-            and driver.info.transaction_status == TransactionStatus.IDLE):
+    if (
+        isinstance(driver, psycopg.Connection)
+        and not driver.autocommit
+        and driver.info.transaction_status == TransactionStatus.IDLE
+    ):
         with driver.pipeline():
             return driver.execute(sql, params)
     return driver.execute(sql, params)  # type: ignore[union-attr]

@@ -157,8 +157,12 @@ class Store(Protocol):
     def close(self) -> None: ...
 
     # runs
-    def insert_run(self, new: NewRun, quota: QuotaCheck | None,
-                   parent_step: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunRecord, bool]:
+    def insert_run(
+        self,
+        new: NewRun,
+        quota: QuotaCheck | None,
+        parent_step: tuple[str, str | None, StepRecord] | None = None,
+    ) -> tuple[RunRecord, bool]:
         """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError,
         and RunIdConflictError when the id is a run of another workflow (nothing written).
 
@@ -169,8 +173,15 @@ class Store(Protocol):
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None: ...
 
-    def list_runs(self, namespace: str | None, workflow: str | None, statuses: Sequence[str] | None,
-                  tag: str | None, limit: int, before: tuple[int, str] | None = None) -> list[RunRecord]: ...
+    def list_runs(
+        self,
+        namespace: str | None,
+        workflow: str | None,
+        statuses: Sequence[str] | None,
+        tag: str | None,
+        limit: int,
+        before: tuple[int, str] | None = None,
+    ) -> list[RunRecord]: ...
 
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int: ...
 
@@ -179,8 +190,15 @@ class Store(Protocol):
     # execution, fenced on (run id, owner, not terminal): False means "not yours any more"
     def get_steps(self, run_id: str) -> list[StepRecord]: ...
 
-    def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
-                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
+    def record_step(
+        self,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        run_status: str | None = None,
+        wake_at: int | None = None,
+        now: int = 0,
+    ) -> bool:
         """Write ``step`` and set the run's status and timer; ``step=None`` touches the run only
         (a sleep that ended: see :func:`settle_sleeps`)."""
 
@@ -189,8 +207,9 @@ class Store(Protocol):
         A store whose ``batched`` attribute (optional) names more methods (``slot_request``,
         ``slot_release``) gets those in its batches too."""
 
-    def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
-                   error: str | None, now: int) -> bool: ...
+    def finish_run(
+        self, run_id: str, owner: str | None, status: str, output: str | None, error: str | None, now: int
+    ) -> bool: ...
 
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
         """Cancel the run and its unfinished descendants; returns the ids actually cancelled."""
@@ -218,19 +237,37 @@ class Store(Protocol):
     def claim_schedule_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
         """Move the schedule from window ``due`` to ``next_due``; False if another worker did first."""
 
-    def record_schedule_outcome(self, namespace: str, name: str, fired_at: int, run_id: str | None,
-                                error: str | None) -> None: ...
+    def record_schedule_outcome(
+        self, namespace: str, name: str, fired_at: int, run_id: str | None, error: str | None
+    ) -> None: ...
 
     # limits: each call applies one decision of duro._slots in one transaction (see _slots_sql.py)
-    def slot_request(self, config: Any, slot_id: str, run_id: str | None, label: str | None,
-                     timeout_at: int | None, now: int, hook: Any = None) -> Any: ...
+    def slot_request(
+        self,
+        config: Any,
+        slot_id: str,
+        run_id: str | None,
+        label: str | None,
+        timeout_at: int | None,
+        now: int,
+        hook: Any = None,
+    ) -> Any: ...
 
-    def slot_confirm(self, config: Any, slot_id: str, now: int, hook: Any = None) -> tuple[Any, list[Any]]: ...
+    def slot_confirm(
+        self, config: Any, slot_id: str, now: int, hook: Any = None
+    ) -> tuple[Any, list[Any]]: ...
 
     def slot_give_up(self, config: Any, slot_id: str, now: int, hook: Any = None) -> Any: ...
 
-    def slot_release(self, configs: Any, slot_id: str, now: int, reason: str = "release",
-                     hook: Any = None, takers: Any = None) -> tuple[Any, bool, list[Any]]: ...
+    def slot_release(
+        self,
+        configs: Any,
+        slot_id: str,
+        now: int,
+        reason: str = "release",
+        hook: Any = None,
+        takers: Any = None,
+    ) -> tuple[Any, bool, list[Any]]: ...
 
     def slots_leave(self, configs: Any, run_ids: Iterable[str], now: int) -> list[Any]: ...
 

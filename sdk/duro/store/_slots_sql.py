@@ -25,44 +25,61 @@ from .._slots import Decision, LimitView, SlotRow
 from ._dialect import for_dialect, raw_execute
 from ._protocol import Fenced, StepRecord
 
-Hook = tuple[str, str | None, StepRecord]  # (run id, owner, the run's hook step), written alongside a decision
+Hook = tuple[
+    str, str | None, StepRecord
+]  # (run id, owner, the run's hook step), written alongside a decision
 
-_SLOT_COLUMNS = ("id", "limit_name", "run_id", "state", "pos", "label", "enqueued_at", "timeout_at",
-                 "reserved_until", "granted_at", "held_since", "max_hold_ms", "expires_at", "ended_at", "reason",
-                 "due_at")
+_SLOT_COLUMNS = (
+    "id",
+    "limit_name",
+    "run_id",
+    "state",
+    "pos",
+    "label",
+    "enqueued_at",
+    "timeout_at",
+    "reserved_until",
+    "granted_at",
+    "held_since",
+    "max_hold_ms",
+    "expires_at",
+    "ended_at",
+    "reason",
+    "due_at",
+)
 _ACTIVE_SLOTS = "('waiting', 'reserved', 'busy')"
 
 SLOT_SQL = {
     "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
-                    "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
+    "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
     # "limit_lock" locks the row for the transaction: FOR UPDATE is added on PostgreSQL (see SlotsStoreMixin)
     # its last column is the instant decisions are judged by: the caller's ``:now``, or on PostgreSQL
     # the server's clock (SqlStore puts it in), so a slot decision needs no round trip of its own for it
     "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
-                  "CAST(:now AS BIGINT) FROM duro_limits WHERE name = :name",
+    "CAST(:now AS BIGINT) FROM duro_limits WHERE name = :name",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
-                    "next_pos = :next_pos, updated_at = :now WHERE name = :name",
+    "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     "slot_select": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
     "slot_upsert": f"INSERT INTO duro_slots ({', '.join(_SLOT_COLUMNS)}) "
-                   f"VALUES ({', '.join(':' + c for c in _SLOT_COLUMNS)}) ON CONFLICT (id) DO UPDATE SET "
-                   + ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[1:]),
+    f"VALUES ({', '.join(':' + c for c in _SLOT_COLUMNS)}) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[1:]),
     "queue_heads": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots "
-                   f"WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
+    f"WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
     "due_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
-                 f"ORDER BY due_at LIMIT 1000",
+    f"ORDER BY due_at LIMIT 1000",
     "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
     "run_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
-                 f"AND state IN ('waiting', 'reserved')",
+    f"AND state IN ('waiting', 'reserved')",
     "limit_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
-                   f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
-                   f"ELSE 2 END, pos LIMIT :n",
+    f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
+    f"ELSE 2 END, pos LIMIT :n",
     # the hook steps still waiting of a run that ended: closed, with the run's end as their status
     # ("cancelled" or "failed"; "cancelled" for a run that ended any other way) and its end time
     # (whoever closes them, and however late: a second close finds nothing waiting)
     "hook_leave": "UPDATE duro_steps SET ended_at = COALESCE((SELECT ended_at FROM duro_runs WHERE id = :run_id), "
-                  ":now), status = COALESCE((SELECT status FROM duro_runs "
-                  "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
-                  "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
+    ":now), status = COALESCE((SELECT status FROM duro_runs "
+    "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
+    "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
     "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
@@ -89,11 +106,24 @@ def _row(values: Any) -> SlotRow:
 
 
 def _values(row: SlotRow) -> dict[str, Any]:
-    return {"id": row.id, "limit_name": row.limit, "run_id": row.run_id, "state": row.state, "pos": row.pos,
-            "label": row.label, "enqueued_at": row.enqueued_at, "timeout_at": row.timeout_at,
-            "reserved_until": row.reserved_until, "granted_at": row.granted_at, "held_since": row.held_since,
-            "max_hold_ms": row.max_hold_ms, "expires_at": row.expires_at, "ended_at": row.ended_at,
-            "reason": row.reason, "due_at": row.due_at}
+    return {
+        "id": row.id,
+        "limit_name": row.limit,
+        "run_id": row.run_id,
+        "state": row.state,
+        "pos": row.pos,
+        "label": row.label,
+        "enqueued_at": row.enqueued_at,
+        "timeout_at": row.timeout_at,
+        "reserved_until": row.reserved_until,
+        "granted_at": row.granted_at,
+        "held_since": row.held_since,
+        "max_hold_ms": row.max_hold_ms,
+        "expires_at": row.expires_at,
+        "ended_at": row.ended_at,
+        "reason": row.reason,
+        "due_at": row.due_at,
+    }
 
 
 class SlotsStoreMixin:
@@ -125,19 +155,37 @@ class SlotsStoreMixin:
             self._x(conn, "limit_insert", params)
             row = self._x(conn, "limit_lock", params).fetchone()
         capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
-        return LimitView(name=config.name, capacity=capacity_override or config.capacity,
-                         max_hold_ms=max_hold_override or config.max_hold_ms, busy=busy, reserved=reserved,
-                         waiting=waiting, next_pos=next_pos), int(judged)
+        return LimitView(
+            name=config.name,
+            capacity=capacity_override or config.capacity,
+            max_hold_ms=max_hold_override or config.max_hold_ms,
+            busy=busy,
+            reserved=reserved,
+            waiting=waiting,
+            next_pos=next_pos,
+        ), int(judged)
 
     def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
             self._x(conn, "slot_upsert", _values(row))
         view = decision.view
-        self._x(conn, "limit_update", {"name": view.name, "busy": view.busy, "reserved": view.reserved,
-                                        "waiting": view.waiting, "next_pos": view.next_pos, "now": now})
+        self._x(
+            conn,
+            "limit_update",
+            {
+                "name": view.name,
+                "busy": view.busy,
+                "reserved": view.reserved,
+                "waiting": view.waiting,
+                "next_pos": view.next_pos,
+                "now": now,
+            },
+        )
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is its own caller's news; other changes reach the waiters' own timers).
-        self._notify(conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved"))
+        self._notify(
+            conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
+        )
 
     def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: Hook | None) -> None:
         """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one
@@ -151,8 +199,9 @@ class SlotsStoreMixin:
             conn.rollback()
             raise Fenced(hook[0])  # type: ignore[index]
 
-    def _hand_out(self, conn: Connection, decision: Decision, now: int,
-                  takers: Mapping[str, Hook] | None = None) -> Decision:
+    def _hand_out(
+        self, conn: Connection, decision: Decision, now: int, takers: Mapping[str, Hook] | None = None
+    ) -> Decision:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
 
@@ -184,23 +233,41 @@ class SlotsStoreMixin:
 
     # -- operations ------------------------------------------------------------------------------
 
-    def slot_request(self, config: LimitConfig, slot_id: str, run_id: str | None, label: str | None,
-                     timeout_at: int | None, now: int,
-                     hook: Hook | None = None) -> SlotRow:
+    def slot_request(
+        self,
+        config: LimitConfig,
+        slot_id: str,
+        run_id: str | None,
+        label: str | None,
+        timeout_at: int | None,
+        now: int,
+        hook: Hook | None = None,
+    ) -> SlotRow:
         """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
         else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside
         (completed when the slot is busy at once)."""
         with self._write() as conn:
             return self._slot_request(conn, config, slot_id, run_id, label, timeout_at, now, hook)
 
-    def _slot_request(self, conn: Connection, config: LimitConfig, slot_id: str, run_id: str | None,
-                      label: str | None, timeout_at: int | None, now: int, hook: Hook | None) -> SlotRow:
+    def _slot_request(
+        self,
+        conn: Connection,
+        config: LimitConfig,
+        slot_id: str,
+        run_id: str | None,
+        label: str | None,
+        timeout_at: int | None,
+        now: int,
+        hook: Hook | None,
+    ) -> SlotRow:
         view, judged = self._lock_limit(conn, config, now)  # lock first: the slot is read under it
         now, timeout_at = judged, None if timeout_at is None else timeout_at + judged - now
         existing = self._slot(conn, slot_id)
         if existing is not None:
             return existing
-        decision = _slots.request(view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0)
+        decision = _slots.request(
+            view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0
+        )
         row = decision.writes[-1]
         if hook is not None:  # set either way: a batch applied again alone decides again
             granted = row.state == "busy"
@@ -209,9 +276,13 @@ class SlotsStoreMixin:
         self._settle(conn, decision, now, hook)
         return row
 
-    def slot_confirm(self, config: LimitConfig, slot_id: str, now: int,
-                     hook: Hook | None = None,
-                     ) -> tuple[SlotRow | None, list[SlotRow]]:
+    def slot_confirm(
+        self,
+        config: LimitConfig,
+        slot_id: str,
+        now: int,
+        hook: Hook | None = None,
+    ) -> tuple[SlotRow | None, list[SlotRow]]:
         """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
         A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
         with self._write() as conn:
@@ -229,8 +300,9 @@ class SlotsStoreMixin:
             self._settle(conn, decision, now, hook)
             return confirmed, decision.granted
 
-    def slot_give_up(self, config: LimitConfig, slot_id: str, now: int,
-                     hook: Hook | None = None) -> SlotRow | None:
+    def slot_give_up(
+        self, config: LimitConfig, slot_id: str, now: int, hook: Hook | None = None
+    ) -> SlotRow | None:
         """The waiter's timeout passed: a waiting request times out (a reserved one is kept), and
         the run's hook step (``hook``) is written failed, also when the expiry pass timed it out first."""
         with self._write() as conn:
@@ -243,18 +315,31 @@ class SlotsStoreMixin:
             self._settle(conn, decision, now, hook)
             return row if decision is None else decision.writes[-1]
 
-    def slot_release(self, configs: Mapping[str, LimitConfig], slot_id: str, now: int, reason: str = "release",
-                     hook: Hook | None = None, takers: Mapping[str, Hook] | None = None,
-                     ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
+    def slot_release(
+        self,
+        configs: Mapping[str, LimitConfig],
+        slot_id: str,
+        now: int,
+        reason: str = "release",
+        hook: Hook | None = None,
+        takers: Mapping[str, Hook] | None = None,
+    ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
         """Release a held or reserved slot and hand freed capacity to the queue (a head waiting in
         ``takers``, the caller's own parked waiters, takes it at once: see ``_hand_out``).
         Returns (the slot or None if unknown, whether this call released it, rows granted)."""
         with self._write() as conn:
             return self._slot_release(conn, configs, slot_id, now, reason, hook, takers)
 
-    def _slot_release(self, conn: Connection, configs: Mapping[str, LimitConfig], slot_id: str, now: int,
-                      reason: str, hook: Hook | None, takers: Mapping[str, Hook] | None,
-                      ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
+    def _slot_release(
+        self,
+        conn: Connection,
+        configs: Mapping[str, LimitConfig],
+        slot_id: str,
+        now: int,
+        reason: str,
+        hook: Hook | None,
+        takers: Mapping[str, Hook] | None,
+    ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
         row = self._slot(conn, slot_id)
         if row is None or row.limit not in configs:
             if hook is not None:
@@ -272,13 +357,17 @@ class SlotsStoreMixin:
         self._settle(conn, decision, now, hook)
         return (decision.writes[0] if released else row), released, decision.granted
 
-    def slots_leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
+    def slots_leave(
+        self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int
+    ) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
         hook step is closed alongside, with the run's end (cancelled, failed) as status and end time."""
         granted: list[SlotRow] = []
         with self._write() as conn:
             ended = list(run_ids)
-            leaving = [_row(found) for run_id in ended for found in self._x(conn, "run_slots", {"run_id": run_id})]
+            leaving = [
+                _row(found) for run_id in ended for found in self._x(conn, "run_slots", {"run_id": run_id})
+            ]
             # limits locked in name order, as the expiry pass does: two workers whose ended runs wait
             # in the same limits never hold one lock each while waiting for the other's
             for row in sorted(leaving, key=lambda r: (r.limit, r.pos)):
@@ -290,11 +379,15 @@ class SlotsStoreMixin:
                 self._hand_out(conn, decision, judged)
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
-            for run_id in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
+            for (
+                run_id
+            ) in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
                 self._x(conn, "hook_leave", {"run_id": run_id, "now": now})
         return granted
 
-    def slots_expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
+    def slots_expire(
+        self, configs: Mapping[str, LimitConfig], now: int
+    ) -> tuple[list[SlotRow], list[SlotRow]]:
         """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand free
         capacity out (freed by expiries, or added by a larger capacity in the config since the last
         pass). Returns (rows that changed on their own, rows granted)."""
@@ -312,7 +405,9 @@ class SlotsStoreMixin:
                 if name not in due and not (view.free > 0 and view.waiting > 0):
                     continue  # nothing due, nothing to hand out (a capacity raised in the config is)
                 # read before the lock: another worker's pass may have applied them since
-                fresh = [row for row in (self._slot(conn, r.id) for r in due.get(name, [])) if row is not None]
+                fresh = [
+                    row for row in (self._slot(conn, r.id) for r in due.get(name, [])) if row is not None
+                ]
                 decision = _slots.expire(view, fresh, now)
                 changed.extend(decision.writes)
                 self._hand_out(conn, decision, now)
@@ -355,13 +450,18 @@ class SlotsStoreMixin:
         with self._single_read() as conn:
             return [_row(r) for r in self._x(conn, "limit_slots", {"name": name, "n": max_rows})]
 
-    def set_limit_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
+    def set_limit_override(
+        self, config: LimitConfig, field: str, value: int | None, now: int
+    ) -> list[SlotRow]:
         """Set (or with None reset) an override; a capacity raise hands slots out at once."""
         with self._write() as conn:
             now = self._db_now(conn, now)
             self._view(conn, config, now)
-            self._x(conn, "set_capacity" if field == "capacity" else "set_max_hold",
-                     {"name": config.name, "value": value, "now": now})
+            self._x(
+                conn,
+                "set_capacity" if field == "capacity" else "set_max_hold",
+                {"name": config.name, "value": value, "now": now},
+            )
             decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
             self._apply(conn, decision, now)
             self._notify(conn, ["limits"])
@@ -370,4 +470,3 @@ class SlotsStoreMixin:
 
 def _slot_json(row: SlotRow) -> str:
     return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
-

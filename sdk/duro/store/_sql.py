@@ -48,9 +48,14 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 3 -> 4: partial indexes (see _tables.Run and _tables.SlotRequest); on PostgreSQL the claims'
     # index on (namespace, status, owner) gives way to duro_runs_active
     3: lambda conn, dialect: _recreate_indexes(
-        conn, "duro_runs_quota", "duro_runs_parent", "duro_slots_due", "duro_slots_run",
+        conn,
+        "duro_runs_quota",
+        "duro_runs_parent",
+        "duro_slots_due",
+        "duro_slots_run",
         *(["duro_runs_active"] if dialect == "postgresql" else []),
-        dropped=["duro_runs_claim"] if dialect == "postgresql" else []),
+        dropped=["duro_runs_claim"] if dialect == "postgresql" else [],
+    ),
 }
 
 
@@ -70,37 +75,64 @@ _ACTIVE = list(ACTIVE_STATUS_VALUES)
 
 # The hot path (start, record a step, finish, read a run) runs these fixed statements through the
 # driver directly: building SQLAlchemy Core statements per call cost more than SQLite itself.
-_RUN_COLUMNS = ("id", "namespace", "workflow", "version", "status", "input", "output", "error", "tags",
-                "concurrency_key", "parent_id", "parent_seq", "owner", "wake_at", "created_at", "updated_at",
-                "ended_at")
-_STEP_COLUMNS = ("run_id", "seq", "kind", "name", "status", "started_at", "ended_at", "wake_at", "result",
-                 "error", "detail")
+_RUN_COLUMNS = (
+    "id",
+    "namespace",
+    "workflow",
+    "version",
+    "status",
+    "input",
+    "output",
+    "error",
+    "tags",
+    "concurrency_key",
+    "parent_id",
+    "parent_seq",
+    "owner",
+    "wake_at",
+    "created_at",
+    "updated_at",
+    "ended_at",
+)
+_STEP_COLUMNS = (
+    "run_id",
+    "seq",
+    "kind",
+    "name",
+    "status",
+    "started_at",
+    "ended_at",
+    "wake_at",
+    "result",
+    "error",
+    "detail",
+)
 # unfinished runs of duro_runs, with the literal values its partial index is defined with (a bound
 # IN list would not let the planners use it)
 _RUNS_ACTIVE = sa.text(f"duro_runs.status IN {ACTIVE_SQL}")
 _HOT_SQL = {
     "select_run": f"SELECT {', '.join(_RUN_COLUMNS)} FROM duro_runs WHERE id = :id",
     "insert_run": f"INSERT INTO duro_runs ({', '.join(_RUN_COLUMNS)}) "
-                  f"VALUES ({', '.join(':' + c for c in _RUN_COLUMNS)})",
+    f"VALUES ({', '.join(':' + c for c in _RUN_COLUMNS)})",
     "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "fence_status": f"UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at "
-                    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "upsert_step": f"INSERT INTO duro_steps ({', '.join(_STEP_COLUMNS)}) "
-                   f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
-                   + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
+    f"VALUES ({', '.join(':' + c for c in _STEP_COLUMNS)}) ON CONFLICT (run_id, seq) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _STEP_COLUMNS[2:]),
     "finish_run": f"UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
-                  f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "select_steps": f"SELECT {', '.join(_STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
 }
-
-
 
 
 NOTIFY_CHANNEL = "duro"
 _DB_NOW_SQL = "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint"
 # a quota key's transaction lock (PostgreSQL): starts on one key decide one after another
 _LOCK_KEY_SQL = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
-_NOTIFY_SQL = f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%(payloads)s AS text[])) AS payload"
+_NOTIFY_SQL = (
+    f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(%(payloads)s AS text[])) AS payload"
+)
 # SqlStore._claim_pg: first delete the workers the claimer condemned (see duro._lease), each only if
 # its heartbeat is still the stamp the claimer saw; then take unfinished runs of the claimer's
 # workflows that have no owner, or whose owner has no row (condemned just now or before), oldest
@@ -126,8 +158,10 @@ _CLAIM_PG_SQL = (
 )
 # a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock that
 # stepped back, still change it: a watcher sees only whether it changed)
-_BEAT_SQL = ("UPDATE duro_workers SET heartbeat_at = {greatest}(heartbeat_at + 1, :now) WHERE id = :id "
-             "RETURNING namespace")
+_BEAT_SQL = (
+    "UPDATE duro_workers SET heartbeat_at = {greatest}(heartbeat_at + 1, :now) WHERE id = :id "
+    "RETURNING namespace"
+)
 _STAMPS_SQL = "SELECT id, heartbeat_at FROM duro_workers WHERE namespace = :namespace"
 
 
@@ -142,15 +176,19 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
     if backend in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif backend != "sqlite":
-        raise DuroError(f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
-                        f"{backend!r}, which duro does not support: {_URL_HINT}")
+        raise DuroError(
+            f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
+            f"{backend!r}, which duro does not support: {_URL_HINT}"
+        )
     options: dict[str, Any] = {}
     if "synchronous" in parsed.query:
         if backend != "sqlite":
             raise DuroError("database URL option 'synchronous' applies to SQLite only; remove it")
         value = str(parsed.query["synchronous"]).upper()
         if value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise DuroError(f"database URL option synchronous={value!r} is not one of OFF, NORMAL, FULL, EXTRA")
+            raise DuroError(
+                f"database URL option synchronous={value!r} is not one of OFF, NORMAL, FULL, EXTRA"
+            )
         options["synchronous"] = value
         parsed = parsed.difference_update_query(["synchronous"])
     if "busy_timeout" in parsed.query:
@@ -159,28 +197,35 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
         options["busy_timeout"] = _busy_timeout_ms(parsed.query["busy_timeout"])
         parsed = parsed.difference_update_query(["busy_timeout"])
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, ""):
-        raise DuroError(f"database URL {str(url)!r} names no SQLite file: {_URL_HINT} "
-                        f"(an in-memory database cannot be shared by a worker and its clients)")
+        raise DuroError(
+            f"database URL {str(url)!r} names no SQLite file: {_URL_HINT} "
+            f"(an in-memory database cannot be shared by a worker and its clients)"
+        )
     return parsed, options
 
 
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 _MAX_BUSY_TIMEOUT_MS = 3_600_000
-_BUSY_TIMEOUT_HINT = ("use e.g. busy_timeout=2s, busy_timeout=500ms or whole milliseconds (busy_timeout=2000), "
-                      "at most 1h; leave it out for the default, 30s")
+_BUSY_TIMEOUT_HINT = (
+    "use e.g. busy_timeout=2s, busy_timeout=500ms or whole milliseconds (busy_timeout=2000), "
+    "at most 1h; leave it out for the default, 30s"
+)
 
 
 def _busy_timeout_ms(raw: str | Sequence[str]) -> int:
     """The ``busy_timeout`` URL option: how long a SQLite statement waits for another process's
     write lock before it fails with "database is locked" (and the call with StoreUnavailable)."""
     if not isinstance(raw, str):
-        raise DuroError(f"database URL option busy_timeout is given {len(raw)} times; give it once: "
-                        f"{_BUSY_TIMEOUT_HINT}")
+        raise DuroError(
+            f"database URL option busy_timeout is given {len(raw)} times; give it once: {_BUSY_TIMEOUT_HINT}"
+        )
     text = raw.strip()
     try:
         ms = int(text) if text.isascii() and text.isdigit() else to_ms(text, "busy_timeout")
     except DuroError:
-        raise DuroError(f"database URL option busy_timeout={raw!r} is not a duration: {_BUSY_TIMEOUT_HINT}") from None
+        raise DuroError(
+            f"database URL option busy_timeout={raw!r} is not a duration: {_BUSY_TIMEOUT_HINT}"
+        ) from None
     if ms > _MAX_BUSY_TIMEOUT_MS:
         raise DuroError(f"database URL option busy_timeout={raw!r} is too long: {_BUSY_TIMEOUT_HINT}")
     return ms
@@ -207,11 +252,13 @@ def _sqlite_busy(err: sqlite3.Error) -> bool:
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return True
     text = str(err).lower()
-    return any(words in text for words in ("database is locked", "database is busy", "database table is locked"))
+    return any(
+        words in text for words in ("database is locked", "database is busy", "database table is locked")
+    )
 
 
 class _CallState(threading.local):
-    nowait = False     # inside without_waiting
+    nowait = False  # inside without_waiting
     committed = False  # ... and a transaction of that call has committed
 
 
@@ -227,11 +274,25 @@ def _same_workflow(existing: RunRecord, new: NewRun) -> RunRecord:
 
 
 def _new_run_values(new: NewRun) -> dict[str, Any]:
-    return {"id": new.id, "namespace": new.namespace, "workflow": new.workflow, "version": new.version,
-            "status": "running" if new.owner else "pending", "input": new.input, "output": None, "error": None,
-            "tags": json.dumps(new.tags), "concurrency_key": new.concurrency_key, "parent_id": new.parent_id,
-            "parent_seq": new.parent_seq, "owner": new.owner, "wake_at": None, "created_at": new.created_at,
-            "updated_at": new.created_at, "ended_at": None}
+    return {
+        "id": new.id,
+        "namespace": new.namespace,
+        "workflow": new.workflow,
+        "version": new.version,
+        "status": "running" if new.owner else "pending",
+        "input": new.input,
+        "output": None,
+        "error": None,
+        "tags": json.dumps(new.tags),
+        "concurrency_key": new.concurrency_key,
+        "parent_id": new.parent_id,
+        "parent_seq": new.parent_seq,
+        "owner": new.owner,
+        "wake_at": None,
+        "created_at": new.created_at,
+        "updated_at": new.created_at,
+        "ended_at": None,
+    }
 
 
 def _tuple_to_run(row: Any) -> RunRecord:
@@ -247,18 +308,40 @@ def _tuple_to_step(row: Any) -> StepRecord:
 def _row_to_run(row: Any) -> RunRecord:
     m = row._mapping
     return RunRecord(
-        id=m["id"], namespace=m["namespace"], workflow=m["workflow"], version=m["version"],
-        status=m["status"], input=m["input"], output=m["output"], error=m["error"],
-        tags=json.loads(m["tags"] or "[]"), concurrency_key=m["concurrency_key"],
-        parent_id=m["parent_id"], parent_seq=m["parent_seq"], owner=m["owner"], wake_at=m["wake_at"],
-        created_at=m["created_at"], updated_at=m["updated_at"], ended_at=m["ended_at"],
+        id=m["id"],
+        namespace=m["namespace"],
+        workflow=m["workflow"],
+        version=m["version"],
+        status=m["status"],
+        input=m["input"],
+        output=m["output"],
+        error=m["error"],
+        tags=json.loads(m["tags"] or "[]"),
+        concurrency_key=m["concurrency_key"],
+        parent_id=m["parent_id"],
+        parent_seq=m["parent_seq"],
+        owner=m["owner"],
+        wake_at=m["wake_at"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        ended_at=m["ended_at"],
     )
 
 
 def _step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
-    return {"run_id": run_id, "seq": step.seq, "kind": step.kind, "name": step.name, "status": step.status,
-            "started_at": step.started_at, "ended_at": step.ended_at, "wake_at": step.wake_at,
-            "result": step.result, "error": step.error, "detail": step.detail}
+    return {
+        "run_id": run_id,
+        "seq": step.seq,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "started_at": step.started_at,
+        "ended_at": step.ended_at,
+        "wake_at": step.wake_at,
+        "result": step.result,
+        "error": step.error,
+        "detail": step.detail,
+    }
 
 
 _OPTIONAL_STEP_COLUMNS = _STEP_COLUMNS[6:]  # ended_at .. detail: NULL in most records
@@ -270,10 +353,26 @@ def _step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[
     rows: dict[int, list[tuple[Any, ...]]] = {}
     for run_id, step in steps:
         ended, wake, result, error, detail = step.ended_at, step.wake_at, step.result, step.error, step.detail
-        shape = ((ended is not None) | (wake is not None) << 1 | (result is not None) << 2
-                 | (error is not None) << 3 | (detail is not None) << 4)
-        row = (run_id, step.seq, step.kind, step.name, step.status, step.started_at, ended, wake, result, error,
-               detail)
+        shape = (
+            (ended is not None)
+            | (wake is not None) << 1
+            | (result is not None) << 2
+            | (error is not None) << 3
+            | (detail is not None) << 4
+        )
+        row = (
+            run_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.started_at,
+            ended,
+            wake,
+            result,
+            error,
+            detail,
+        )
         if shape in rows:
             rows[shape].append(_PICK_COLUMNS[shape](row))
         else:
@@ -282,8 +381,9 @@ def _step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[
 
 
 # per shape, the columns of a full row that shape keeps: the six required ones and its optional ones
-_PICK_COLUMNS = [operator.itemgetter(*range(6), *(6 + bit for bit in range(5) if shape >> bit & 1))
-                 for shape in range(32)]
+_PICK_COLUMNS = [
+    operator.itemgetter(*range(6), *(6 + bit for bit in range(5) if shape >> bit & 1)) for shape in range(32)
+]
 
 
 @cache
@@ -294,8 +394,10 @@ def _upsert_steps_sql(shape: int) -> str:
     columns = [*_STEP_COLUMNS[:6], *present]
     updates = [f"{c} = excluded.{c}" for c in columns[2:]]
     updates += [f"{c} = NULL" for c in _OPTIONAL_STEP_COLUMNS if c not in present]
-    return (f"INSERT INTO duro_steps ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
-            f"ON CONFLICT (run_id, seq) DO UPDATE SET {', '.join(updates)}")
+    return (
+        f"INSERT INTO duro_steps ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+        f"ON CONFLICT (run_id, seq) DO UPDATE SET {', '.join(updates)}"
+    )
 
 
 class SqlStore(SlotsStoreMixin):
@@ -303,13 +405,36 @@ class SqlStore(SlotsStoreMixin):
 
     # the methods that only read: on SQLite the engine runs them apart from the writes, which may
     # wait seconds for a write lock another process holds (WAL lets reads go on meanwhile)
-    reads = frozenset({
-        "schema_version", "count_active", "get_run", "list_runs", "run_statuses", "get_steps", "signalled",
-        "list_schedules", "due_schedules", "next_schedule_due", "list_workers", "local_workers",
-        "next_slot_due", "slot_states", "get_slot", "limit_states", "limit_slots"})
+    reads = frozenset(
+        {
+            "schema_version",
+            "count_active",
+            "get_run",
+            "list_runs",
+            "run_statuses",
+            "get_steps",
+            "signalled",
+            "list_schedules",
+            "due_schedules",
+            "next_schedule_due",
+            "list_workers",
+            "local_workers",
+            "next_slot_due",
+            "slot_states",
+            "get_slot",
+            "limit_states",
+            "limit_slots",
+        }
+    )
 
-    def __init__(self, url: str | URL = DEFAULT_SQLITE_URL, *, pool_size: int = 10,
-                 decisions_clock: str = "database", idle_in_transaction_timeout: Duration | None = "5s") -> None:
+    def __init__(
+        self,
+        url: str | URL = DEFAULT_SQLITE_URL,
+        *,
+        pool_size: int = 10,
+        decisions_clock: str = "database",
+        idle_in_transaction_timeout: Duration | None = "5s",
+    ) -> None:
         """``decisions_clock``: on PostgreSQL, ``"database"`` (the default) judges leases and slot
         expiries by the database server's clock, whatever the workers' clocks say; ``"caller"``
         trusts the ``now`` each call passes (tests that drive time themselves). SQLite always
@@ -323,15 +448,19 @@ class SqlStore(SlotsStoreMixin):
         made again. ``None`` leaves the server's setting."""
         if decisions_clock not in ("database", "caller"):
             raise DuroError(f"decisions_clock {decisions_clock!r} is not 'database' or 'caller'")
-        idle_ms = None if idle_in_transaction_timeout is None else to_ms(
-            idle_in_transaction_timeout, "idle_in_transaction_timeout")
+        idle_ms = (
+            None
+            if idle_in_transaction_timeout is None
+            else to_ms(idle_in_transaction_timeout, "idle_in_transaction_timeout")
+        )
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
         self._database_clock = decisions_clock == "database" and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
-                self._engine = self._sqlite_engine(options.get("synchronous", "NORMAL"),
-                                                   options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS))
+                self._engine = self._sqlite_engine(
+                    options.get("synchronous", "NORMAL"), options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS)
+                )
             else:
                 self._engine = self._server_engine(pool_size, idle_ms)
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
@@ -339,8 +468,10 @@ class SqlStore(SlotsStoreMixin):
         # what apply_batch takes: on SQLite (one writer at a time anyway) slot requests and releases
         # too; on PostgreSQL they keep transactions of their own, so that a batch never holds the
         # locks of several limits at once (see _slots_sql)
-        self.batched = frozenset({"record_step", "finish_run"} | (
-            {"slot_request", "slot_release"} if self.dialect == "sqlite" else set()))
+        self.batched = frozenset(
+            {"record_step", "finish_run"}
+            | ({"slot_request", "slot_release"} if self.dialect == "sqlite" else set())
+        )
         self._schema_ready = False
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
@@ -352,16 +483,20 @@ class SqlStore(SlotsStoreMixin):
             self._sql["insert_run_new"] = self._sql["insert_run"] + " ON CONFLICT (id) DO NOTHING"
             self._sql["insert_run_announced"] = (  # and a run to claim is announced if inserted
                 f"WITH ins AS ({self._sql['insert_run_new']} RETURNING 1) "
-                f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(notice)s) FROM ins")
+                f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(notice)s) FROM ins"
+            )
             self._sql["limit_lock"] += " FOR UPDATE"
             if self._database_clock:
                 self._sql["limit_lock"] = self._sql["limit_lock"].replace(
-                    "CAST(%(now)s AS BIGINT)", _DB_NOW_SQL.removeprefix("SELECT "))
+                    "CAST(%(now)s AS BIGINT)", _DB_NOW_SQL.removeprefix("SELECT ")
+                )
             self._sql["finish_run"] += " RETURNING parent_id"  # a child's end is announced (see _finish)
             clock = _DB_NOW_SQL.removeprefix("SELECT ") if self._database_clock else "CAST(%(now)s AS BIGINT)"
             self._sql["claim"] = _CLAIM_PG_SQL.replace("{clock}", clock)
-        self._sql["beat"] = for_dialect(_BEAT_SQL.replace(
-            "{greatest}", "GREATEST" if self.dialect == "postgresql" else "max"), self.dialect)
+        self._sql["beat"] = for_dialect(
+            _BEAT_SQL.replace("{greatest}", "GREATEST" if self.dialect == "postgresql" else "max"),
+            self.dialect,
+        )
         self._sql["stamps"] = for_dialect(_STAMPS_SQL, self.dialect)
 
     @staticmethod
@@ -540,7 +675,7 @@ class SqlStore(SlotsStoreMixin):
         autocommit; psycopg's implicit one is rolled back when the pool takes the connection back)."""
         self.create_schema()
         if self._waits():
-            with self._engine.connect() as conn, (conn.begin() if transaction else nullcontext()):
+            with self._engine.connect() as conn, conn.begin() if transaction else nullcontext():
                 yield conn
             return
         conn = self._nowait_connection("reader")
@@ -623,7 +758,9 @@ class SqlStore(SlotsStoreMixin):
                 with conn.begin():
                     self._lock_key(conn, "duro:schema")
                     metadata.create_all(conn)
-                    found = conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar()
+                    found = conn.execute(
+                        sa.select(meta.c.value).where(meta.c.key == "schema_version")
+                    ).scalar()
                     if found is None:
                         conn.execute(meta.insert().values(key="schema_version", value=str(SCHEMA_VERSION)))
                     elif int(found) < SCHEMA_VERSION:
@@ -634,8 +771,10 @@ class SqlStore(SlotsStoreMixin):
                             f"duro's {SCHEMA_VERSION}: upgrade duro before using this database"
                         )
         except sa.exc.OperationalError as err:
-            raise DuroError(f"cannot open the database at {self.safe_url}: {err.orig}; check the URL, "
-                            f"that the server runs and that the file's folder is writable") from None
+            raise DuroError(
+                f"cannot open the database at {self.safe_url}: {err.orig}; check the URL, "
+                f"that the server runs and that the file's folder is writable"
+            ) from None
         self._schema_ready = True
 
     def _migrate(self, conn: Connection, found: int) -> None:
@@ -644,14 +783,18 @@ class SqlStore(SlotsStoreMixin):
         for version in range(found, SCHEMA_VERSION):
             step = MIGRATIONS.get(version)
             if step is None:
-                raise DuroError(f"the database at {self.safe_url} has duro schema version {found} and this "
-                                f"duro has no migration from version {version}; use the duro that created it")
+                raise DuroError(
+                    f"the database at {self.safe_url} has duro schema version {found} and this "
+                    f"duro has no migration from version {version}; use the duro that created it"
+                )
             step(conn, self.dialect)
         conn.execute(meta.update().where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
 
     def schema_version(self) -> int:
         with self._read() as conn:
-            return int(conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one())
+            return int(
+                conn.execute(sa.select(meta.c.value).where(meta.c.key == "schema_version")).scalar_one()
+            )
 
     def close(self) -> None:
         with self._writer_lock:
@@ -666,7 +809,9 @@ class SqlStore(SlotsStoreMixin):
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def _count_active(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> int:
+    def _count_active(
+        self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None
+    ) -> int:
         """One indexed count on (concurrency_key, status): its cost follows the key's active runs."""
         return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
 
@@ -677,21 +822,27 @@ class SqlStore(SlotsStoreMixin):
 
     @lru_cache(maxsize=64)  # noqa: B019 - a handful of status sets per store, for its lifetime
     def _count_sql(self, statuses: tuple[str, ...], scoped: bool) -> str:
-        known = [s for s in statuses if s in ("pending", "running", "suspended", "blocked", "completed", "failed",
-                                              "cancelled")]
+        known = [
+            s
+            for s in statuses
+            if s in ("pending", "running", "suspended", "blocked", "completed", "failed", "cancelled")
+        ]
         listed = ", ".join(f"'{s}'" for s in known) or "NULL"
         sql = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = :key AND status IN ({listed})"
         if scoped:
             sql += " AND namespace = :namespace"
         return for_dialect(sql, self.dialect)
 
-
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         with self._read() as conn:
             return self._count_active(conn, key, statuses, namespace)
 
-    def insert_run(self, new: NewRun, quota: QuotaCheck | None,
-                   parent_step: tuple[str, str | None, StepRecord] | None = None) -> tuple[RunRecord, bool]:
+    def insert_run(
+        self,
+        new: NewRun,
+        quota: QuotaCheck | None,
+        parent_step: tuple[str, str | None, StepRecord] | None = None,
+    ) -> tuple[RunRecord, bool]:
         try:
             if self.dialect == "postgresql" and parent_step is None:
                 return self._insert_run_pipelined(new, quota)
@@ -704,17 +855,21 @@ class SqlStore(SlotsStoreMixin):
                 raise
             return _same_workflow(existing, new), False
 
-    def _insert_run(self, new: NewRun, quota: QuotaCheck | None,
-                    parent_step: tuple[str, str | None, StepRecord] | None) -> tuple[RunRecord, bool]:
+    def _insert_run(
+        self, new: NewRun, quota: QuotaCheck | None, parent_step: tuple[str, str | None, StepRecord] | None
+    ) -> tuple[RunRecord, bool]:
         with self._write() as conn:
             if quota is not None:
                 self._lock_key(conn, f"duro:quota:{quota.key}")
             row = self._x(conn, "select_run", {"id": new.id}).fetchone()
             if row is not None:
-                existing = _same_workflow(_tuple_to_run(row), new)  # or nothing is written, a parent's step neither
+                existing = _same_workflow(
+                    _tuple_to_run(row), new
+                )  # or nothing is written, a parent's step neither
                 if parent_step is not None:
-                    self._write_step(conn, parent_step[0], parent_step[1], parent_step[2], None, None,
-                                     new.created_at)
+                    self._write_step(
+                        conn, parent_step[0], parent_step[1], parent_step[2], None, None, new.created_at
+                    )
                 return existing, False
             if quota is not None:
                 self._admit(quota, self._count_active(conn, quota.key, quota.statuses, quota.namespace))
@@ -723,8 +878,14 @@ class SqlStore(SlotsStoreMixin):
             if new.owner is None:
                 self._notify(conn, ["run", new.namespace])
             if parent_step is not None and not self._write_step(
-                    conn, parent_step[0], parent_step[1], parent_step[2], "blocked"
-                    if parent_step[2].status == "waiting" else None, None, new.created_at):
+                conn,
+                parent_step[0],
+                parent_step[1],
+                parent_step[2],
+                "blocked" if parent_step[2].status == "waiting" else None,
+                None,
+                new.created_at,
+            ):
                 conn.rollback()
                 raise Fenced(parent_step[0])
             return RunRecord(**{**values, "tags": list(new.tags)}), True
@@ -748,8 +909,11 @@ class SqlStore(SlotsStoreMixin):
                 self._admit(quota, int(counted.fetchone()[0]))
             values = _new_run_values(new)
             if new.owner is None:
-                inserted = raw_execute(conn, self._sql["insert_run_announced"],
-                                       {**values, "notice": json.dumps(["run", new.namespace])})
+                inserted = raw_execute(
+                    conn,
+                    self._sql["insert_run_announced"],
+                    {**values, "notice": json.dumps(["run", new.namespace])},
+                )
             else:
                 inserted = raw_execute(conn, self._sql["insert_run_new"], values)
             if inserted.rowcount != 1:
@@ -769,8 +933,15 @@ class SqlStore(SlotsStoreMixin):
         record = _tuple_to_run(row)
         return record if namespace is None or record.namespace == namespace else None
 
-    def list_runs(self, namespace: str | None, workflow: str | None, statuses: Sequence[str] | None,
-                  tag: str | None, limit: int, before: tuple[int, str] | None = None) -> list[RunRecord]:
+    def list_runs(
+        self,
+        namespace: str | None,
+        workflow: str | None,
+        statuses: Sequence[str] | None,
+        tag: str | None,
+        limit: int,
+        before: tuple[int, str] | None = None,
+    ) -> list[RunRecord]:
         query = sa.select(runs)
         if namespace is not None:
             query = query.where(runs.c.namespace == namespace)
@@ -804,8 +975,15 @@ class SqlStore(SlotsStoreMixin):
             rows = self._x(conn, "select_steps", {"run_id": run_id})
             return [_tuple_to_step(r) for r in rows]
 
-    def _send_fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
-                    status: str | None = None, wake_at: int | None = None) -> Any:
+    def _send_fence(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        now: int,
+        status: str | None = None,
+        wake_at: int | None = None,
+    ) -> Any:
         """Touch the run if ``owner`` still owns it unfinished (and set its status and timer); the
         cursor's ``rowcount`` is 1 if it did."""
         params: dict[str, Any] = {"id": run_id, "owner": owner, "now": now}
@@ -814,20 +992,43 @@ class SqlStore(SlotsStoreMixin):
         params.update(status=status, wake_at=wake_at)
         return self._x(conn, "fence_status", params)
 
-    def _fence(self, conn: Connection, run_id: str, owner: str | None, now: int,
-               status: str | None = None, wake_at: int | None = None) -> bool:
+    def _fence(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        now: int,
+        status: str | None = None,
+        wake_at: int | None = None,
+    ) -> bool:
         return self._send_fence(conn, run_id, owner, now, status, wake_at).rowcount == 1  # type: ignore[no-any-return]
 
-    def _write_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None,
-                    run_status: str | None, wake_at: int | None, now: int) -> bool:
+    def _write_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        run_status: str | None,
+        wake_at: int | None,
+        now: int,
+    ) -> bool:
         if not self._fence(conn, run_id, owner, now, run_status, wake_at):
             return False
         if step is not None:
             self._x(conn, "upsert_step", _step_values(run_id, step))
         return True
 
-    def _send_step(self, conn: Connection, run_id: str, owner: str | None, step: StepRecord | None, now: int,
-                   run_status: str | None = None, wake_at: int | None = None) -> Any:
+    def _send_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        now: int,
+        run_status: str | None = None,
+        wake_at: int | None = None,
+    ) -> Any:
         """``_write_step`` without waiting for the fence's answer: the caller checks the returned
         cursor's ``rowcount`` (after its pipeline syncs) and rolls back if it is not 1."""
         fence = self._send_fence(conn, run_id, owner, now, run_status, wake_at)
@@ -842,8 +1043,15 @@ class SqlStore(SlotsStoreMixin):
             return nullcontext()
         return conn.connection.driver_connection.pipeline()  # type: ignore[union-attr,no-any-return]
 
-    def record_step(self, run_id: str, owner: str | None, step: StepRecord | None,
-                    run_status: str | None = None, wake_at: int | None = None, now: int = 0) -> bool:
+    def record_step(
+        self,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        run_status: str | None = None,
+        wake_at: int | None = None,
+        now: int = 0,
+    ) -> bool:
         with self._write() as conn:
             return self._write_step(conn, run_id, owner, step, run_status, wake_at, now)
 
@@ -882,13 +1090,23 @@ class SqlStore(SlotsStoreMixin):
             if any(cursor.rowcount != 1 for cursor, _ in sent):
                 raise Fenced("a write of the batch")  # rolled back; each write is made again alone
             # a child's end is announced to its parent (see _finish)
-            self._notify(conn, *(["done", *end] for cursor, end in sent
-                                 if end is not None and cursor.fetchone()[0] is not None))
+            self._notify(
+                conn,
+                *(
+                    ["done", *end]
+                    for cursor, end in sent
+                    if end is not None and cursor.fetchone()[0] is not None
+                ),
+            )
         return [True] * len(ops)
 
     def _apply_each(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        appliers = {"record_step": self._write_step, "finish_run": self._finish,
-                     "slot_request": self._slot_request, "slot_release": self._slot_release}
+        appliers = {
+            "record_step": self._write_step,
+            "finish_run": self._finish,
+            "slot_request": self._slot_request,
+            "slot_release": self._slot_release,
+        }
         with self._write() as conn:
             return [appliers[name](conn, *args) for name, args in ops]
 
@@ -910,11 +1128,13 @@ class SqlStore(SlotsStoreMixin):
             raw = conn.connection.driver_connection
             stored: dict[str, str] = {}  # run id -> status, of the runs the writer still owns
             for chunk in range(0, len(ids), 500):
-                part = ids[chunk:chunk + 500]
+                part = ids[chunk : chunk + 500]
                 marks = ", ".join("?" * len(part))
                 for run_id, owner, status in raw.execute(  # type: ignore[union-attr]
-                        f"SELECT id, owner, status FROM duro_runs WHERE id IN ({marks}) "
-                        f"AND status IN {ACTIVE_SQL}", part):
+                    f"SELECT id, owner, status FROM duro_runs WHERE id IN ({marks}) "
+                    f"AND status IN {ACTIVE_SQL}",
+                    part,
+                ):
                     if final[run_id][0] == owner:
                         stored[run_id] = status
             moved, timed, touched = [], [], []
@@ -930,7 +1150,8 @@ class SqlStore(SlotsStoreMixin):
                     moved.append((now, status, wake_at, run_id))
             if moved:
                 raw.executemany(  # type: ignore[union-attr]
-                    "UPDATE duro_runs SET updated_at = ?, status = ?, wake_at = ? WHERE id = ?", moved)
+                    "UPDATE duro_runs SET updated_at = ?, status = ?, wake_at = ? WHERE id = ?", moved
+                )
             if timed:
                 raw.executemany("UPDATE duro_runs SET updated_at = ?, wake_at = ? WHERE id = ?", timed)  # type: ignore[union-attr]
             if touched:
@@ -940,20 +1161,40 @@ class SqlStore(SlotsStoreMixin):
                 raw.executemany(_upsert_steps_sql(shape), shaped)  # type: ignore[union-attr]
         return [args[0] in stored for _, args in ops]
 
-    def finish_run(self, run_id: str, owner: str | None, status: str, output: str | None,
-                   error: str | None, now: int) -> bool:
+    def finish_run(
+        self, run_id: str, owner: str | None, status: str, output: str | None, error: str | None, now: int
+    ) -> bool:
         with self._write() as conn:
             return self._finish(conn, run_id, owner, status, output, error, now)
 
-    def _send_finish(self, conn: Connection, run_id: str, owner: str | None, status: str, output: str | None,
-                     error: str | None, now: int) -> Any:
+    def _send_finish(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        status: str,
+        output: str | None,
+        error: str | None,
+        now: int,
+    ) -> Any:
         """End the run if ``owner`` still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
         (on PostgreSQL its row is the run's parent id)."""
-        return self._x(conn, "finish_run", {
-            "id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now})
+        return self._x(
+            conn,
+            "finish_run",
+            {"id": run_id, "owner": owner, "status": status, "output": output, "error": error, "now": now},
+        )
 
-    def _finish(self, conn: Connection, run_id: str, owner: str | None, status: str, output: str | None,
-                error: str | None, now: int) -> bool:
+    def _finish(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        status: str,
+        output: str | None,
+        error: str | None,
+        now: int,
+    ) -> bool:
         result = self._send_finish(conn, run_id, owner, status, output, error, now)
         if result.rowcount != 1:
             return False
@@ -975,13 +1216,18 @@ class SqlStore(SlotsStoreMixin):
             frontier = [run_id]
             while frontier:
                 current = frontier.pop()
-                result = conn.execute(runs.update().where(runs.c.id == current, runs.c.status.in_(_ACTIVE))
-                                      .values(status="cancelled", error=error, ended_at=now, updated_at=now,
-                                              wake_at=None))
+                result = conn.execute(
+                    runs.update()
+                    .where(runs.c.id == current, runs.c.status.in_(_ACTIVE))
+                    .values(status="cancelled", error=error, ended_at=now, updated_at=now, wake_at=None)
+                )
                 if result.rowcount:
                     cancelled.append(current)
-                frontier.extend(conn.execute(sa.select(runs.c.id).where(
-                    runs.c.parent_id == current, runs.c.status.in_(_ACTIVE))).scalars())
+                frontier.extend(
+                    conn.execute(
+                        sa.select(runs.c.id).where(runs.c.parent_id == current, runs.c.status.in_(_ACTIVE))
+                    ).scalars()
+                )
             self._notify(conn, *(["done", cancelled_id, "cancelled"] for cancelled_id in cancelled))
             return cancelled
 
@@ -993,16 +1239,21 @@ class SqlStore(SlotsStoreMixin):
             if status is None:
                 raise DuroError(f"cannot signal run {run_id!r}: it does not exist")
             if status not in _ACTIVE:
-                raise DuroError(f"cannot signal run {run_id!r}: it is {status}; signals reach only "
-                                f"runs that have not finished")
+                raise DuroError(
+                    f"cannot signal run {run_id!r}: it is {status}; signals reach only "
+                    f"runs that have not finished"
+                )
             conn.execute(signals.insert().values(run_id=run_id, name=name, payload=payload, created_at=now))
             self._notify(conn, ["signal", run_id, name])
 
     def take_signal(self, run_id: str, owner: str | None, name: str, step: StepRecord) -> StepRecord | None:
         with self._write() as conn:
-            row = conn.execute(sa.select(signals.c.id, signals.c.payload).where(
-                signals.c.run_id == run_id, signals.c.name == name, signals.c.consumed_seq.is_(None))
-                .order_by(signals.c.id).limit(1)).first()
+            row = conn.execute(
+                sa.select(signals.c.id, signals.c.payload)
+                .where(signals.c.run_id == run_id, signals.c.name == name, signals.c.consumed_seq.is_(None))
+                .order_by(signals.c.id)
+                .limit(1)
+            ).first()
             if row is None:
                 return None
             conn.execute(signals.update().where(signals.c.id == row.id).values(consumed_seq=step.seq))
@@ -1017,60 +1268,103 @@ class SqlStore(SlotsStoreMixin):
         if not ids:
             return set()
         with self._read() as conn:
-            rows = conn.execute(sa.select(signals.c.run_id, signals.c.name).where(
-                signals.c.run_id.in_(ids), signals.c.consumed_seq.is_(None)))
+            rows = conn.execute(
+                sa.select(signals.c.run_id, signals.c.name).where(
+                    signals.c.run_id.in_(ids), signals.c.consumed_seq.is_(None)
+                )
+            )
             return {(r.run_id, r.name) for r in rows}
 
     # -- schedules -------------------------------------------------------------------------------
 
     def put_schedule(self, schedule: ScheduleRecord) -> None:
-        definition = {"workflow": schedule.workflow, "cron": schedule.cron, "input": schedule.input,
-                      "concurrency": schedule.concurrency, "next_fire_at": schedule.next_fire_at,
-                      "updated_at": schedule.updated_at}
+        definition = {
+            "workflow": schedule.workflow,
+            "cron": schedule.cron,
+            "input": schedule.input,
+            "concurrency": schedule.concurrency,
+            "next_fire_at": schedule.next_fire_at,
+            "updated_at": schedule.updated_at,
+        }
         with self._write() as conn:
             where = (schedules.c.namespace == schedule.namespace, schedules.c.name == schedule.name)
             if conn.execute(schedules.update().where(*where).values(**definition)).rowcount == 0:
-                conn.execute(schedules.insert().values(
-                    namespace=schedule.namespace, name=schedule.name, created_at=schedule.created_at,
-                    last_fire_at=None, last_run_id=None, last_error=None, **definition))
+                conn.execute(
+                    schedules.insert().values(
+                        namespace=schedule.namespace,
+                        name=schedule.name,
+                        created_at=schedule.created_at,
+                        last_fire_at=None,
+                        last_run_id=None,
+                        last_error=None,
+                        **definition,
+                    )
+                )
             self._notify(conn, ["sched", schedule.namespace])
 
     def list_schedules(self, namespace: str) -> list[ScheduleRecord]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(schedules).where(schedules.c.namespace == namespace)
-                                .order_by(schedules.c.name))
+            rows = conn.execute(
+                sa.select(schedules).where(schedules.c.namespace == namespace).order_by(schedules.c.name)
+            )
             return [ScheduleRecord(**row._mapping) for row in rows]
 
     def delete_schedule(self, namespace: str, name: str) -> bool:
         with self._write() as conn:
-            deleted = conn.execute(schedules.delete().where(
-                schedules.c.namespace == namespace, schedules.c.name == name)).rowcount == 1
+            deleted = (
+                conn.execute(
+                    schedules.delete().where(schedules.c.namespace == namespace, schedules.c.name == name)
+                ).rowcount
+                == 1
+            )
             self._notify(conn, ["sched", namespace])
             return deleted
 
     def due_schedules(self, namespace: str, workflows: Sequence[str], now: int) -> list[ScheduleRecord]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(schedules).where(
-                schedules.c.namespace == namespace, schedules.c.next_fire_at <= now,
-                schedules.c.workflow.in_(list(workflows))).order_by(schedules.c.next_fire_at, schedules.c.name))
+            rows = conn.execute(
+                sa.select(schedules)
+                .where(
+                    schedules.c.namespace == namespace,
+                    schedules.c.next_fire_at <= now,
+                    schedules.c.workflow.in_(list(workflows)),
+                )
+                .order_by(schedules.c.next_fire_at, schedules.c.name)
+            )
             return [ScheduleRecord(**row._mapping) for row in rows]
 
     def next_schedule_due(self, namespace: str, workflows: Sequence[str]) -> int | None:
         with self._read() as conn:
-            return conn.execute(sa.select(sa.func.min(schedules.c.next_fire_at)).where(
-                schedules.c.namespace == namespace, schedules.c.workflow.in_(list(workflows)))).scalar()
+            return conn.execute(
+                sa.select(sa.func.min(schedules.c.next_fire_at)).where(
+                    schedules.c.namespace == namespace, schedules.c.workflow.in_(list(workflows))
+                )
+            ).scalar()
 
     def claim_schedule_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
         with self._write() as conn:
-            return conn.execute(schedules.update().where(
-                schedules.c.namespace == namespace, schedules.c.name == name, schedules.c.next_fire_at == due)
-                .values(next_fire_at=next_due, updated_at=now)).rowcount == 1
+            return (
+                conn.execute(
+                    schedules.update()
+                    .where(
+                        schedules.c.namespace == namespace,
+                        schedules.c.name == name,
+                        schedules.c.next_fire_at == due,
+                    )
+                    .values(next_fire_at=next_due, updated_at=now)
+                ).rowcount
+                == 1
+            )
 
-    def record_schedule_outcome(self, namespace: str, name: str, fired_at: int, run_id: str | None,
-                                error: str | None) -> None:
+    def record_schedule_outcome(
+        self, namespace: str, name: str, fired_at: int, run_id: str | None, error: str | None
+    ) -> None:
         with self._write() as conn:
-            conn.execute(schedules.update().where(schedules.c.namespace == namespace, schedules.c.name == name)
-                         .values(last_fire_at=fired_at, last_run_id=run_id, last_error=error))
+            conn.execute(
+                schedules.update()
+                .where(schedules.c.namespace == namespace, schedules.c.name == name)
+                .values(last_fire_at=fired_at, last_run_id=run_id, last_error=error)
+            )
 
     # -- workers and leases ----------------------------------------------------------------------
 
@@ -1080,10 +1374,14 @@ class SqlStore(SlotsStoreMixin):
             now = self._db_now(conn, now)
             conn.execute(workers.delete().where(workers.c.id == worker_id))
             # handing back is bookkeeping, not a change to the run: updated_at stays
-            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
-                                       .values(owner=None)).rowcount
-            conn.execute(workers.insert().values(id=worker_id, namespace=namespace, host=host, pid=pid,
-                                                 started_at=now, heartbeat_at=now))
+            handed_back = conn.execute(
+                runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE).values(owner=None)
+            ).rowcount
+            conn.execute(
+                workers.insert().values(
+                    id=worker_id, namespace=namespace, host=host, pid=pid, started_at=now, heartbeat_at=now
+                )
+            )
             if handed_back:
                 self._notify(conn, ["run", namespace])
 
@@ -1102,8 +1400,9 @@ class SqlStore(SlotsStoreMixin):
         with self._write() as conn:
             namespace = conn.execute(sa.select(workers.c.namespace).where(workers.c.id == worker_id)).scalar()
             conn.execute(workers.delete().where(workers.c.id == worker_id))
-            handed_back = conn.execute(runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE)
-                                       .values(owner=None)).rowcount  # bookkeeping: updated_at stays
+            handed_back = conn.execute(
+                runs.update().where(runs.c.owner == worker_id, _RUNS_ACTIVE).values(owner=None)
+            ).rowcount  # bookkeeping: updated_at stays
             if handed_back:
                 self._notify(conn, ["run", namespace])
 
@@ -1112,11 +1411,27 @@ class SqlStore(SlotsStoreMixin):
         many unfinished runs it owns: what ``duro health`` shows."""
         with self._read() as conn:
             now = self._db_now(conn, 0) if self._database_clock else None
-            owned = dict(conn.execute(sa.select(runs.c.owner, sa.func.count()).where(
-                runs.c.owner.is_not(None), _RUNS_ACTIVE).group_by(runs.c.owner)).all())
+            owned = dict(
+                conn.execute(
+                    sa.select(runs.c.owner, sa.func.count())
+                    .where(runs.c.owner.is_not(None), _RUNS_ACTIVE)
+                    .group_by(runs.c.owner)
+                ).all()
+            )
             rows = conn.execute(sa.select(workers).order_by(workers.c.started_at))
-            return [{"id": r.id, "namespace": r.namespace, "host": r.host, "pid": r.pid, "started_at": r.started_at,
-                     "heartbeat_at": r.heartbeat_at, "db_now": now, "runs": owned.get(r.id, 0)} for r in rows]
+            return [
+                {
+                    "id": r.id,
+                    "namespace": r.namespace,
+                    "host": r.host,
+                    "pid": r.pid,
+                    "started_at": r.started_at,
+                    "heartbeat_at": r.heartbeat_at,
+                    "db_now": now,
+                    "runs": owned.get(r.id, 0),
+                }
+                for r in rows
+            ]
 
     def local_workers(self, host: str) -> list[tuple[str, int]]:
         with self._read() as conn:
@@ -1138,10 +1453,19 @@ class SqlStore(SlotsStoreMixin):
         Built with SQLAlchemy on every pass it cost a worker a third of its CPU when every start
         woke every worker; and the decisions' clock is read inside it, not in a round trip of its
         own. Same rules as ``_claim``."""
-        rows = raw_execute(conn, self._sql["claim"], {
-            "namespace": claim.namespace, "workflows": list(claim.workflows), "owner": claim.worker_id,
-            "now": claim.now, "limit": claim.limit, "dead": [worker for worker, _ in claim.condemned],
-            "stamps": [stamp for _, stamp in claim.condemned]}).fetchall()
+        rows = raw_execute(
+            conn,
+            self._sql["claim"],
+            {
+                "namespace": claim.namespace,
+                "workflows": list(claim.workflows),
+                "owner": claim.worker_id,
+                "now": claim.now,
+                "limit": claim.limit,
+                "dead": [worker for worker, _ in claim.condemned],
+                "stamps": [stamp for _, stamp in claim.condemned],
+            },
+        ).fetchall()
         claimed = []
         for row in rows:
             run = _tuple_to_run(row[:-1])
@@ -1153,24 +1477,46 @@ class SqlStore(SlotsStoreMixin):
         """Unfinished runs of the claimer's workflows with no owner, or whose owner has no row (the
         condemned workers' rows were deleted just before, in this transaction)."""
         registered = sa.select(workers.c.id)
-        candidates = sa.select(runs.c.id).where(
-            runs.c.namespace == claim.namespace,
-            _RUNS_ACTIVE,
-            runs.c.workflow.in_(list(claim.workflows)),
-            sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(registered)),
-        ).order_by(runs.c.created_at, runs.c.id).limit(claim.limit)
+        candidates = (
+            sa.select(runs.c.id)
+            .where(
+                runs.c.namespace == claim.namespace,
+                _RUNS_ACTIVE,
+                runs.c.workflow.in_(list(claim.workflows)),
+                sa.or_(runs.c.owner.is_(None), runs.c.owner.not_in(registered)),
+            )
+            .order_by(runs.c.created_at, runs.c.id)
+            .limit(claim.limit)
+        )
         if claim.serial:
             # A pending run of a serial workflow starts only when no other run of it is active and it
             # is the oldest pending one; the rest wait (status pending) in creation order.
             other = runs.alias("other")
-            busy = sa.exists().where(other.c.namespace == claim.namespace, other.c.workflow == runs.c.workflow,
-                                     other.c.status.in_(["running", "suspended", "blocked"]))
-            oldest = sa.select(other.c.id).where(
-                other.c.namespace == claim.namespace, other.c.workflow == runs.c.workflow,
-                other.c.status == "pending").order_by(other.c.created_at, other.c.id).limit(1).scalar_subquery()
-            candidates = candidates.where(sa.not_(sa.and_(
-                runs.c.workflow.in_(list(claim.serial)), runs.c.status == "pending",
-                sa.or_(busy, runs.c.id != oldest))))
+            busy = sa.exists().where(
+                other.c.namespace == claim.namespace,
+                other.c.workflow == runs.c.workflow,
+                other.c.status.in_(["running", "suspended", "blocked"]),
+            )
+            oldest = (
+                sa.select(other.c.id)
+                .where(
+                    other.c.namespace == claim.namespace,
+                    other.c.workflow == runs.c.workflow,
+                    other.c.status == "pending",
+                )
+                .order_by(other.c.created_at, other.c.id)
+                .limit(1)
+                .scalar_subquery()
+            )
+            candidates = candidates.where(
+                sa.not_(
+                    sa.and_(
+                        runs.c.workflow.in_(list(claim.serial)),
+                        runs.c.status == "pending",
+                        sa.or_(busy, runs.c.id != oldest),
+                    )
+                )
+            )
         if self.dialect == "postgresql":
             candidates = candidates.with_for_update(skip_locked=True)
         for name in sorted(claim.serial):  # two workers never start two runs of one serial workflow
@@ -1179,25 +1525,31 @@ class SqlStore(SlotsStoreMixin):
         # executed (RunRecord.fresh), and its worker skips reading its history.
         # a claim changes a run's record (and updated_at) only when it starts it: taking up a run
         # handed back or left by a dead worker is bookkeeping
-        claiming = {"owner": claim.worker_id,
-                    "updated_at": sa.case((runs.c.status == "pending", now), else_=runs.c.updated_at),
-                    "status": sa.case((runs.c.status == "pending", "running"), else_=runs.c.status)}
+        claiming = {
+            "owner": claim.worker_id,
+            "updated_at": sa.case((runs.c.status == "pending", now), else_=runs.c.updated_at),
+            "status": sa.case((runs.c.status == "pending", "running"), else_=runs.c.status),
+        }
         if self.dialect == "sqlite":
             # SQLite's RETURNING cannot name an UPDATE's FROM; under BEGIN IMMEDIATE nothing
             # changes between reading the candidates and claiming them
             was = dict(conn.execute(candidates.add_columns(runs.c.status)).all())
             if not was:
                 return []
-            rows = conn.execute(runs.update().where(runs.c.id.in_(list(was))).values(**claiming)
-                                .returning(*runs.c)).all()
+            rows = conn.execute(
+                runs.update().where(runs.c.id.in_(list(was))).values(**claiming).returning(*runs.c)
+            ).all()
             before = was
         else:
             taken = candidates.add_columns(runs.c.status.label("was")).subquery("taken")
-            rows = conn.execute(runs.update().where(runs.c.id == taken.c.id).values(**claiming)
-                                .returning(*runs.c, taken.c.was)).all()
+            rows = conn.execute(
+                runs.update()
+                .where(runs.c.id == taken.c.id)
+                .values(**claiming)
+                .returning(*runs.c, taken.c.was)
+            ).all()
             before = {row.id: row.was for row in rows}
         claimed = [_row_to_run(row) for row in rows]
         for run in claimed:
             run.fresh = before[run.id] == "pending"
         return claimed
-

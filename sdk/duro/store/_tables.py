@@ -55,8 +55,9 @@ class Run(DuroTable, table=True):
         # finished runs included). SQLite keeps the narrower index: its one process claims rarely,
         # and the wider key cost its starts up to a tenth.
         Index("duro_runs_claim", "namespace", "status", "owner").ddl_if(dialect="sqlite"),
-        Index("duro_runs_active", "namespace", "created_at", "id",
-              **_where(f"status IN {ACTIVE_SQL}")).ddl_if(dialect="postgresql"),
+        Index(
+            "duro_runs_active", "namespace", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")
+        ).ddl_if(dialect="postgresql"),
         # partial: a start without a quota or a parent writes neither (schema 4; each was about a
         # tenth of a start's SQLite time)
         Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),

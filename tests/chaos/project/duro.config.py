@@ -6,7 +6,9 @@ and a slot held by a run that was cancelled comes back within it.
 
 from duro import Limit, define_workspace
 
-workspace = define_workspace(limits={
-    "lines": Limit(capacity=4, max_hold="5s"),
-    "partner-api": Limit(capacity=3, max_hold="4s"),
-})
+workspace = define_workspace(
+    limits={
+        "lines": Limit(capacity=4, max_hold="5s"),
+        "partner-api": Limit(capacity=3, max_hold="4s"),
+    }
+)

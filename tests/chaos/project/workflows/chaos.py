@@ -29,14 +29,14 @@ from duro import (
 from .effects import mark
 
 TENANT_LIMIT = 4  # runs of one tenant active at once (top-level runs)
-KIDS_LIMIT = 2    # children of one tenant active at once
+KIDS_LIMIT = 2  # children of one tenant active at once
 ANSWER = "answer"  # the signal a chaos.ask run waits for (the driver's client sends it)
 
 
 class Job(BaseModel):
-    id: str                # the run's id
+    id: str  # the run's id
     tenant: str
-    n: int                 # drives the (deterministic) durations and choices
+    n: int  # drives the (deterministic) durations and choices
     patience: str = "60s"  # how long the run waits for a slot
 
 
@@ -50,6 +50,7 @@ KIDS = Concurrency(key=lambda job: f"kids:{job.tenant}", limit=KIDS_LIMIT)
 
 
 # -- steps: sync ones run in the worker's threads, async ones on its loop -------------------------
+
 
 @step
 def dial(run_id: str) -> str:
@@ -117,6 +118,7 @@ async def deliver(run_id: str) -> str:
 
 
 # -- workflows -------------------------------------------------------------------------------------
+
 
 @workflow(name="chaos.call", concurrency=TENANT)
 async def call(job: Job) -> str:

@@ -14,11 +14,12 @@ from .effects import mark
 
 
 class Job(BaseModel):
-    id: str            # the run's id
-    nap: str = "3s"    # each durable sleep
+    id: str  # the run's id
+    nap: str = "3s"  # each durable sleep
 
 
 # sync steps run in the worker's threads, async ones on its event loop
+
 
 @step
 def a(run_id: str) -> str:
