@@ -33,7 +33,7 @@ Cases (see the method note in BENCHMARKS.md, section "Limits: slots"):
                 slot (depth 1; the releasing run's re-request is inside the measured time).
 4. flatness     one run's uncontended pairs on "bench" while K requests wait in the queue of another
                 limit, "crowd" (capacity 1, held for the whole case). The crowd is inserted through
-                the store API before the engine is entered (``store.slot_request(config, id, None,
+                the store API before the engine is entered (``store.apply(RequestSlot(config, id, None,
                 None, None, now)``, one transaction each, timed), one fresh database per K.
 5. floors       bare driver: sqlite3 (WAL, synchronous=NORMAL, autocommit connection) ``BEGIN
                 IMMEDIATE; UPDATE counter SET busy = busy + 1; COMMIT`` then the same with -1, per
@@ -73,6 +73,7 @@ if str(REPO) not in sys.path:
 
 import duro  # noqa: E402
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow  # noqa: E402
+from duro.store import RequestSlot  # noqa: E402
 
 PREFECT_ANCHOR = (17, 43)  # pairs/s, Prefect 3.9 global concurrency limit (measured earlier, elsewhere)
 SQLITE_ANCHOR = 27_000  # pairs/s, bare sqlite3 (the issue's figure)
@@ -297,17 +298,17 @@ def _latency_summary(lat: list[float]) -> dict:
 
 def _fill_crowd(engine: Engine, size: int, chunk: int = 1000) -> dict:
     """The crowd: one request takes "crowd"'s only slot, then ``size`` requests wait behind it, each
-    one ``store.slot_request`` transaction (run id None), timed per chunk."""
+    one ``RequestSlot`` transaction (run id None), timed per chunk."""
     store = engine.store
     config = engine.limit_config("crowd")
     now = engine.clock.now_ms()
-    assert store.slot_request(config, "crowd.holder", None, None, None, now).state == "busy"
+    assert store.apply(RequestSlot(config, "crowd.holder", None, None, None, now)).row.state == "busy"
     chunks = []
     begin = time.perf_counter()
     for start in range(0, size, chunk):
         t = time.perf_counter()
         for i in range(start, min(size, start + chunk)):
-            store.slot_request(config, f"crowd.{i}", None, None, None, now)
+            store.apply(RequestSlot(config, f"crowd.{i}", None, None, None, now))
         chunks.append((min(size, start + chunk) - start) / (time.perf_counter() - t))
     wall = time.perf_counter() - begin
     return {

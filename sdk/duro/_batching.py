@@ -15,6 +15,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .store import Command, Store
+
 # told of a write that did not take: its result (``False``: fenced) or the exception it raised
 Refused = Callable[[Any], None]
 
@@ -66,52 +68,51 @@ Sink = asyncio.Future[Any] | Pending
 
 
 class GroupCommit:
+    """Queues the commands of the runs' writes and applies those the store batches
+    (``Store.batches``) together, one transaction per loop turn; the others alone."""
+
     def __init__(
         self,
-        store: Any,
+        store: Store,
         call: Callable[..., Awaitable[Any]],
         max_batch: int = 500,
         alone: Callable[[], bool] = lambda: False,
     ) -> None:
         self._store = store
-        self._call = call  # the engine's way to call the store (in a thread; inline under the harness)
+        self._call = call  # how the store is called (off the event loop; inline under the harness)
         self._max_batch = max_batch
-        # each write with where its outcome goes
-        self._pending: list[tuple[str, tuple[Any, ...], Sink]] = []
+        # each command with where its outcome goes
+        self._pending: list[tuple[Command, Sink]] = []
         self._detached: set[asyncio.Task[None]] = set()  # nowait writes made alone
         self._flushing: asyncio.Task[None] | None = None
-        # the methods its apply_batch takes (record_step and finish_run unless the store says more)
-        self._batched = frozenset(
-            getattr(store, "batched", ("record_step", "finish_run")) if hasattr(store, "apply_batch") else ()
-        )
+        self._batched = store.batches
         # whether the writer is the only run in flight here: nobody to share a commit with, so a
         # write with nothing queued before it is made at once, without the loop turns of a batch
         self._alone = alone
 
-    def write(self, method: str, *args: Any) -> Awaitable[Any]:
-        """The write's result, once committed. A plain function returning the future: a run awaits
-        it directly, one frame less to suspend and resume on every write."""
-        if method not in self._batched or (self._flushing is None and self._alone()):
-            return self._call(getattr(self._store, method), *args)
+    def write(self, command: Command) -> Awaitable[Any]:
+        """The command's result, once committed."""
+        if type(command) not in self._batched or (self._flushing is None and self._alone()):
+            return self._call(self._store.apply, command)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((method, args, future))
+        self._pending.append((command, future))
         if self._flushing is None:
             self._flushing = loop.create_task(self._flush())
         return future
 
-    def write_nowait(self, method: str, *args: Any, on_refused: Refused | None = None) -> Pending:
+    def write_nowait(self, command: Command, on_refused: Refused | None = None) -> Pending:
         """Queue a write the caller does not wait for now: only where nothing the caller does next
         depends on it (a sleep's record, which commits while the run sleeps; a sleep's end). The
         returned :class:`Pending` tells its outcome; ``on_refused`` hears of a write that did not
         take (its result when that is not ``True``, or the exception it raised)."""
         pending = Pending(on_refused)
-        if method not in self._batched:
-            task = asyncio.get_running_loop().create_task(self._one(method, args, pending))
+        if type(command) not in self._batched:
+            task = asyncio.get_running_loop().create_task(self._one(command, pending))
             self._detached.add(task)
             task.add_done_callback(self._detached.discard)
             return pending
-        self._pending.append((method, args, pending))
+        self._pending.append((command, pending))
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
         return pending
@@ -121,7 +122,7 @@ class GroupCommit:
         if self._flushing is not None:
             self._flushing.cancel()
             self._flushing = None
-        for _, _, sink in self._pending:
+        for _, sink in self._pending:
             sink.cancel()
         self._pending = []
 
@@ -131,19 +132,19 @@ class GroupCommit:
             while self._pending:
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
                 try:
-                    results = await self._call(self._store.apply_batch, [(m, a) for m, a, _ in batch])
+                    results = await self._call(self._store.apply_batch, [command for command, _ in batch])
                 except Exception:  # noqa: BLE001 - retry each write alone so one bad write fails alone
-                    for method, args, future in batch:
-                        await self._one(method, args, future)
+                    for command, sink in batch:
+                        await self._one(command, sink)
                     continue
-                for (_, _, sink), result in zip(batch, results, strict=True):
+                for (_, sink), result in zip(batch, results, strict=True):
                     _tell(sink, result, None)
         finally:
             self._flushing = None
 
-    async def _one(self, method: str, args: tuple[Any, ...], sink: Sink) -> None:
+    async def _one(self, command: Command, sink: Sink) -> None:
         try:
-            result = await self._call(getattr(self._store, method), *args)
+            result = await self._call(self._store.apply, command)
         except Exception as err:  # noqa: BLE001
             _tell(sink, None, err)
         else:

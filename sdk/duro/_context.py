@@ -30,7 +30,7 @@ from ._errors import (
 )
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
-from .store import Fenced, RunRecord, StepRecord
+from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal
 
 if TYPE_CHECKING:
     from ._worker import Worker
@@ -82,19 +82,22 @@ class RunContext:
         self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
     ) -> None:
         ok = await self.engine.progress.write(
-            "record_step", self.run_id, self.worker.id, step, run_status, wake_at, self._now()
+            RecordStep(self.run_id, self.worker.id, step, run_status, wake_at, self._now())
         )
         if not ok:
             raise LostRun(self.run_id)
         self._recorded(step)
 
-    async def _store_call(self, method: str, *args: Any) -> Any:
-        """A store call that writes this run's step, through the group commit (``engine.progress``:
-        where the store takes ``method`` in a batch, it shares one transaction with the other runs'
-        writes of this loop turn; otherwise it is made alone). A fenced write means the run is not
-        ours."""
+    def own(self, step: StepRecord) -> OwnStep:
+        """``step`` as a step of this run, to be written with a decision (fenced on our ownership)."""
+        return OwnStep(self.run_id, self.worker.id, step)
+
+    async def _store_call(self, command: Command) -> Any:
+        """A command that writes this run's step, through the group commit (``engine.progress``:
+        where the store batches its type, it shares one transaction with the other runs' writes of
+        this loop turn; otherwise it is made alone). A fenced write means the run is not ours."""
         try:
-            return await self.engine.progress.write(method, *args)
+            return await self.engine.progress.write(command)
         except Fenced:
             raise LostRun(self.run_id) from None
 
@@ -236,13 +239,7 @@ class RunContext:
             # The sleep's record commits while the run sleeps (it waits anyway), and the run makes
             # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
             recorded = self.engine.progress.write_nowait(
-                "record_step",
-                self.run_id,
-                self.worker.id,
-                rec,
-                "suspended",
-                rec.wake_at,
-                started,
+                RecordStep(self.run_id, self.worker.id, rec, "suspended", rec.wake_at, started),
                 on_refused=self._refused,
             )
             self.engine.events.emit(
@@ -267,7 +264,7 @@ class RunContext:
         # goes on while it commits; a write that does not take stops the run at once.
         woke = self._now()
         self.engine.progress.write_nowait(
-            "record_step", self.run_id, self.worker.id, None, "running", None, woke, on_refused=self._refused
+            RecordStep(self.run_id, self.worker.id, None, "running", None, woke), on_refused=self._refused
         )
         self.engine.events.emit(
             "step.completed", self.run_id, woke, self.workflow, seq=seq, step_kind="sleep", name="sleep"
@@ -346,12 +343,7 @@ class RunContext:
         step = StepRecord(
             rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at
         )
-        try:
-            taken = await self.worker.db(
-                self.worker.store.take_signal, self.run_id, self.worker.id, rec.name, step
-            )
-        except Fenced:
-            raise LostRun(self.run_id) from None
+        taken = await self._store_call(TakeSignal(self.run_id, self.worker.id, rec.name, step))
         if taken is None:
             return False, None
         self._recorded(taken)
@@ -456,7 +448,7 @@ class RunContext:
     ) -> None:
         try:
             await self.engine.start_run(
-                spec, inp, run_id=child_id, concurrency=concurrency, parent=(self.run_id, self.worker.id, rec)
+                spec, inp, run_id=child_id, concurrency=concurrency, parent=self.own(rec)
             )
         except Fenced:
             raise LostRun(self.run_id) from None

@@ -29,7 +29,6 @@ from ._definitions import (
 )
 from ._durations import Duration, format_ms, to_ms
 from ._errors import (
-    ConcurrencyLimitError,
     DuroError,
     RunCancelled,
     RunFailedError,
@@ -39,7 +38,6 @@ from ._errors import (
 from ._events import EventBus
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._limits import Limits
-from ._quota import admit
 from ._schedules import Schedules
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL, check_run_id, refuse_nul
@@ -48,10 +46,10 @@ from ._worker import Worker
 from .store import (
     DEFAULT_SQLITE_URL,
     NewRun,
+    OwnStep,
     QuotaCheck,
     RunRecord,
     SqlStore,
-    StepRecord,
     Store,
     WouldWait,
     settle_sleeps,
@@ -127,12 +125,8 @@ class Engine:
         # SQLite's calls are tried on the loop first, never waiting for a lock (see db)
         self._now_or_never = self.store.without_waiting if self.store.dialect == "sqlite" else None
         # A release hands a freed slot to a run waiting in this engine in its own transaction (busy at
-        # once, nothing to confirm), when the store can (a custom store's ``slot_release`` may lack
-        # ``takers``). False: every hand-out is a reservation (the harness, to strand one).
-        release = getattr(self.store, "slot_release", None)
-        self.store_takes_hand_overs = (
-            release is not None and "takers" in inspect.signature(release).parameters
-        )
+        # once, nothing to confirm: see store.ReleaseSlot). False: every hand-out is a reservation
+        # (the harness, to strand one).
         self.hand_over_locally = True
         self._db_executor: ThreadPoolExecutor | None = None  # every call (PostgreSQL), or the writes (SQLite)
         self._read_executor: ThreadPoolExecutor | None = (
@@ -354,7 +348,7 @@ class Engine:
         *,
         run_id: str | None = None,
         concurrency: Concurrency | None = None,
-        parent: tuple[str, str | None, StepRecord] | None = None,
+        parent: OwnStep | None = None,
     ) -> tuple[RunHandle, bool]:
         """``start``, also saying whether this call created the run (False: the run id was taken
         by an earlier start of the same workflow, possibly one racing this one in another process)."""
@@ -379,12 +373,9 @@ class Engine:
             created_at=self.clock.now_ms(),
             tags=[f"concurrency:{quota.key}"] if quota is not None else [],
             concurrency_key=quota.key if quota is not None else None,
-            parent_id=parent[0] if parent else None,
-            parent_seq=parent[2].seq if parent else None,
+            parent_id=parent.run_id if parent else None,
+            parent_seq=parent.step.seq if parent else None,
         )
-        if quota is not None and not hasattr(self.store, "count_active"):
-            await self._check_quota_by_listing(quota)  # a store without the atomic count
-            quota = None
         record, created = await self.db(self.store.insert_run, new, quota, parent)
         if not created:  # taken since the check above (or, for a child, by an earlier start)
             return self._existing(record, spec.name), False
@@ -430,20 +421,6 @@ class Engine:
             statuses=tuple(conc.count_statuses),
             namespace=self._read_namespace,
         )
-
-    async def _check_quota_by_listing(self, quota: QuotaCheck) -> None:
-        """Fallback for a custom store without ``count_active`` (not atomic across processes)."""
-        listed = await self.db(
-            self.store.list_runs,
-            quota.namespace,
-            None,
-            list(quota.statuses),
-            f"concurrency:{quota.key}",
-            max(quota.limit, 0) + 1,
-        )
-        decision = admit(quota.key, quota.limit, len(listed))
-        if not decision.admitted:
-            raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, len(listed))
 
     async def emit(self, name: str, payload: Any = None, *, event_id: str | None = None) -> EmitResult:
         """Start every workflow subscribed to event ``name`` (``@workflow(on_event=name)``) with

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,7 +26,7 @@ from ._errors import ConfigError, DuroError, SlotTimeoutError
 from ._serde import describe_error, restore_error
 from ._slots import SlotRow
 from ._text import NO_NUL, NUL, refuse_nul
-from .store import StepRecord
+from .store import ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -121,7 +121,6 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
     if rec is not None and rec.status == "failed":
         raise restore_error(rec.error)
     slot_id = f"{ctx.run_id}.{seq}"
-    owner = worker.id
     if rec is None:
         now = ctx._now()
         rec = StepRecord(
@@ -133,17 +132,18 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
             wake_at=None if timeout_ms is None else now + timeout_ms,
             detail=json.dumps({"slot_id": slot_id, "limit": limit}),
         )
-        row = await ctx._store_call(
-            "slot_request", config, slot_id, ctx.run_id, label, rec.wake_at, now, (ctx.run_id, owner, rec)
+        requested: SlotOutcome = await ctx._store_call(
+            RequestSlot(config, slot_id, ctx.run_id, label, rec.wake_at, now, ctx.own(rec))
         )
+        row, rec = requested.row, requested.step or rec
         ctx._recorded(rec)
-        worker.limits_changed(row.due_at)
+        worker.limits_changed(None if row is None else row.due_at)
     else:  # a replay: the request is in the store, in its place
         row = await engine.db(engine.store.get_slot, slot_id)
     if row is not None and row.state == "busy" and rec.status == "completed":
         return _slot_of(row)  # granted at once: the request closed its hook step in the same transaction
     done = StepRecord(seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail)
-    waiter = worker.slot_waiter(slot_id, (ctx.run_id, owner, done))
+    waiter = worker.slot_waiter(slot_id, ctx.own(done))
     taken = False  # a release in this process handed the slot over and wrote ``done`` itself
     try:
         while True:
@@ -151,15 +151,20 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                 raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
             if row.state == "reserved":  # handed to us: take it (or, too late, back to the queue)
                 engine.checkpoint("slot.confirming", ctx.run_id)
-                row, granted = await ctx._store_call(
-                    "slot_confirm", config, slot_id, ctx._now(), (ctx.run_id, owner, done)
+                confirmed: SlotOutcome = await ctx._store_call(
+                    ConfirmSlot(config, slot_id, ctx._now(), ctx.own(done))
                 )
-                engine.limits.notify(granted)
+                row, done = confirmed.row, confirmed.step or done
+                engine.limits.notify(confirmed.granted)
                 continue
             if row.state == "busy":
-                if done.status != "completed":  # taken for us here, or (custom stores) not written yet
-                    done.status, done.ended_at = "completed", row.held_since if taken else ctx._now()
-                    done.result = json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+                if done.status != "completed":  # taken for us here (a local hand-over), or not written yet
+                    done = replace(
+                        done,
+                        status="completed",
+                        ended_at=row.held_since if taken else ctx._now(),
+                        result=json.dumps({"id": row.id, "limit": row.limit, "label": row.label}),
+                    )
                     if not taken:
                         await ctx._write(done)
                 ctx._recorded(done)
@@ -184,9 +189,10 @@ async def _acquire(ctx: RunContext, limit: str, label: str | None, timeout: Dura
                     error=describe_error(error),
                     detail=rec.detail,
                 )
-                row = await ctx._store_call(
-                    "slot_give_up", config, slot_id, ctx._now(), (ctx.run_id, owner, failed)
+                gave_up: SlotOutcome = await ctx._store_call(
+                    GiveUpSlot(config, slot_id, ctx._now(), ctx.own(failed))
                 )
+                row = gave_up.row
                 if row is not None and row.state in ("reserved", "busy"):
                     continue  # the slot arrived in time after all: take it
                 ctx._recorded(failed)
@@ -224,17 +230,12 @@ async def release_slot(slot_id: str) -> SlotRelease:
         seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id})
     )
     engine = ctx.engine
-    _, released, granted = await ctx._store_call(
-        "slot_release",
-        engine.limit_configs(),
-        slot_id,
-        now,
-        "release",
-        (ctx.run_id, ctx.worker.id, step),
-        *engine.limits.takers(),
+    outcome: SlotOutcome = await ctx._store_call(
+        ReleaseSlot(engine.limit_configs(), slot_id, now, "release", ctx.own(step), engine.limits.hand_over())
     )
-    ctx._recorded(step)
-    engine.limits.notify(granted)
+    released = outcome.released
+    ctx._recorded(outcome.step or step)
+    engine.limits.notify(outcome.granted)
     if released:
         engine.events.emit("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
     return SlotRelease(released)
@@ -283,7 +284,7 @@ class Limits:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def notify(self, rows: list[SlotRow]) -> None:
+    def notify(self, rows: Iterable[SlotRow]) -> None:
         """Wake the local runs waiting on these slots (granted, expired...)."""
         worker = self._engine.worker
         if worker is not None:
@@ -291,13 +292,13 @@ class Limits:
                 worker.notify_slot(row.id, row)
                 worker.limits_changed(row.due_at)
 
-    def takers(self) -> tuple[Any, ...]:
-        """The extra argument of ``store.slot_release`` that lets it hand a freed slot straight to a
-        run parked in this process (none for a custom store whose ``slot_release`` lacks it)."""
+    def hand_over(self) -> Mapping[str, OwnStep]:
+        """The runs parked in this process on a slot request, with their hook steps: a release hands
+        a freed slot straight to one of them (see :class:`ReleaseSlot`)."""
         worker = self._engine.worker
-        if worker is None or not (self._engine.hand_over_locally and self._engine.store_takes_hand_overs):
-            return ()
-        return (worker.slot_takers,)
+        if worker is None or not self._engine.hand_over_locally:
+            return {}
+        return worker.slot_takers
 
     async def list(self) -> list[LimitInfo]:
         engine = self._engine
@@ -355,17 +356,14 @@ class Limits:
         engine = self._engine
         if NUL in slot_id:
             return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
-        row, released, granted = await engine.db(
-            engine.store.slot_release,
-            engine.limit_configs(),
-            slot_id,
-            engine.clock.now_ms(),
-            "operator",
-            None,
-            *self.takers(),
+        outcome = await engine.db(
+            engine.store.apply,
+            ReleaseSlot(
+                engine.limit_configs(), slot_id, engine.clock.now_ms(), "operator", None, self.hand_over()
+            ),
         )
-        self.notify(granted)
-        return row, released
+        self.notify(outcome.granted)
+        return outcome.row, outcome.released
 
     async def release_quietly(self, slot_id: str) -> bool:
         """``release_slot`` outside a run: an unknown id is simply not released."""

@@ -38,12 +38,11 @@ from ._lease import OwnLease, Watch
 from ._schedules import fire_due
 from ._serde import describe_error
 from ._slots import SWEEP_MS
-from .store import Claim, RunRecord, settle_sleeps
+from .store import Claim, FinishRun, OwnStep, RunRecord, settle_sleeps
 
 if TYPE_CHECKING:
     from ._engine import Engine
     from ._slots import SlotRow
-    from .store._slots_sql import Hook
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -111,7 +110,7 @@ class Worker:
         self._signal_waiters: Waiters[tuple[str, str]] = Waiters()  # runs parked on a signal
         self._done_waiters: Waiters[str] = Waiters()  # waiting for a run to end
         self._slot_waiters: Waiters[str] = Waiters()  # runs in a limit's queue
-        self.slot_takers: dict[str, Hook] = {}  # their hook steps, by slot id
+        self.slot_takers: dict[str, OwnStep] = {}  # their hook steps, by slot id
         self._slot_news: dict[str, SlotRow] = {}  # rows delivered with a wakeup
         self._limits_changed = asyncio.Event()
         self._limits_deadline: int | None = None
@@ -176,7 +175,7 @@ class Worker:
     def notify_done(self, run_id: str) -> None:
         self._done_waiters.notify(run_id)
 
-    def slot_waiter(self, slot_id: str, taker: Hook | None = None) -> asyncio.Event:
+    def slot_waiter(self, slot_id: str, taker: OwnStep | None = None) -> asyncio.Event:
         """Park a run on its slot request. ``taker`` (run id, owner, hook step) lets a release in
         this process hand the slot over at once, writing the hook step itself (see
         ``SqlStore._hand_out``): no reservation, no confirming transaction."""
@@ -257,9 +256,7 @@ class Worker:
                 raise ctx.fatal
             output = spec.dump_output(result)
             self.engine.checkpoint("run.finishing", run.id)
-            if await self.engine.progress.write(
-                "finish_run", run.id, self.id, "completed", output, None, now()
-            ):
+            if await self.engine.progress.write(FinishRun(run.id, self.id, "completed", output, None, now())):
                 self.engine.events.emit("run.completed", run.id, now(), run.workflow)
         except (LostRun, EngineCrash):
             pass
@@ -273,7 +270,7 @@ class Worker:
             cause = ctx.fatal if ctx.fatal is not None else err
             ended = now()
             if await self.engine.progress.write(
-                "finish_run", run.id, self.id, "failed", None, describe_error(cause), ended
+                FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended)
             ):
                 self.engine.events.emit("run.failed", run.id, ended, run.workflow, error=type(cause).__name__)
                 await self.engine.leave_queues([run.id], ended)
@@ -309,7 +306,7 @@ class Worker:
             self._beat_task = loop.create_task(self._heartbeat_loop(), name=f"duro-heartbeat-{self.id}")
         if self.engine.workspace.limits:
             self._limits_task = loop.create_task(self._limits_loop(), name=f"duro-limits-{self.id}")
-        if hasattr(self.store, "listen") and getattr(self.store, "dialect", "") == "postgresql":
+        if self.store.notifies:
             self._listening = threading.Event()
             self._listener = threading.Thread(
                 target=self.store.listen,

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, step, workflow
 from duro._batching import GroupCommit
 from duro._config import LimitConfig
-from duro.store import Fenced, NewRun, SqlStore, StepRecord
+from duro.store import Fenced, NewRun, OwnStep, RecordStep, RequestSlot, SqlStore, StepRecord
 
 
 async def test_concurrent_runs_share_commits(database_url):
@@ -73,8 +73,8 @@ def _owned_run(store: SqlStore, run_id: str) -> None:
     )
 
 
-def _hook(run_id: str, owner: str) -> tuple[str, str, StepRecord]:
-    return run_id, owner, StepRecord(0, "hook", "Esperando hueco · phones", "waiting", 1)
+def _hook(run_id: str, owner: str) -> OwnStep:
+    return OwnStep(run_id, owner, StepRecord(0, "hook", "Esperando hueco · phones", "waiting", 1))
 
 
 async def test_a_fenced_slot_request_in_a_batch_fails_alone(sqlite_url):
@@ -90,13 +90,13 @@ async def test_a_fenced_slot_request_in_a_batch_fails_alone(sqlite_url):
         store.apply_batch = lambda ops: batches.append(len(ops)) or apply_batch(ops)  # type: ignore[method-assign]
         progress = GroupCommit(store, _inline)
         config = LimitConfig("phones", capacity=2, max_hold_ms=3_600_000)
-        mine = progress.write("slot_request", config, "mine.0", "mine", None, None, 5, _hook("mine", "me"))
-        lost = progress.write(
-            "slot_request", config, "lost.0", "lost", None, None, 5, _hook("lost", "not me")
-        )
+        mine = progress.write(RequestSlot(config, "mine.0", "mine", None, None, 5, _hook("mine", "me")))
+        lost = progress.write(RequestSlot(config, "lost.0", "lost", None, None, 5, _hook("lost", "not me")))
         results = await asyncio.gather(mine, lost, return_exceptions=True)
         assert batches == [2]  # tried together first
-        assert results[0].state == "busy" and isinstance(results[1], Fenced)
+        assert results[0].row.state == "busy" and isinstance(
+            results[1], Fenced
+        )  # a SlotOutcome, and the fence
         assert store.get_slot("lost.0") is None
         assert [s.status for s in store.get_steps("mine")] == ["completed"]
         assert store.get_steps("lost") == []
@@ -113,7 +113,7 @@ async def test_the_only_run_in_flight_writes_without_waiting_for_a_batch(sqlite_
         store.apply_batch = lambda ops: pytest.fail("batched")  # type: ignore[method-assign]
         progress = GroupCommit(store, _inline, alone=lambda: True)
         step = StepRecord(0, "step", "s", "completed", 1, 1, result="1")
-        assert await progress.write("record_step", "solo", "me", step, None, None, 2) is True
+        assert await progress.write(RecordStep("solo", "me", step, None, None, 2)) is True
         assert [s.result for s in store.get_steps("solo")] == ["1"]
     finally:
         store.close()

@@ -19,6 +19,7 @@ from duro import (
     with_limit,
     workflow,
 )
+from duro.store import ConfirmSlot
 
 pytestmark = pytest.mark.duro(project="tests/integration/harness_project")
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -90,8 +91,13 @@ async def test_a_waiter_in_the_releasing_engine_takes_the_slot_in_the_release_tr
     first, second = await started(duro_env, 2)
     store = duro_env.engine.store
     confirms = []
-    confirm = store.slot_confirm
-    store.slot_confirm = lambda *args, **kw: confirms.append(args[1]) or confirm(*args, **kw)
+    apply = store.apply
+    store.apply = lambda command: (
+        (  # every ConfirmSlot the engine makes
+            isinstance(command, ConfirmSlot) and confirms.append(command.slot_id)
+        )
+        or apply(command)
+    )
     await duro_env.advance("10m")
     await first.signal("done")
     await duro_env.run_until_idle()

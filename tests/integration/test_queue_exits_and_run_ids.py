@@ -34,6 +34,7 @@ from duro import (
 )
 from duro_devserver.app import create_app
 from duro_devserver.source import FixedEngine
+from tests.support import store_ops
 from tests.support.waiting import eventually
 
 HOOK = "Esperando hueco · lines"
@@ -178,8 +179,8 @@ async def test_an_operator_release_of_a_reserved_slot_requeues_its_run_and_never
             if point == "slot.confirming" and run_id == waiter and not seen:
                 slot = engine.store.get_slot(f"{waiter}.0")
                 seen.append(slot.state)
-                _, released, _ = engine.store.slot_release(
-                    engine.limit_configs(), slot.id, engine.clock.now_ms(), "operator"
+                _, released, _ = store_ops.slot_release(
+                    engine.store, engine.limit_configs(), slot.id, engine.clock.now_ms(), "operator"
                 )
                 assert released
                 seen.append(engine.store.get_slot(slot.id).state)

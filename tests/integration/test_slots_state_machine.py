@@ -22,6 +22,7 @@ from hypothesis.stateful import (
 from duro._config import LimitConfig
 from duro._slots import RESERVATION_MS
 from duro.store import SqlStore
+from tests.support import store_ops
 
 MAX_HOLD = 60_000
 
@@ -129,21 +130,21 @@ def make_machine(url: str, fresh):
         def request(self, timeout: int) -> None:
             slot_id = next(self.ids)
             self.known.append(slot_id)
-            self.store.slot_request(self.config, slot_id, None, None, self.now + timeout, self.now)
+            store_ops.slot_request(self.store, self.config, slot_id, None, None, self.now + timeout, self.now)
             self.model.request(slot_id, self.now, self.now + timeout)
 
         @precondition(lambda self: self.known)
         @rule(pick=st.integers(min_value=0, max_value=10_000))
         def release(self, pick: int) -> None:
             slot_id = self.known[pick % len(self.known)]
-            _, released, _ = self.store.slot_release(self.configs, slot_id, self.now)
+            _, released, _ = store_ops.slot_release(self.store, self.configs, slot_id, self.now)
             assert released == self.model.release(slot_id, self.now)
 
         @precondition(lambda self: self.model.reserved)
         @rule(pick=st.integers(min_value=0, max_value=10_000))
         def confirm(self, pick: int) -> None:
             slot_id = sorted(self.model.reserved)[pick % len(self.model.reserved)]
-            self.store.slot_confirm(self.config, slot_id, self.now)
+            store_ops.slot_confirm(self.store, self.config, slot_id, self.now)
             self.model.confirm(slot_id, self.now)
 
         @rule(ms=st.sampled_from([1_000, 30_000, 61_000, 130_000]))

@@ -9,7 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 from duro import ConcurrencyLimitError, DuroError
-from duro.store import SCHEMA_VERSION, Claim, NewRun, QuotaCheck, SqlStore, StepRecord
+from duro.store import SCHEMA_VERSION, Claim, NewRun, OwnStep, QuotaCheck, SqlStore, StepRecord
+from tests.support import store_ops
 from tests.support.waiting import wait_until
 
 
@@ -74,7 +75,7 @@ def test_quota_counts_active_runs_and_refuses_without_creating(store):
 
 def test_quota_statuses_and_namespaces(store):
     store.insert_run(new_run("r1", owner="w", key="k"), quota("k", 5))
-    assert store.finish_run("r1", "w", "completed", "1", None, 2000)
+    assert store_ops.finish_run(store, "r1", "w", "completed", "1", None, 2000)
     store.insert_run(new_run("r2", key="k", namespace="other"), quota("k", 5))
     assert store.count_active("k", ["pending", "running"], None) == 1
     assert store.count_active("k", ["pending", "running"], "default") == 0
@@ -84,21 +85,25 @@ def test_quota_statuses_and_namespaces(store):
 def test_steps_are_fenced_on_owner_and_status(store):
     store.insert_run(new_run(owner="w1"), None)
     step = StepRecord(0, "step", "charge", "completed", 1000, 1001, result="5")
-    assert store.record_step("r1", "w1", step, now=1001)
-    assert not store.record_step("r1", "w2", StepRecord(1, "step", "x", "completed", 1, 2), now=1002)
+    assert store_ops.record_step(store, "r1", "w1", step, now=1001)
+    assert not store_ops.record_step(
+        store, "r1", "w2", StepRecord(1, "step", "x", "completed", 1, 2), now=1002
+    )
     assert [s.name for s in store.get_steps("r1")] == ["charge"]
     waiting = StepRecord(1, "sleep", "sleep", "waiting", 1002, wake_at=5000)
-    assert store.record_step("r1", "w1", waiting, "suspended", 5000, 1002)
+    assert store_ops.record_step(store, "r1", "w1", waiting, "suspended", 5000, 1002)
     run = store.get_run("r1")
     assert (run.status, run.wake_at) == ("suspended", 5000)
-    assert store.record_step("r1", "w1", None, "running", None, 5000)  # woke: the run only
+    assert store_ops.record_step(store, "r1", "w1", None, "running", None, 5000)  # woke: the run only
     run = store.get_run("r1")
     assert (run.status, run.wake_at, run.updated_at) == ("running", None, 5000)
     assert [s.status for s in store.get_steps("r1")] == ["completed", "waiting"]
-    assert not store.record_step("r1", "w2", None, "running", None, 5001)
-    assert store.finish_run("r1", "w1", "completed", '"ok"', None, 6000)
-    assert not store.finish_run("r1", "w1", "failed", None, "{}", 6001)
-    assert not store.record_step("r1", "w1", StepRecord(2, "step", "late", "completed", 1, 2), now=7000)
+    assert not store_ops.record_step(store, "r1", "w2", None, "running", None, 5001)
+    assert store_ops.finish_run(store, "r1", "w1", "completed", '"ok"', None, 6000)
+    assert not store_ops.finish_run(store, "r1", "w1", "failed", None, "{}", 6001)
+    assert not store_ops.record_step(
+        store, "r1", "w1", StepRecord(2, "step", "late", "completed", 1, 2), now=7000
+    )
     assert store.get_run("r1").status == "completed"
 
 
@@ -106,7 +111,7 @@ def test_cancel_cascades_to_unfinished_children(store):
     store.insert_run(new_run("p", owner="w"), None)
     store.insert_run(new_run("c1", parent="p"), None)
     store.insert_run(new_run("c2", parent="p", owner="w"), None)
-    store.finish_run("c2", "w", "completed", "1", None, 10)
+    store_ops.finish_run(store, "c2", "w", "completed", "1", None, 10)
     store.insert_run(new_run("g1", parent="c1"), None)
     assert sorted(store.cancel_run("p", None, "{}", 50)) == ["c1", "g1", "p"]
     assert store.get_run("c2").status == "completed"
@@ -120,12 +125,14 @@ def test_signals_buffer_and_are_consumed_in_order(store):
     store.send_signal("r1", "go", '"first"', 10)
     store.send_signal("r1", "go", '"second"', 11)
     assert store.signalled(["r1"]) == {("r1", "go")}
-    first = store.take_signal("r1", "w", "go", StepRecord(0, "signal", "go", "waiting", 5, 12))
+    first = store_ops.take_signal(store, "r1", "w", "go", StepRecord(0, "signal", "go", "waiting", 5, 12))
     assert first.result == '"first"' and first.status == "completed"
-    second = store.take_signal("r1", "w", "go", StepRecord(1, "signal", "go", "waiting", 5, 12))
+    second = store_ops.take_signal(store, "r1", "w", "go", StepRecord(1, "signal", "go", "waiting", 5, 12))
     assert second.result == '"second"'
-    assert store.take_signal("r1", "w", "go", StepRecord(2, "signal", "go", "waiting", 5, 12)) is None
-    store.finish_run("r1", "w", "completed", "null", None, 20)
+    assert (
+        store_ops.take_signal(store, "r1", "w", "go", StepRecord(2, "signal", "go", "waiting", 5, 12)) is None
+    )
+    store_ops.finish_run(store, "r1", "w", "completed", "null", None, 20)
     with pytest.raises(DuroError, match="completed"):
         store.send_signal("r1", "go", "null", 21)
     with pytest.raises(DuroError, match="does not exist"):
@@ -215,7 +222,7 @@ def test_listing_filters_and_pages(store):
 def test_parent_step_is_written_with_the_child(store):
     store.insert_run(new_run("p", owner="w"), None)
     step = StepRecord(0, "child", "kid", "waiting", 5, detail='{"run_id":"p.0"}')
-    child, created = store.insert_run(new_run("p.0", parent="p"), None, ("p", "w", step))
+    child, created = store.insert_run(new_run("p.0", parent="p"), None, OwnStep("p", "w", step))
     assert created and child.parent_id == "p"
     assert store.get_run("p").status == "blocked"
     assert [s.kind for s in store.get_steps("p")] == ["child"]
@@ -240,7 +247,8 @@ def test_bad_database_urls_say_what_to_use(url):
 def test_a_batch_keeps_each_writes_fence_and_result(store):
     store.insert_run(new_run("a", owner="w1"), None)
     store.insert_run(new_run("b", owner="w2"), None)
-    results = store.apply_batch(
+    results = store_ops.apply_batch(
+        store,
         [
             (
                 "record_step",
@@ -252,7 +260,7 @@ def test_a_batch_keeps_each_writes_fence_and_result(store):
             ),
             ("finish_run", ("a", "w1", "completed", '"done"', None, 3)),
             ("finish_run", ("b", "w1", "completed", '"stolen"', None, 3)),
-        ]
+        ],
     )
     assert results == [True, False, True, False]
     assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
@@ -272,7 +280,8 @@ def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(st
     try:
         if store.dialect == "postgresql":  # the listener is connected once a notification gets through
             wait_until(lambda: _pinged(store, heard), what="the listener to connect")
-        results = store.apply_batch(
+        results = store_ops.apply_batch(
+            store,
             [
                 (
                     "record_step",
@@ -284,7 +293,7 @@ def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(st
                 ),
                 ("finish_run", ("p.0", "w1", "completed", '"done"', None, 3)),
                 ("record_step", ("p", "w1", None, "running", None, 3)),
-            ]
+            ],
         )
         assert results == [True, True, True, True]
         assert [s.result for s in store.get_steps("p.0")] == ["1"]
@@ -401,11 +410,11 @@ def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(store,
     config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
     store.insert_run(new_run("holder", owner="w1"), None)
     store.insert_run(new_run("waiter", owner="w1"), None)
-    assert store.slot_request(config, "h.1", "holder", None, None, 1000).state == "busy"
-    assert store.slot_request(config, "w.1", "waiter", None, 9000, 1000).state == "waiting"
+    assert store_ops.slot_request(store, config, "h.1", "holder", None, None, 1000).state == "busy"
+    assert store_ops.slot_request(store, config, "w.1", "waiter", None, 9000, 1000).state == "waiting"
     hook = StepRecord(1, "hook", "Esperando hueco · line", "waiting", 1000, wake_at=9000)
-    _, released, granted = store.slot_release(
-        {"line": config}, "h.1", 2000, takers={"w.1": ("waiter", owner, hook)}
+    _, released, granted = store_ops.slot_release(
+        store, {"line": config}, "h.1", 2000, takers={"w.1": ("waiter", owner, hook)}
     )
     assert released and [row.id for row in granted] == ["w.1"]
     assert granted[0].state == ("busy" if taken else "reserved")
@@ -427,14 +436,14 @@ def test_a_slot_decision_whose_run_is_no_longer_the_callers_changes_nothing(stor
 
     config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
     store.insert_run(new_run("holder", owner="w1"), None)
-    store.slot_request(config, "h.1", "holder", None, None, 1000)
+    store_ops.slot_request(store, config, "h.1", "holder", None, None, 1000)
     step = StepRecord(2, "release", "release_slot", "completed", 2000, 2000)
     with pytest.raises(Fenced):
-        store.slot_release({"line": config}, "h.1", 2000, hook=("holder", "w2", step))
+        store_ops.slot_release(store, {"line": config}, "h.1", 2000, hook=("holder", "w2", step))
     assert store.get_slot("h.1").state == "busy"
     assert store.limit_states()["line"].busy == 1
     assert [s.seq for s in store.get_steps("holder")] == []
-    _, released, _ = store.slot_release({"line": config}, "h.1", 2000, hook=("holder", "w1", step))
+    _, released, _ = store_ops.slot_release(store, {"line": config}, "h.1", 2000, hook=("holder", "w1", step))
     assert released and [s.seq for s in store.get_steps("holder")] == [2]
 
 
@@ -570,9 +579,9 @@ def test_ended_runs_leave_every_queue_they_wait_in_and_hand_the_places_on(store)
 
     configs = {name: LimitConfig(name, capacity=1, max_hold_ms=60_000) for name in ("b-line", "a-line")}
     for name in configs:
-        store.slot_request(configs[name], f"{name}.holder", "holder", None, None, 1000)
-        store.slot_request(configs[name], f"{name}.leaving", f"leaving-{name}", None, None, 1000)
-        store.slot_request(configs[name], f"{name}.next", f"next-{name}", None, None, 1000)
+        store_ops.slot_request(store, configs[name], f"{name}.holder", "holder", None, None, 1000)
+        store_ops.slot_request(store, configs[name], f"{name}.leaving", f"leaving-{name}", None, None, 1000)
+        store_ops.slot_request(store, configs[name], f"{name}.next", f"next-{name}", None, None, 1000)
     assert store.slots_leave(configs, ["leaving-b-line", "leaving-a-line", "holder"], 2000) == []
     for name in configs:
         assert store.get_slot(f"{name}.leaving").state not in ("waiting", "reserved", "busy")
@@ -588,7 +597,9 @@ def _queued_with_hook(store, config, run_id, now, timeout_at=None):
     """A run of worker w1 whose slot request waits in ``config``'s queue, its hook step written with it."""
     store.insert_run(new_run(run_id, owner="w1"), None)
     hook = StepRecord(0, "hook", f"Esperando hueco · {config.name}", "waiting", now, wake_at=timeout_at)
-    row = store.slot_request(config, f"{run_id}.0", run_id, None, timeout_at, now, (run_id, "w1", hook))
+    row = store_ops.slot_request(
+        store, config, f"{run_id}.0", run_id, None, timeout_at, now, (run_id, "w1", hook)
+    )
     assert row.state == "waiting"
 
 
@@ -599,13 +610,15 @@ def test_a_run_that_ends_while_queued_has_its_hook_step_closed_with_its_end(stor
     from duro._config import LimitConfig
 
     config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
-    store.slot_request(config, "holder.0", "holder", None, None, 1000)
+    store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
     _queued_with_hook(store, config, "leaver", 1000)
-    store.record_step("leaver", "w1", StepRecord(1, "step", "other", "completed", 1000, 1001), now=1001)
+    store_ops.record_step(
+        store, "leaver", "w1", StepRecord(1, "step", "other", "completed", 1000, 1001), now=1001
+    )
     if ending == "cancelled":
         assert store.cancel_run("leaver", None, '{"type": "RunCancelled"}', 5000) == ["leaver"]
     else:
-        assert store.finish_run("leaver", "w1", "failed", None, '{"type": "RuntimeError"}', 5000)
+        assert store_ops.finish_run(store, "leaver", "w1", "failed", None, '{"type": "RuntimeError"}', 5000)
     assert store.slots_leave({"lines": config}, ["leaver"], 5000) == []
     hook, other = store.get_steps("leaver")
     assert (hook.kind, hook.status, hook.ended_at) == ("hook", ending, 5000)
@@ -621,14 +634,14 @@ def test_an_expired_request_still_closes_its_hook_step_when_its_run_gives_up(sto
     from duro._config import LimitConfig
 
     config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
-    store.slot_request(config, "holder.0", "holder", None, None, 1000)
+    store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
     _queued_with_hook(store, config, "late", 1000, timeout_at=3000)
     store.slots_expire({"lines": config}, 3000)
     assert store.get_slot("late.0").state == "timed_out"
     failed = StepRecord(
         0, "hook", "Esperando hueco · lines", "failed", 1000, 3500, wake_at=3000, error='{"a": 1}'
     )
-    assert store.slot_give_up(config, "late.0", 3500, ("late", "w1", failed)).state == "timed_out"
+    assert store_ops.slot_give_up(store, config, "late.0", 3500, ("late", "w1", failed)).state == "timed_out"
     (hook,) = store.get_steps("late")
     assert (hook.status, hook.ended_at) == ("failed", 3500)
 
@@ -641,23 +654,27 @@ def test_a_released_reservation_goes_back_to_the_queue_and_the_slot_to_the_next_
 
     configs = {"lines": LimitConfig("lines", capacity=1, max_hold_ms=60_000)}
     config = configs["lines"]
-    store.slot_request(config, "holder.0", "holder", None, None, 1000)
-    store.slot_request(config, "first.0", "first", None, 50_000, 1000)
-    store.slot_request(config, "second.0", "second", None, None, 1000)
-    _, released, granted = store.slot_release(configs, "holder.0", 2000)
+    store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
+    store_ops.slot_request(store, config, "first.0", "first", None, 50_000, 1000)
+    store_ops.slot_request(store, config, "second.0", "second", None, None, 1000)
+    _, released, granted = store_ops.slot_release(store, configs, "holder.0", 2000)
     assert released and [(r.id, r.state) for r in granted] == [("first.0", "reserved")]
-    row, released, granted = store.slot_release(configs, "first.0", 3000, "operator")
+    row, released, granted = store_ops.slot_release(store, configs, "first.0", 3000, "operator")
     assert released and (row.id, row.state, row.timeout_at) == ("first.0", "waiting", 50_000)
     assert [(r.id, r.state) for r in granted] == [("second.0", "reserved")]
     assert [(s.id, s.state) for s in store.limit_slots("lines")] == [
         ("second.0", "reserved"),
         ("first.0", "waiting"),
     ]
-    assert store.slot_release(configs, "first.0", 3001, "operator")[1] is False  # waiting: nothing to release
-    store.slot_confirm(config, "second.0", 3002)
-    store.slot_release(configs, "second.0", 4000)
+    assert (
+        store_ops.slot_release(store, configs, "first.0", 3001, "operator")[1] is False
+    )  # waiting: nothing to release
+    store_ops.slot_confirm(store, config, "second.0", 3002)
+    store_ops.slot_release(store, configs, "second.0", 4000)
     assert store.get_slot("first.0").state == "reserved"
-    row, released, granted = store.slot_release(configs, "first.0", 60_000, "operator")  # past its timeout
+    row, released, granted = store_ops.slot_release(
+        store, configs, "first.0", 60_000, "operator"
+    )  # past its timeout
     assert released and row.state == "timed_out" and granted == []
     counts = store.limit_states()["lines"]
     assert (counts.busy, counts.reserved, counts.waiting) == (0, 0, 0)

@@ -1,6 +1,19 @@
 """Storage: the SQLModel schema, the narrow store protocol, and the SQL implementation."""
 
-from ._protocol import (
+from ._commands import (
+    Command,
+    ConfirmSlot,
+    FinishRun,
+    GiveUpSlot,
+    OwnStep,
+    RecordStep,
+    ReleaseSlot,
+    RequestSlot,
+    SlotOutcome,
+    TakeSignal,
+)
+from ._protocol import Store
+from ._records import (
     Claim,
     Fenced,
     NewRun,
@@ -8,7 +21,6 @@ from ._protocol import (
     RunRecord,
     ScheduleRecord,
     StepRecord,
-    Store,
     WouldWait,
     settle_sleeps,
 )
@@ -17,6 +29,16 @@ from ._sql import DEFAULT_SQLITE_URL, SqlStore, parse_database_url
 from ._tables import SCHEMA_VERSION
 
 __all__ = [
+    "Command",
+    "ConfirmSlot",
+    "FinishRun",
+    "GiveUpSlot",
+    "OwnStep",
+    "RecordStep",
+    "ReleaseSlot",
+    "RequestSlot",
+    "SlotOutcome",
+    "TakeSignal",
     "Claim",
     "NewRun",
     "QuotaCheck",

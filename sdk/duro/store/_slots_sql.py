@@ -22,12 +22,9 @@ from sqlalchemy.engine import Connection
 from .. import _slots
 from .._config import LimitConfig
 from .._slots import Decision, LimitView, SlotRow
+from ._commands import ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._dialect import for_dialect, raw_execute
-from ._protocol import Fenced, StepRecord
-
-Hook = tuple[
-    str, str | None, StepRecord
-]  # (run id, owner, the run's hook step), written alongside a decision
+from ._records import Fenced
 
 _SLOT_COLUMNS = (
     "id",
@@ -187,20 +184,20 @@ class SlotsStoreMixin:
             conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
         )
 
-    def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: Hook | None) -> None:
+    def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: OwnStep | None) -> None:
         """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one
         pipelined round trip; the hook's fence is checked once they are sent (a run that is no longer
         this worker's rolls all of it back: nothing of this happened)."""
         with self._pipeline(conn):
             if decision is not None:
                 self._apply(conn, decision, now)
-            fence = None if hook is None else self._send_step(conn, hook[0], hook[1], hook[2], now)
-        if fence is not None and fence.rowcount != 1:
+            fence = None if hook is None else self._send_step(conn, hook.run_id, hook.owner, hook.step, now)
+        if hook is not None and fence is not None and fence.rowcount != 1:
             conn.rollback()
-            raise Fenced(hook[0])  # type: ignore[index]
+            raise Fenced(hook.run_id)
 
     def _hand_out(
-        self, conn: Connection, decision: Decision, now: int, takers: Mapping[str, Hook] | None = None
+        self, conn: Connection, decision: Decision, now: int, takers: Mapping[str, OwnStep] | None = None
     ) -> Decision:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
@@ -220,9 +217,8 @@ class SlotsStoreMixin:
                 hook = takers.get(row.id)  # type: ignore[union-attr]
                 if hook is None:
                     continue
-                run_id, owner, waiting = hook
-                done = replace(waiting, status="completed", ended_at=now, result=_slot_json(row))
-                if self._write_step(conn, run_id, owner, done, None, None, now):
+                done = replace(hook.step, status="completed", ended_at=now, result=_slot_json(row))
+                if self._write_step(conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
             _slots.hand_out(decision, heads, now, frozenset(taken))
         return decision
@@ -233,129 +229,119 @@ class SlotsStoreMixin:
 
     # -- operations ------------------------------------------------------------------------------
 
-    def slot_request(
-        self,
-        config: LimitConfig,
-        slot_id: str,
-        run_id: str | None,
-        label: str | None,
-        timeout_at: int | None,
-        now: int,
-        hook: Hook | None = None,
-    ) -> SlotRow:
-        """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
-        else queued last. ``hook`` (run id, owner, step) is the run's hook step, written alongside
-        (completed when the slot is busy at once)."""
-        with self._write() as conn:
-            return self._slot_request(conn, config, slot_id, run_id, label, timeout_at, now, hook)
+    def _slot_command(
+        self, conn: Connection, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
+    ) -> SlotOutcome:
+        match command:
+            case RequestSlot():
+                return self._request(conn, command)
+            case ConfirmSlot():
+                return self._confirm(conn, command)
+            case GiveUpSlot():
+                return self._give_up(conn, command)
+            case ReleaseSlot():
+                return self._release(conn, command)
 
-    def _slot_request(
-        self,
-        conn: Connection,
-        config: LimitConfig,
-        slot_id: str,
-        run_id: str | None,
-        label: str | None,
-        timeout_at: int | None,
-        now: int,
-        hook: Hook | None,
-    ) -> SlotRow:
-        view, judged = self._lock_limit(conn, config, now)  # lock first: the slot is read under it
-        now, timeout_at = judged, None if timeout_at is None else timeout_at + judged - now
-        existing = self._slot(conn, slot_id)
+    def _request(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
+        """See :class:`RequestSlot`: busy at once when a slot is free and nobody waits, else queued."""
+        view, judged = self._lock_limit(
+            conn, command.config, command.now
+        )  # lock first: the slot is read under it
+        now = judged
+        timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
+        existing = self._slot(conn, command.slot_id)
         if existing is not None:
-            return existing
+            return SlotOutcome(existing)
         decision = _slots.request(
-            view, slot_id, run_id, label, timeout_at, now, queue_is_empty=view.waiting == 0
+            view,
+            command.slot_id,
+            command.run_id,
+            command.label,
+            timeout_at,
+            now,
+            queue_is_empty=view.waiting == 0,
         )
         row = decision.writes[-1]
-        if hook is not None:  # set either way: a batch applied again alone decides again
+        hook = command.hook
+        if hook is not None:
             granted = row.state == "busy"
-            hook[2].status, hook[2].ended_at = ("completed", now) if granted else ("waiting", None)
-            hook[2].result = _slot_json(row) if granted else None
+            hook = OwnStep(
+                hook.run_id,
+                hook.owner,
+                replace(
+                    hook.step,
+                    status="completed" if granted else "waiting",
+                    ended_at=now if granted else None,
+                    result=_slot_json(row) if granted else None,
+                ),
+            )
         self._settle(conn, decision, now, hook)
-        return row
+        return SlotOutcome(row, None if hook is None else hook.step)
 
-    def slot_confirm(
-        self,
-        config: LimitConfig,
-        slot_id: str,
-        now: int,
-        hook: Hook | None = None,
-    ) -> tuple[SlotRow | None, list[SlotRow]]:
-        """Take a slot reserved for this run (reserved -> busy), with its hook step closed alongside.
-        A lapsed reservation is requeued instead and its slot handed on. Returns (row, granted)."""
-        with self._write() as conn:
-            view, now = self._lock_limit(conn, config, now)
-            row = self._slot(conn, slot_id)
-            if row is None or row.state != "reserved":
-                return row, []
-            decision = _slots.confirm(view, row, now)
-            self._hand_out(conn, decision, now)
-            confirmed = next(w for w in decision.writes if w.id == slot_id)
-            if hook is not None and confirmed.state == "busy":
-                hook[2].status, hook[2].ended_at, hook[2].result = "completed", now, _slot_json(confirmed)
-            else:
-                hook = None
-            self._settle(conn, decision, now, hook)
-            return confirmed, decision.granted
+    def _confirm(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
+        """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""
+        view, now = self._lock_limit(conn, command.config, command.now)
+        row = self._slot(conn, command.slot_id)
+        if row is None or row.state != "reserved":
+            return SlotOutcome(row)
+        decision = _slots.confirm(view, row, now)
+        self._hand_out(conn, decision, now)
+        confirmed = next(w for w in decision.writes if w.id == command.slot_id)
+        hook = command.hook
+        if hook is not None and confirmed.state == "busy":
+            hook = OwnStep(
+                hook.run_id,
+                hook.owner,
+                replace(hook.step, status="completed", ended_at=now, result=_slot_json(confirmed)),
+            )
+        else:
+            hook = None
+        self._settle(conn, decision, now, hook)
+        return SlotOutcome(confirmed, None if hook is None else hook.step, granted=tuple(decision.granted))
 
-    def slot_give_up(
-        self, config: LimitConfig, slot_id: str, now: int, hook: Hook | None = None
-    ) -> SlotRow | None:
-        """The waiter's timeout passed: a waiting request times out (a reserved one is kept), and
-        the run's hook step (``hook``) is written failed, also when the expiry pass timed it out first."""
-        with self._write() as conn:
-            view, now = self._lock_limit(conn, config, now)
-            row = self._slot(conn, slot_id)
-            if row is None or row.state not in ("waiting", "timed_out"):
-                return row
-            # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
-            decision = _slots.give_up(view, row, now) if row.state == "waiting" else None
-            self._settle(conn, decision, now, hook)
-            return row if decision is None else decision.writes[-1]
+    def _give_up(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
+        """See :class:`GiveUpSlot`: the hook step is written failed, also when the expiry pass timed
+        the request out first."""
+        view, now = self._lock_limit(conn, command.config, command.now)
+        row = self._slot(conn, command.slot_id)
+        if row is None or row.state not in ("waiting", "timed_out"):
+            return SlotOutcome(row)
+        # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
+        decision = _slots.give_up(view, row, now) if row.state == "waiting" else None
+        self._settle(conn, decision, now, command.hook)
+        return SlotOutcome(
+            row if decision is None else decision.writes[-1],
+            None if command.hook is None else command.hook.step,
+        )
 
-    def slot_release(
-        self,
-        configs: Mapping[str, LimitConfig],
-        slot_id: str,
-        now: int,
-        reason: str = "release",
-        hook: Hook | None = None,
-        takers: Mapping[str, Hook] | None = None,
-    ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
-        """Release a held or reserved slot and hand freed capacity to the queue (a head waiting in
-        ``takers``, the caller's own parked waiters, takes it at once: see ``_hand_out``).
-        Returns (the slot or None if unknown, whether this call released it, rows granted)."""
-        with self._write() as conn:
-            return self._slot_release(conn, configs, slot_id, now, reason, hook, takers)
-
-    def _slot_release(
-        self,
-        conn: Connection,
-        configs: Mapping[str, LimitConfig],
-        slot_id: str,
-        now: int,
-        reason: str,
-        hook: Hook | None,
-        takers: Mapping[str, Hook] | None,
-    ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
-        row = self._slot(conn, slot_id)
+    def _release(self, conn: Connection, command: ReleaseSlot) -> SlotOutcome:
+        """See :class:`ReleaseSlot`: frees the slot and hands freed capacity to the queue's heads."""
+        configs, hook = command.configs, command.hook
+        row = self._slot(conn, command.slot_id)
         if row is None or row.limit not in configs:
             if hook is not None:
-                hook[2].result = json.dumps({"released": False})
-                self._settle(conn, None, self._db_now(conn, now), hook)
-            return row, False, []
-        view, now = self._lock_limit(conn, configs[row.limit], now)
+                hook = OwnStep(
+                    hook.run_id, hook.owner, replace(hook.step, result=json.dumps({"released": False}))
+                )
+                self._settle(conn, None, self._db_now(conn, command.now), hook)
+            return SlotOutcome(row, None if hook is None else hook.step)
+        view, now = self._lock_limit(conn, configs[row.limit], command.now)
         if self.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
-            row = self._slot(conn, slot_id) or row  # again, under the limit's lock
-        decision = _slots.release(view, row, now, reason)
+            row = self._slot(conn, command.slot_id) or row  # again, under the limit's lock
+        decision = _slots.release(view, row, now, command.reason)
         released = bool(decision.writes)
-        self._hand_out(conn, decision, now, takers)
+        self._hand_out(conn, decision, now, command.hand_over)
         if hook is not None:
-            hook[2].result = json.dumps({"released": released})
+            hook = OwnStep(
+                hook.run_id, hook.owner, replace(hook.step, result=json.dumps({"released": released}))
+            )
         self._settle(conn, decision, now, hook)
-        return (decision.writes[0] if released else row), released, decision.granted
+        return SlotOutcome(
+            decision.writes[0] if released else row,
+            None if hook is None else hook.step,
+            released=released,
+            granted=tuple(decision.granted),
+        )
 
     def slots_leave(
         self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int

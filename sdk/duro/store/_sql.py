@@ -17,6 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
@@ -31,8 +32,19 @@ from .._definitions import ACTIVE_STATUS_VALUES
 from .._durations import Duration, to_ms
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
 from .._quota import admit
+from ._commands import (
+    Command,
+    ConfirmSlot,
+    FinishRun,
+    GiveUpSlot,
+    OwnStep,
+    RecordStep,
+    ReleaseSlot,
+    RequestSlot,
+    TakeSignal,
+)
 from ._dialect import for_dialect, raw_execute
-from ._protocol import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord, WouldWait
+from ._records import Claim, Fenced, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord, WouldWait
 from ._slots_sql import SLOT_SQL, SlotsStoreMixin
 from ._tables import ACTIVE_SQL, SCHEMA_VERSION, meta, metadata, runs, schedules, signals, workers
 
@@ -468,10 +480,10 @@ class SqlStore(SlotsStoreMixin):
         # what apply_batch takes: on SQLite (one writer at a time anyway) slot requests and releases
         # too; on PostgreSQL they keep transactions of their own, so that a batch never holds the
         # locks of several limits at once (see _slots_sql)
-        self.batched = frozenset(
-            {"record_step", "finish_run"}
-            | ({"slot_request", "slot_release"} if self.dialect == "sqlite" else set())
+        self.batches: frozenset[type[Command]] = frozenset(
+            {RecordStep, FinishRun} | ({RequestSlot, ReleaseSlot} if self.dialect == "sqlite" else set())
         )
+        self.notifies = self.dialect == "postgresql"  # LISTEN/NOTIFY; SQLite's workers poll
         self._schema_ready = False
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
@@ -841,12 +853,12 @@ class SqlStore(SlotsStoreMixin):
         self,
         new: NewRun,
         quota: QuotaCheck | None,
-        parent_step: tuple[str, str | None, StepRecord] | None = None,
+        parent: OwnStep | None = None,
     ) -> tuple[RunRecord, bool]:
         try:
-            if self.dialect == "postgresql" and parent_step is None:
+            if self.dialect == "postgresql" and parent is None:
                 return self._insert_run_pipelined(new, quota)
-            return self._insert_run(new, quota, parent_step)
+            return self._insert_run(new, quota, parent)
         except (IntegrityError, UniqueViolation, _RunExists):
             # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
             # existence check), or by another process's start between our check and our insert.
@@ -856,7 +868,7 @@ class SqlStore(SlotsStoreMixin):
             return _same_workflow(existing, new), False
 
     def _insert_run(
-        self, new: NewRun, quota: QuotaCheck | None, parent_step: tuple[str, str | None, StepRecord] | None
+        self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None
     ) -> tuple[RunRecord, bool]:
         with self._write() as conn:
             if quota is not None:
@@ -866,9 +878,9 @@ class SqlStore(SlotsStoreMixin):
                 existing = _same_workflow(
                     _tuple_to_run(row), new
                 )  # or nothing is written, a parent's step neither
-                if parent_step is not None:
+                if parent is not None:
                     self._write_step(
-                        conn, parent_step[0], parent_step[1], parent_step[2], None, None, new.created_at
+                        conn, parent.run_id, parent.owner, parent.step, None, None, new.created_at
                     )
                 return existing, False
             if quota is not None:
@@ -877,17 +889,17 @@ class SqlStore(SlotsStoreMixin):
             self._x(conn, "insert_run", values)
             if new.owner is None:
                 self._notify(conn, ["run", new.namespace])
-            if parent_step is not None and not self._write_step(
+            if parent is not None and not self._write_step(
                 conn,
-                parent_step[0],
-                parent_step[1],
-                parent_step[2],
-                "blocked" if parent_step[2].status == "waiting" else None,
+                parent.run_id,
+                parent.owner,
+                parent.step,
+                "blocked" if parent.step.status == "waiting" else None,
                 None,
                 new.created_at,
             ):
                 conn.rollback()
-                raise Fenced(parent_step[0])
+                raise Fenced(parent.run_id)
             return RunRecord(**{**values, "tags": list(new.tags)}), True
 
     def _insert_run_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
@@ -1043,50 +1055,60 @@ class SqlStore(SlotsStoreMixin):
             return nullcontext()
         return conn.connection.driver_connection.pipeline()  # type: ignore[union-attr,no-any-return]
 
-    def record_step(
-        self,
-        run_id: str,
-        owner: str | None,
-        step: StepRecord | None,
-        run_status: str | None = None,
-        wake_at: int | None = None,
-        now: int = 0,
-    ) -> bool:
+    def apply(self, command: Command) -> Any:
+        """Apply one command in a transaction of its own (see ``Store.apply``)."""
         with self._write() as conn:
-            return self._write_step(conn, run_id, owner, step, run_status, wake_at, now)
+            return self._dispatch(conn, command)
 
-    def apply_batch(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Apply progress writes (``record_step``, ``finish_run``) of many runs in one transaction.
+    def _dispatch(self, conn: Connection, command: Command) -> Any:
+        match command:
+            case RecordStep(run_id, owner, step, run_status, wake_at, now):
+                return self._write_step(conn, run_id, owner, step, run_status, wake_at, now)
+            case FinishRun(run_id, owner, status, output, error, now):
+                return self._finish(conn, run_id, owner, status, output, error, now)
+            case TakeSignal():
+                return self._take_signal(conn, command)
+            case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
+                return self._slot_command(conn, command)
+
+    def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
+        """Apply commands of many runs (``RecordStep``, ``FinishRun``; on SQLite also ``RequestSlot``
+        and ``ReleaseSlot``) in one transaction.
 
         Each keeps its own fence and result: a fenced write changes nothing and does not disturb the
         others (on SQLite its fence is read first; on PostgreSQL see ``_apply_pipelined``).
         """
         if self.dialect == "postgresql":
-            return self._apply_pipelined(ops)
-        if any(name != "record_step" for name, _ in ops):
-            return self._apply_each(ops)
-        return self._apply_steps_sqlite(ops)
+            return self._apply_pipelined(commands)
+        if all(type(command) is RecordStep for command in commands):
+            return self._apply_steps_sqlite(commands)  # type: ignore[arg-type]
+        return self._apply_each(commands)
 
-    def _apply_pipelined(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    def _apply_pipelined(self, commands: Sequence[Command]) -> list[Any]:
         """PostgreSQL: every statement of the batch in one pipeline, one round trip in all instead
         of one per statement. A step's upsert is sent without waiting for its fence, so a fenced
         write (a worker that lost runs: rare) rolls the whole batch back, and the batch is applied
         again statement by statement, where a fenced write changes nothing."""
         try:
-            return self._send_batch(ops)
+            return self._send_batch(commands)
         except Fenced:
-            return self._apply_each(ops)
+            return self._apply_each(commands)
 
-    def _send_batch(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    def _send_batch(self, commands: Sequence[Command]) -> list[Any]:
         with self._write() as conn:
             sent: list[tuple[Any, tuple[str, str] | None]] = []  # (fence's cursor, a finish's run and status)
             with self._pipeline(conn):
-                for name, args in ops:
-                    if name == "record_step":
-                        run_id, owner, step, status, wake_at, now = args
-                        sent.append((self._send_step(conn, run_id, owner, step, now, status, wake_at), None))
-                    else:
-                        sent.append((self._send_finish(conn, *args), (args[0], args[2])))
+                for command in commands:
+                    match command:
+                        case RecordStep(run_id, owner, step, status, wake_at, now):
+                            sent.append(
+                                (self._send_step(conn, run_id, owner, step, now, status, wake_at), None)
+                            )
+                        case FinishRun(run_id, owner, status, output, error, now):
+                            finish = self._send_finish(conn, run_id, owner, status, output, error, now)
+                            sent.append((finish, (run_id, status)))
+                        case _:
+                            raise TypeError(f"{type(command).__name__} is not batched on PostgreSQL")
             if any(cursor.rowcount != 1 for cursor, _ in sent):
                 raise Fenced("a write of the batch")  # rolled back; each write is made again alone
             # a child's end is announced to its parent (see _finish)
@@ -1098,26 +1120,28 @@ class SqlStore(SlotsStoreMixin):
                     if end is not None and cursor.fetchone()[0] is not None
                 ),
             )
-        return [True] * len(ops)
+        return [True] * len(commands)
 
-    def _apply_each(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        appliers = {
-            "record_step": self._write_step,
-            "finish_run": self._finish,
-            "slot_request": self._slot_request,
-            "slot_release": self._slot_release,
-        }
+    def _apply_each(self, commands: Sequence[Command]) -> list[Any]:
         with self._write() as conn:
-            return [appliers[name](conn, *args) for name, args in ops]
+            return [self._dispatch(conn, command) for command in commands]
 
-    def _apply_steps_sqlite(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+    def _apply_steps_sqlite(self, commands: Sequence[RecordStep]) -> list[Any]:
         """Step records of many runs: one ownership read for the batch, then one ``executemany``
         for the runs and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change between the
         read and the writes. A run's last record decides its status and timer; a run whose status
         stays the same is updated without touching the status indexes."""
         final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
         steps: dict[tuple[str, int], StepRecord] = {}  # a step written twice in the batch: its last record
-        for _, (run_id, owner, step, status, wake_at, now) in ops:
+        for command in commands:
+            run_id, owner, step, status, wake_at, now = (
+                command.run_id,
+                command.owner,
+                command.step,
+                command.run_status,
+                command.wake_at,
+                command.now,
+            )
             if status is None and (previous := final.get(run_id)) is not None:
                 status, wake_at = previous[1], previous[2]
             final[run_id] = (owner, status, wake_at, now)
@@ -1159,13 +1183,7 @@ class SqlStore(SlotsStoreMixin):
             rows = _step_rows((run_id, step) for (run_id, _), step in steps.items() if run_id in stored)
             for shape, shaped in rows.items():
                 raw.executemany(_upsert_steps_sql(shape), shaped)  # type: ignore[union-attr]
-        return [args[0] in stored for _, args in ops]
-
-    def finish_run(
-        self, run_id: str, owner: str | None, status: str, output: str | None, error: str | None, now: int
-    ) -> bool:
-        with self._write() as conn:
-            return self._finish(conn, run_id, owner, status, output, error, now)
+        return [command.run_id in stored for command in commands]
 
     def _send_finish(
         self,
@@ -1246,22 +1264,23 @@ class SqlStore(SlotsStoreMixin):
             conn.execute(signals.insert().values(run_id=run_id, name=name, payload=payload, created_at=now))
             self._notify(conn, ["signal", run_id, name])
 
-    def take_signal(self, run_id: str, owner: str | None, name: str, step: StepRecord) -> StepRecord | None:
-        with self._write() as conn:
-            row = conn.execute(
-                sa.select(signals.c.id, signals.c.payload)
-                .where(signals.c.run_id == run_id, signals.c.name == name, signals.c.consumed_seq.is_(None))
-                .order_by(signals.c.id)
-                .limit(1)
-            ).first()
-            if row is None:
-                return None
-            conn.execute(signals.update().where(signals.c.id == row.id).values(consumed_seq=step.seq))
-            step.status, step.result = "completed", row.payload
-            if not self._write_step(conn, run_id, owner, step, "running", None, step.ended_at or 0):
-                conn.rollback()
-                raise Fenced(run_id)
-            return step
+    def _take_signal(self, conn: Connection, command: TakeSignal) -> StepRecord | None:
+        """See :class:`TakeSignal`."""
+        run_id, name, step = command.run_id, command.name, command.step
+        row = conn.execute(
+            sa.select(signals.c.id, signals.c.payload)
+            .where(signals.c.run_id == run_id, signals.c.name == name, signals.c.consumed_seq.is_(None))
+            .order_by(signals.c.id)
+            .limit(1)
+        ).first()
+        if row is None:
+            return None
+        conn.execute(signals.update().where(signals.c.id == row.id).values(consumed_seq=step.seq))
+        taken = replace(step, status="completed", result=row.payload)
+        if not self._write_step(conn, run_id, command.owner, taken, "running", None, step.ended_at or 0):
+            conn.rollback()
+            raise Fenced(run_id)
+        return taken
 
     def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]:
         ids = list(run_ids)
@@ -1466,12 +1485,7 @@ class SqlStore(SlotsStoreMixin):
                 "stamps": [stamp for _, stamp in claim.condemned],
             },
         ).fetchall()
-        claimed = []
-        for row in rows:
-            run = _tuple_to_run(row[:-1])
-            run.fresh = row[-1] == "pending"
-            claimed.append(run)
-        return claimed
+        return [replace(_tuple_to_run(row[:-1]), fresh=row[-1] == "pending") for row in rows]
 
     def _claim(self, conn: Connection, claim: Claim, now: int) -> list[RunRecord]:
         """Unfinished runs of the claimer's workflows with no owner, or whose owner has no row (the
@@ -1549,7 +1563,4 @@ class SqlStore(SlotsStoreMixin):
                 .returning(*runs.c, taken.c.was)
             ).all()
             before = {row.id: row.was for row in rows}
-        claimed = [_row_to_run(row) for row in rows]
-        for run in claimed:
-            run.fresh = before[run.id] == "pending"
-        return claimed
+        return [replace(run, fresh=before[run.id] == "pending") for run in map(_row_to_run, rows)]

@@ -1,0 +1,139 @@
+"""A run's progress writes, as typed commands.
+
+Each write a run makes while it executes is a frozen dataclass: the group commit
+(:mod:`duro._batching`) queues commands of many runs and hands them to the store together
+(``Store.apply_batch``), or one alone (``Store.apply``); the store dispatches them with ``match``.
+Every command is fenced on its run: it changes nothing unless ``owner`` still owns the run
+unfinished. The store never changes a command or a record it was given: what it wrote comes back
+in the result (:class:`SlotOutcome`, or the step of :class:`TakeSignal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .._config import LimitConfig
+from .._slots import SlotRow
+from ._records import StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class OwnStep:
+    """A step of the caller's own run, written with a decision in its transaction, and fenced like
+    :class:`RecordStep`: a run its ``owner`` no longer owns rolls the whole decision back (``Fenced``)."""
+
+    run_id: str
+    owner: str | None
+    step: StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RecordStep:
+    """Write ``step`` (``None``: touch the run only, a sleep that ended: see ``settle_sleeps``) and
+    set the run's status and timer. Result: ``True``, or ``False`` when the run is not ``owner``'s."""
+
+    run_id: str
+    owner: str | None
+    step: StepRecord | None
+    run_status: str | None = None
+    wake_at: int | None = None
+    now: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRun:
+    """End the run (``completed`` with ``output``, or ``failed`` with ``error``). Result as :class:`RecordStep`."""
+
+    run_id: str
+    owner: str | None
+    status: str
+    output: str | None
+    error: str | None
+    now: int
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSignal:
+    """Consume the oldest unconsumed signal ``name`` of the run and write ``step`` completed with its
+    payload (the run back to ``running``). Result: the step as written, or ``None`` when no signal
+    waits. Raises ``Fenced`` when the run is not ``owner``'s."""
+
+    run_id: str
+    owner: str | None
+    name: str
+    step: StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSlot:
+    """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
+    else queued last. ``hook``, the run's hook step, is written alongside: completed when the slot
+    is busy at once, else waiting. Result: :class:`SlotOutcome` (``row``, ``step``)."""
+
+    config: LimitConfig
+    slot_id: str
+    run_id: str | None
+    label: str | None
+    timeout_at: int | None
+    now: int
+    hook: OwnStep | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmSlot:
+    """Take a slot reserved for the run (reserved -> busy), its hook step written completed alongside;
+    a lapsed reservation is requeued instead and its slot handed on. Result: :class:`SlotOutcome`
+    (``row``, ``granted``, ``step`` when it became busy)."""
+
+    config: LimitConfig
+    slot_id: str
+    now: int
+    hook: OwnStep | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUpSlot:
+    """The waiter's timeout passed: a waiting request times out (a reserved or busy one is kept:
+    the slot came in time), and ``hook`` is written as given (failed). Result: :class:`SlotOutcome`
+    (``row``; ``step`` when the hook was written)."""
+
+    config: LimitConfig
+    slot_id: str
+    now: int
+    hook: OwnStep | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSlot:
+    """Release a held or reserved slot and hand freed capacity to the queue's heads. ``hook`` (the
+    releasing run's ``release_slot`` step) is written with ``{"released": ...}`` as its result.
+
+    ``hand_over`` is the local hand-over: waiters parked in the calling process, by slot id, with
+    their hook steps. A head among them takes its slot at once, busy, its hook step written
+    completed in this transaction (fenced on its own run), so it wakes holding the slot with nothing
+    to confirm; any other head is reserved. Result: :class:`SlotOutcome` (``row``: the slot, or
+    ``None`` if unknown; ``released``; ``granted``)."""
+
+    configs: Mapping[str, LimitConfig]
+    slot_id: str
+    now: int
+    reason: str = "release"
+    hook: OwnStep | None = None
+    hand_over: Mapping[str, OwnStep] = field(default_factory=dict)
+
+
+Command = RecordStep | FinishRun | TakeSignal | RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
+SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
+
+
+@dataclass(frozen=True, slots=True)
+class SlotOutcome:
+    """What a slot command did: the slot's row afterwards (``None``: unknown slot), whether a release
+    released it, the rows handed out (reserved, or busy for a local hand-over), and the caller's hook
+    step as written (``None``: none was written)."""
+
+    row: SlotRow | None
+    step: StepRecord | None = None
+    released: bool = False
+    granted: tuple[SlotRow, ...] = ()

@@ -1,0 +1,129 @@
+"""The records the store returns and takes: plain frozen dataclasses, separate from the SQLModel
+tables. Times are integer milliseconds since the epoch; the engine turns them into datetimes for users."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from .._errors import DuroError
+
+
+class Fenced(DuroError):
+    """The run is no longer this worker's to write (cancelled, or taken over after its lease)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} is no longer owned by this worker")
+
+
+class WouldWait(Exception):
+    """A call made with ``Store.without_waiting`` would have waited for a lock: it changed nothing,
+    and is to be made again where waiting is fine (a thread)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    namespace: str
+    workflow: str
+    version: str
+    status: str
+    input: str | None
+    output: str | None
+    error: str | None
+    tags: list[str]
+    concurrency_key: str | None
+    parent_id: str | None
+    parent_seq: int | None
+    owner: str | None
+    wake_at: int | None
+    created_at: int
+    updated_at: int
+    ended_at: int | None
+    # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
+    # the worker skips reading them (a store that leaves it False costs that read, nothing else)
+    fresh: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    seq: int
+    kind: str
+    name: str
+    status: str
+    started_at: int
+    ended_at: int | None = None
+    wake_at: int | None = None
+    result: str | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass(slots=True)
+class NewRun:
+    id: str
+    namespace: str
+    workflow: str
+    version: str
+    input: str | None
+    owner: str | None
+    created_at: int
+    tags: list[str] = field(default_factory=list)
+    concurrency_key: str | None = None
+    parent_id: str | None = None
+    parent_seq: int | None = None
+
+
+@dataclass(slots=True)
+class ScheduleRecord:
+    namespace: str
+    name: str
+    workflow: str
+    cron: str
+    input: str | None
+    concurrency: str | None
+    next_fire_at: int
+    last_fire_at: int | None
+    last_run_id: str | None
+    last_error: str | None
+    created_at: int
+    updated_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    """Count runs with ``key`` in ``statuses`` (within ``namespace`` when set) against ``limit``."""
+
+    workflow: str
+    key: str
+    limit: int
+    statuses: tuple[str, ...]
+    namespace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    worker_id: str
+    namespace: str
+    workflows: Sequence[str]
+    now: int
+    limit: int = 100
+    serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
+    # workers the claimer judged dead, with the heartbeat stamp it saw (see duro._lease.Watch): each
+    # row is deleted, if its stamp is still that one, before the runs are taken
+    condemned: Sequence[tuple[str, int]] = ()
+
+
+def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:
+    """Steps as they are: a sleep's record is written once, when it begins (``waiting``), and never
+    rewritten. It is over once the run has moved past it: a later record exists, or the run was
+    written at or after its wake time (its status going back to ``running`` when it woke, or its
+    end). Its end is then its wake time."""
+    settled = list(steps)
+    for index, step in enumerate(settled):
+        if step.kind != "sleep" or step.status != "waiting" or step.wake_at is None:
+            continue
+        if index + 1 < len(settled) or run.updated_at >= step.wake_at:
+            settled[index] = replace(step, status="completed", ended_at=step.wake_at)
+    return settled
