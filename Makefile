@@ -1,10 +1,11 @@
-# The two commands: `make dev` and `make test`. Both build the virtual environment first.
+# The two commands: `make dev` and `make test`. Both build the virtual environment first, with every
+# extra (the test extra pulls in dev and postgres).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean
+.PHONY: dev test test-fast typecheck lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,15 @@ test: $(STAMP) lint
 	bash scripts/install-system-deps.sh
 	$(BIN)/pytest
 
+# Unit and SQLite integration tests (and the examples' own), a few minutes: no PostgreSQL server,
+# no chaos, no e2e (live servers, the browser), so no system packages either.
+test-fast: $(STAMP) lint
+	$(BIN)/pytest -m "not postgres" --ignore=tests/e2e --ignore=tests/chaos
+
+# mypy, strict on the SDK ([tool.mypy] in pyproject.toml). Not part of `make test` yet.
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 # Every benchmark (about 12 minutes); figures and method in BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
@@ -34,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/harness.py --json bench/results/harness.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

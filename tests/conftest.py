@@ -11,6 +11,15 @@ from tests.support.pgserver import PgServer, start_server
 pytest_plugins = ["pytester"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that needs the PostgreSQL server carries the ``postgres`` marker (``make test-fast``
+    leaves them out with ``-m "not postgres"``): those marked by hand, the ``[postgres]`` case of
+    ``database_url``, and those asking for ``pg_server`` (or ``postgres_url``) as a fixture."""
+    for item in items:
+        if "pg_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     server = start_server()
@@ -34,7 +43,7 @@ def postgres_url(pg_server: PgServer) -> Iterator[str]:
         pg_server.drop_database(name)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest) -> str:
     """Each test using it runs on a fresh SQLite file and on a fresh database of the real PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")

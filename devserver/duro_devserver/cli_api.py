@@ -14,14 +14,17 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from duro import DuroError
 from duro.tooling import duration_ms
 
-from .client import ApiError, DuroClient, ServerUnreachable, Target, TargetError, resolve_target
+from ._extras import dev_extra
+
+if TYPE_CHECKING:  # imported by the commands themselves: the client needs the dev extra (httpx)
+    from .client import ApiError, DuroClient, ServerUnreachable, Target
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -444,6 +447,8 @@ class Call:
     def target(self) -> Target:
         """The installation to talk to (raises :class:`TargetError` when there is none)."""
         if self._target is None:
+            from .client import resolve_target
+
             self._target = resolve_target(self.project, self.agent, os.environ)
         return self._target
 
@@ -451,6 +456,8 @@ class Call:
     def client(self) -> DuroClient:
         """The client of :attr:`target`."""
         if self._client is None:
+            from .client import DuroClient
+
             self._client = DuroClient(self.target.url, self.target.token)
         return self._client
 
@@ -485,6 +492,8 @@ def api_command(fn: Callable[..., None]) -> Callable[..., None]:
     )
     @functools.wraps(fn)
     def command(agent: str | None, project: Path, as_json: bool, **kwargs: Any) -> None:
+        with dev_extra():
+            from .client import ApiError, ServerUnreachable, TargetError
         call = Call(project, agent, as_json)
         try:
             fn(call, **kwargs)

@@ -13,9 +13,7 @@ import click
 
 from duro import DuroError, Engine
 
-from .app import create_app
-from .project import DevProject
-from .server import run_server
+from ._extras import dev_extra
 from .source import FixedEngine
 
 _LEASE = click.option(
@@ -136,6 +134,10 @@ def add_commands(main: click.Group) -> None:
         reload: bool,
     ) -> None:
         """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
+        with dev_extra():
+            from .app import create_app
+            from .project import DevProject
+            from .server import run_server
         root = _project_dir(directory)
         try:
             open_store(database_url or _default_url(root))
@@ -174,6 +176,9 @@ def add_commands(main: click.Group) -> None:
         worker_id: str | None,
     ) -> None:
         """Serve the API and Studio for DIRECTORY's project, without reloading."""
+        with dev_extra():
+            from .app import create_app
+            from .server import run_server
         root = _project_dir(directory)
         try:
             open_store(database_url or _default_url(root))

@@ -9,7 +9,6 @@ import re
 import sqlite3
 from typing import Any, TypeVar
 
-import psycopg
 import sqlalchemy as sa
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -35,8 +34,13 @@ STORE_DOWN: tuple[type[BaseException], ...] = (
     StoreUnavailable,
     sa.exc.OperationalError,
     sqlite3.OperationalError,
-    psycopg.OperationalError,
 )
+try:
+    import psycopg
+except ModuleNotFoundError:  # no postgres extra: the store is SQLite
+    pass
+else:
+    STORE_DOWN += (psycopg.OperationalError,)
 
 log = logging.getLogger("duro.devserver")
 

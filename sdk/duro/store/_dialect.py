@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import psycopg
-from psycopg.pq import TransactionStatus
 from sqlalchemy.engine import Connection
+
+try:
+    import psycopg
+    from psycopg.pq import TransactionStatus
+except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
+    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 

@@ -21,16 +21,22 @@ from dataclasses import replace
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
-import psycopg
 import sqlalchemy as sa
-from psycopg.errors import UniqueViolation
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
+
+try:
+    import psycopg
+    from psycopg.errors import UniqueViolation
+except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
+    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]
+    from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]
 
 from .._clock import pause
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._durations import Duration, to_ms
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
+from .._extras import require
 from .._quota import admit
 from ._commands import (
     Command,
@@ -187,6 +193,7 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+        require("psycopg", "postgres", "PostgreSQL")
     elif backend != "sqlite":
         raise DuroError(
             f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
