@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-fast typecheck lint bench clean
+.PHONY: dev test test-fast typecheck lint bench bench-peers bench-ab clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/quota.py --json bench/results/quota.json
 	$(BIN)/python bench/limits.py --json bench/results/limits.json
 	$(BIN)/python bench/harness.py --json bench/results/harness.json
+
+# The peers' own virtual environments (bench/.venvs/, gitignored): Prefect 3 for bench/limits.py.
+bench-peers:
+	PYTHON=$(PYTHON) bash bench/peers/setup_prefect.sh
+
+# Issue 15's A/B: BASE (default b682bd8) against the checkout, interleaved (bench/ab.py).
+BASE ?= b682bd8
+bench-ab: $(STAMP)
+	$(BIN)/python bench/ab.py --base $(BASE) --json bench/results/ab.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -25,8 +25,13 @@ What it measures, each on a fresh database file in its own temporary directory (
                singleton, so it runs in a subprocess of this script (one per repeat, all settings).
 
 Repeats are interleaved (round 1: every case, round 2: every case, ...) so slow phases of a noisy
-machine spread over all systems; the table shows medians. Each system's headline is its best
-variant (sequential or concurrent, and for DBOS async or sync), found the same way for both.
+machine spread over all systems, and the order alternates: odd rounds run DBOS first and duro's
+cases in reverse; the table shows medians. Like with like: the headline pairs duro and DBOS in the
+same mode and the same durability, both async: duro default (WAL, NORMAL) against DBOS WAL+NORMAL,
+duro ``synchronous=FULL`` against DBOS WAL (FULL), each sequential against sequential and concurrent
+against concurrent, with the same number of runs. DBOS's sync form and its default journal are
+references, never a headline. Sizes are counts (--runs): windows of at least 2 s are bench/ab.py's
+(issue 15's A/B), not this script's.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ WORKFLOW = "bench.one_step"
 DBOS_SETTINGS = ("wal", "wal_normal", "default")
 DBOS_FORMS = ("async", "sync")
 MODES = ("seq", "conc")
+LIKE_FOR_LIKE = (("default", "wal_normal"), ("full", "wal"))  # duro's setting, DBOS's same durability
 MISSING_PEER = (
     "peer missing: the 'dbos' package (DBOS Transact) is not importable; "
     "install it with `pip install -e '.[bench]'` to compare (duro's figures follow)"
@@ -334,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ref-runs",
         type=int,
         default=400,
-        help="runs per timed case for the DBOS reference settings (wal_normal, default)",
+        help="runs per timed case for the DBOS reference setting (default journal)",
     )
     parser.add_argument("--warmup", type=int, default=20, help="untimed runs before each timed case")
     parser.add_argument("--floor-rows", type=int, default=20000, help="inserts per raw-floor repeat")
@@ -386,57 +392,61 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES
     ]
     started = time.perf_counter()
-    for rep in range(args.repeats):
-        print(f"round {rep + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
+
+    def run_duro(odd: bool) -> None:
         add("floor/normal", bench_floor(args.floor_rows, "NORMAL"))
         add("floor/full", bench_floor(args.floor_rows, "FULL"))
         add("duro/starts", asyncio.run(bench_duro_starts(args.runs, args.warmup)))
-        for case, sync, mode in duro_cases:
+        for case, sync, mode in duro_cases[::-1] if odd else duro_cases:
             rate, seen = asyncio.run(bench_duro_e2e(args.runs, args.warmup, sync, mode))
             add(case, rate)
             pragmas[case.rsplit("/", 1)[0]] = seen
-        if have_dbos:
-            runs = {s: args.runs if s == "wal" else args.ref_runs for s in settings}
-            try:
-                result = run_dbos_repeat(
-                    {"runs": runs, "warmup": args.warmup, "settings": settings, "forms": forms}
-                )
-            except RuntimeError as err:  # report duro's figures anyway
-                print(f"DBOS peer skipped from now on: {err}", file=sys.stderr)
-                peer_error, have_dbos = str(err), False
-                continue
-            for case, rate in result["rates"].items():
-                add(f"dbos/{case}", rate)
-            for setting, seen in result["pragmas"].items():
-                pragmas[f"dbos/{setting}"] = seen
+
+    def run_dbos() -> None:
+        nonlocal have_dbos, peer_error
+        runs = {s: args.ref_runs if s == "default" else args.runs for s in settings}
+        try:
+            result = run_dbos_repeat(
+                {"runs": runs, "warmup": args.warmup, "settings": settings, "forms": forms}
+            )
+        except RuntimeError as err:  # report duro's figures anyway
+            print(f"DBOS peer skipped from now on: {err}", file=sys.stderr)
+            peer_error, have_dbos = str(err), False
+            return
+        for case, rate in result["rates"].items():
+            add(f"dbos/{case}", rate)
+        for setting, seen in result["pragmas"].items():
+            pragmas[f"dbos/{setting}"] = seen
+
+    for rep in range(args.repeats):
+        print(f"round {rep + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
+        odd = rep % 2 == 1
+        if odd and have_dbos:
+            run_dbos()
+        run_duro(odd)
+        if not odd and have_dbos:
+            run_dbos()
     wall = time.perf_counter() - started
 
     med = {case: median(values) for case, values in samples.items()}
 
-    def best(prefix: str) -> tuple[str, float] | None:
-        found = [(case, rate) for case, rate in med.items() if case.startswith(prefix + "/")]
-        return max(found, key=lambda item: item[1]) if found else None
-
+    # like with like: the same mode (seq / conc), the same durability, both async, the same runs
     headline: dict[str, dict[str, Any]] = {}
-    for system in ("duro/default", "duro/full", *(f"dbos/{s}" for s in settings)):
-        chosen = best(system)
-        if chosen is not None:
-            headline[system] = {"case": chosen[0], "runs_per_s": chosen[1]}
-
     ratios: dict[str, float] = {}
-    floor = med["floor/normal"]
+    for label, peer in LIKE_FOR_LIKE:
+        for mode in MODES:
+            mine, theirs = f"duro/{label}/{mode}", f"dbos/{peer}/async/{mode}"
+            entry: dict[str, Any] = {"duro": mine, "duro_runs_per_s": med[mine], "dbos": theirs}
+            if theirs in med:
+                entry |= {"dbos_runs_per_s": med[theirs], "ratio": med[mine] / med[theirs]}
+                ratios[f"duro_{label}_{mode}_over_dbos_{peer}_async_{mode}"] = med[mine] / med[theirs]
+            headline[f"{label}/{mode}"] = entry
     for label in ("default", "full"):
-        duro = headline[f"duro/{label}"]["runs_per_s"]
-        ratios[f"duro_{label}_over_floor_normal"] = duro / floor
-        for peer in ("wal", "wal_normal", "default"):
-            if f"dbos/{peer}" in headline:
-                ratios[f"duro_{label}_over_dbos_{peer}"] = duro / headline[f"dbos/{peer}"]["runs_per_s"]
-        for mode in MODES:  # same-mode ratios (duro mode vs DBOS's best form in that mode)
-            peer_mode = [med[c] for c in med if c.startswith("dbos/wal/") and c.endswith("/" + mode)]
-            if peer_mode:
-                ratios[f"duro_{label}_{mode}_over_dbos_wal_{mode}"] = med[f"duro/{label}/{mode}"] / max(
-                    peer_mode
-                )
+        for mode in MODES:
+            floor = med["floor/normal" if label == "default" else "floor/full"]
+            ratios[f"duro_{label}_{mode}_over_floor_{'normal' if label == 'default' else 'full'}"] = (
+                med[f"duro/{label}/{mode}"] / floor
+            )
 
     report = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -515,9 +525,7 @@ def print_table(report: dict) -> None:
     def count(case: str) -> str:
         if case.startswith("floor"):
             return str(params["floor_rows"])
-        return str(
-            params["ref_runs"] if case.startswith(("dbos/wal_normal", "dbos/default")) else params["runs"]
-        )
+        return str(params["ref_runs"] if case.startswith("dbos/default") else params["runs"])
 
     def fmt(values: list[float]) -> str:
         return " ".join(f"{v:,.0f}" for v in values)
@@ -536,7 +544,7 @@ def print_table(report: dict) -> None:
         cases = sorted(c for c in med if c.startswith(system + "/"))
         for case in cases:
             variant = case.removeprefix(system + "/")
-            mark = " *" if head.get(system, {}).get("case") == case else ""
+            mark = " *" if any(case in (h["duro"], h["dbos"]) for h in head.values()) else ""
             rows.append(
                 (*LABELS[system], variant + mark, f"{med[case]:,.0f}", fmt(samples[case]), count(case))
             )
@@ -550,10 +558,17 @@ def print_table(report: dict) -> None:
         )
         if i == 0:
             print("  ".join("-" * w for w in widths))
-    print("\n* = the system's headline (its best variant); runs/s = end-to-end workflows per second")
-    print("\nheadline ratios (best variant of each):")
+    print("\n* = in the headline (like with like); runs/s = end-to-end workflows per second")
+    print("\nheadline, like with like (same mode, same durability, both async, same runs):")
+    for key, h in head.items():
+        ratio = f"{h['ratio']:6.2f}x" if "ratio" in h else "  (no DBOS figure)"
+        theirs = f"{h['dbos_runs_per_s']:,.0f}" if "dbos_runs_per_s" in h else "-"
+        print(
+            f"  {key:<13} {h['duro']:<20} {h['duro_runs_per_s']:>8,.0f}  vs  {h['dbos']:<24} {theirs:>8}  {ratio}"
+        )
+    print("\nratios:")
     for key, value in report["ratios"].items():
-        print(f"  {key:<40} " + (f"{value:6.2f}x" if "floor" not in key else f"{value:7.2%}"))
+        print(f"  {key:<48} " + (f"{value:6.2f}x" if "floor" not in key else f"{value:7.2%}"))
     print("\npragmas read back:", json.dumps(report["pragmas"]))
     if report["peer_missing"]:
         print("\n" + MISSING_PEER)

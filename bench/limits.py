@@ -41,10 +41,19 @@ Cases (see the method note in BENCHMARKS.md, section "Limits: slots"):
                 pair inserts a slot row (text id) and deletes it, two transactions (the least a slot
                 that has an id writes; on this machine it lands on the issue's 27k anchor).
 
-Anchors (not measured here): bare sqlite3 about 27k pairs/s (the issue), Prefect 3.9's global
-concurrency limit 17-43 pairs/s (measured earlier by someone else). Targets: at least 100x Prefect's
-top anchor (>= 4,300 pairs/s) and at least 20% of the sqlite3 floor measured in the same run;
+Peer, measured in the same run: Prefect 3's global concurrency limit, in Prefect's own virtual
+environment (bench/.venvs/prefect, made by ``make bench-peers``), one subprocess per round and
+per case (bench/peers/prefect_pairs.py: its temporary local API server under a fresh PREFECT_HOME, a
+limit of 8 slots, ``async with concurrency("bench", occupy=1)`` looping in 1 task, then in 8, for
+--prefect-window seconds). Without that environment the script says "Prefect skipped: run make
+bench-peers" and the Prefect columns stay empty. Anchor (not measured here): bare sqlite3 about 27k
+pairs/s (the issue). Targets: at least 100x Prefect's pairs/s in the same mode (1 run against 1
+task, 8 runs against 8 tasks) and at least 20% of the sqlite3 floor measured in the same run;
 release-to-resume median under 2 ms; flatness max/min within 2x.
+
+Order: round r runs the stores in turn (reversed on odd rounds) and the cases rotated by r, so no
+case always follows the same one. Sizes are counts (--pairs, --handoffs): windows of at least 2 s
+are bench/ab.py's (issue 15's A/B), not this script's.
 """
 
 from __future__ import annotations
@@ -75,9 +84,11 @@ import duro  # noqa: E402
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow  # noqa: E402
 from duro.store import RequestSlot  # noqa: E402
 
-PREFECT_ANCHOR = (17, 43)  # pairs/s, Prefect 3.9 global concurrency limit (measured earlier, elsewhere)
+PREFECT_PYTHON = REPO / "bench" / ".venvs" / "prefect" / "bin" / "python"
+PREFECT_SCRIPT = REPO / "bench" / "peers" / "prefect_pairs.py"
+PREFECT_SKIP = f"Prefect skipped: run make bench-peers (no {PREFECT_PYTHON.relative_to(REPO)})"
 SQLITE_ANCHOR = 27_000  # pairs/s, bare sqlite3 (the issue's figure)
-TARGET_PAIRS = 100 * PREFECT_ANCHOR[1]  # 4,300 pairs/s
+TARGET_X_PREFECT = 100  # duro's pairs/s over Prefect's, same mode, same run
 TARGET_FLOOR_SHARE = 0.20
 TARGET_LATENCY_MS = 2.0
 TARGET_FLAT = 2.0
@@ -450,6 +461,29 @@ def floor_pg(dsn: str, pairs: int) -> dict:
 # -- running ---------------------------------------------------------------------------------------
 
 
+def prefect_pairs(counts: list[int], window: float) -> dict:
+    """Prefect's acquire+release pairs in its own venv (bench/peers/prefect_pairs.py), one subprocess
+    (one temporary Prefect server) for every task count: {count: figures}."""
+    proc = subprocess.run(
+        [
+            str(PREFECT_PYTHON),
+            str(PREFECT_SCRIPT),
+            "--runs",
+            ",".join(map(str, counts)),
+            "--window",
+            str(window),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PREFECT_"))},
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"Prefect's case failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {int(k): {"rate": v["value"], **v} for k, v in json.loads(lines[-1]).items()}
+
+
 def run_case(stores: Stores, store: str, case: str, args: argparse.Namespace) -> dict:
     with stores.database(store) as db:
         if case == "floor":
@@ -501,9 +535,12 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
-def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespace) -> tuple[str, list[dict]]:
+def report(
+    results: dict, flat: dict, stores_: list[str], args: argparse.Namespace, prefect: dict
+) -> tuple[str, list[dict]]:
     out: list[str] = []
     rows: list[dict] = []
+    peer = {case: statistics.median(s["rate"] for s in got) for case, got in prefect.items() if got}
 
     def med(store: str, case: str, key: str = "rate") -> float:
         return statistics.median(s[key] for s in results[(store, case)])
@@ -511,7 +548,7 @@ def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespa
     out.append("Throughput (pairs/s, medians):\n")
     out.append(
         "| store | case | pairs/s | samples | share of the counter floor | share of the slot-row floor "
-        "| x Prefect top (43) | x Prefect low (17) | >= 4,300 | >= 20% counter floor "
+        "| Prefect, same mode, same run | x Prefect | >= 100x Prefect | >= 20% counter floor "
         "| >= 20% slot-row floor |"
     )
     out.append("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- |")
@@ -533,6 +570,7 @@ def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespa
         for case, label in labels.items():
             rate = med(store, case)
             share, rows_share = rate / floor, rate / rows_floor
+            theirs = peer.get(case)
             row = {
                 "store": store,
                 "case": case,
@@ -541,9 +579,9 @@ def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespa
                 "share_of_floor": share,
                 "rows_floor": rows_floor,
                 "share_of_rows_floor": rows_share,
-                "x_prefect_top": rate / PREFECT_ANCHOR[1],
-                "x_prefect_low": rate / PREFECT_ANCHOR[0],
-                "target_pairs_met": rate >= TARGET_PAIRS,
+                "prefect_pairs_per_s": theirs,
+                "x_prefect": rate / theirs if theirs else None,
+                "target_pairs_met": rate >= TARGET_X_PREFECT * theirs if theirs else None,
                 "target_floor_met": share >= TARGET_FLOOR_SHARE,
                 "target_rows_floor_met": rows_share >= TARGET_FLOOR_SHARE,
             }
@@ -551,10 +589,15 @@ def report(results: dict, flat: dict, stores_: list[str], args: argparse.Namespa
             out.append(
                 f"| {store} | {label} | **{_fmt(rate)}** | "
                 f"{' '.join(_fmt(s['rate']) for s in results[(store, case)])} | {share:.1%} | "
-                f"{rows_share:.1%} | {row['x_prefect_top']:,.0f}x | {row['x_prefect_low']:,.0f}x | "
-                f"{_verdict(row['target_pairs_met'])} | {_verdict(row['target_floor_met'])} | "
+                f"{rows_share:.1%} | {_fmt(theirs) if theirs else '-'} | "
+                f"{format(row['x_prefect'], ',.0f') + 'x' if theirs else '-'} | "
+                f"{_verdict(row['target_pairs_met']) if theirs else 'no peer'} | "
+                f"{_verdict(row['target_floor_met'])} | "
                 f"{_verdict(row['target_rows_floor_met'])} |"
             )
+    if not peer:
+        out.append("")
+        out.append(PREFECT_SKIP)
     out.append("")
     out.append(f"Queue case, the final round (queue draining from ~{args.waiters:,} to 0; not a target):\n")
     out.append("| store | drain grants/s (median) | samples | first grant after the holders' signal (ms) |")
@@ -826,6 +869,10 @@ def main() -> None:
         help="run one case under cProfile (top 20 by tottime) instead of the benchmark; 'sql' "
         "times the uncontended loop's sqlite3 calls per statement against the pair's whole time",
     )
+    parser.add_argument(
+        "--prefect-window", type=float, default=2.0, help="seconds of Prefect pairs per sample (2)"
+    )
+    parser.add_argument("--no-prefect", action="store_true", help="skip the Prefect peer")
     parser.add_argument("--profile-store", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
     if args.profile == "sql":
@@ -840,13 +887,35 @@ def main() -> None:
     stores_ = ["sqlite"] + (["postgresql"] if pg is not None else [])
     stores = Stores(pg)
     results: dict[tuple[str, str], list[dict]] = {}
+    prefect: dict[str, list[dict]] = {}
     flat: dict[tuple[str, int], dict] = {}
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     try:
         env = environment(pg)
+        have_prefect = not args.no_prefect and PREFECT_PYTHON.exists()
+        if not args.no_prefect and not have_prefect:
+            print(PREFECT_SKIP, flush=True)
         for r in range(args.repeats):
-            for store in stores_:
-                for case in CASES:
+            if have_prefect:
+                t = time.perf_counter()
+                try:
+                    got = prefect_pairs([1, 8] if r % 2 == 0 else [8, 1], args.prefect_window)
+                except (RuntimeError, subprocess.TimeoutExpired) as err:
+                    print(f"Prefect skipped from now on: {err}", flush=True)
+                    have_prefect = False
+                    got = {}
+                for runs, sample in sorted(got.items()):
+                    prefect.setdefault(f"uncontended-{runs}", []).append(sample)
+                    print(
+                        f"round {r + 1}/{args.repeats}  prefect    uncontended-{runs:<4} {sample['rate']:.1f} "
+                        f"pairs/s ({sample['n']} pairs, Prefect {sample['prefect']})",
+                        flush=True,
+                    )
+                if got:
+                    print(f"  (Prefect's subprocess: {time.perf_counter() - t:.1f} s)", flush=True)
+            shift = r % len(CASES)
+            for store in stores_ if r % 2 == 0 else stores_[::-1]:
+                for case in CASES[shift:] + CASES[:shift]:
                     if case == "queue-poll-ref" and (store != "sqlite" or not args.queue_poll_ref):
                         continue
                     t = time.perf_counter()
@@ -880,7 +949,7 @@ def main() -> None:
         if pg is not None:
             pg.destroy()
 
-    table, rows = report(results, flat, stores_, args)
+    table, rows = report(results, flat, stores_, args, prefect)
     total = time.perf_counter() - wall_begin
     print(f"\nmedians of {args.repeats}; {total:.0f} s wall\n")
     print(table)
@@ -894,15 +963,15 @@ def main() -> None:
                     "environment": env,
                     "wall_seconds": total,
                     "anchors": {
-                        "prefect_3_9_gcl_pairs_per_s": PREFECT_ANCHOR,
                         "bare_sqlite3_pairs_per_s": SQLITE_ANCHOR,
                     },
                     "targets": {
-                        "pairs_per_s": TARGET_PAIRS,
+                        "x_prefect_same_mode": TARGET_X_PREFECT,
                         "share_of_floor": TARGET_FLOOR_SHARE,
                         "latency_median_ms": TARGET_LATENCY_MS,
                         "flat_max_over_min": TARGET_FLAT,
                     },
+                    "prefect": prefect,
                     "summary": rows,
                     "samples": [{"store": k[0], "case": k[1], "samples": v} for k, v in results.items()],
                     "flatness": [{"store": k[0], **v} for k, v in flat.items()],

@@ -39,7 +39,8 @@ Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:
 
 After each case the store is checked (rows created, starts admitted or rejected).
 
-Repeats are interleaved (round 1 runs every case, then round 2, ...); the table shows medians.
+Repeats are interleaved (round 1 runs every case, then round 2, ...), the case list rotated from one
+round to the next; the table shows medians. Sizes are counts: windows of at least 2 s are bench/ab.py's.
 The target: a quota-checked start at no less than half the floor on SQLite.
 """
 
@@ -689,7 +690,8 @@ def main() -> None:
         env = environment(pg)
         cases = case_list(stores_)
         for r in range(args.repeats):
-            for case in cases:
+            shift = (r * max(1, len(cases) // max(1, args.repeats))) % len(cases)
+            for case in cases[shift:] + cases[:shift]:  # rotated between rounds
                 sample = run_case(clients, Stores(pg), *case, args.starts)
                 results.setdefault(case, []).append(sample)
                 print(
