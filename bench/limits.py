@@ -8,8 +8,7 @@ Run it from the repo root:
     .venv/bin/python bench/limits.py --profile uncontended  # one case under cProfile (top 20 tottime)
     .venv/bin/python bench/limits.py --profile sql          # time inside sqlite3 per pair, by statement
 
-Every workflow case runs in this one process, on an entered ``Engine(url, workspace=...,
-poll_interval=...)`` over a fresh database (a new SQLite file in its own temporary directory, or a
+Every workflow case runs in this one process, on an entered ``Engine(url, workspace=..., options=WorkerOptions(poll_interval=...))`` over a fresh database (a new SQLite file in its own temporary directory, or a
 new PostgreSQL database on one server started for the run with tests/support/pgserver.py, which runs
 with fsync=off, synchronous_commit=off, full_page_writes=off). Timestamps are ``time.perf_counter``
 read inside the workflow code and kept in module-level lists (no replay happens: no crash, no
@@ -81,7 +80,16 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import duro  # noqa: E402
-from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow  # noqa: E402
+from duro import (  # noqa: E402
+    Engine,
+    Limit,
+    WorkerOptions,
+    acquire_slot,
+    define_workspace,
+    release_slot,
+    wait_for_signal,
+    workflow,
+)
 from duro.store import RequestSlot  # noqa: E402
 
 PREFECT_PYTHON = REPO / "bench" / ".venvs" / "prefect" / "bin" / "python"
@@ -189,7 +197,9 @@ async def _warm(engine: Engine) -> None:
 
 async def case_uncontended(url: str, poll: str, runs: int, pairs: int) -> dict:
     SPANS.clear()
-    async with Engine(url, workspace=workspace(max(8, runs)), poll_interval=poll) as engine:
+    async with Engine(
+        url, workspace=workspace(max(8, runs)), options=WorkerOptions(poll_interval=poll)
+    ) as engine:
         engine.register(cycler)
         engine.register(holder)
         await _warm(engine)
@@ -205,7 +215,9 @@ async def case_uncontended(url: str, poll: str, runs: int, pairs: int) -> dict:
 
 async def case_queue(url: str, poll: str, capacity: int, waiters: int, rounds: int) -> dict:
     GRANTS.clear()
-    async with Engine(url, workspace=workspace(capacity), poll_interval=poll) as engine:
+    async with Engine(
+        url, workspace=workspace(capacity), options=WorkerOptions(poll_interval=poll)
+    ) as engine:
         engine.register(cycler)
         engine.register(holder)
         await _warm(engine)
@@ -258,7 +270,7 @@ def _handoffs(events: list[tuple[str, float]]) -> list[float]:
 
 async def case_latency_queue(url: str, poll: str, handoffs: int) -> dict:
     EVENTS.clear()
-    async with Engine(url, workspace=workspace(1), poll_interval=poll) as engine:
+    async with Engine(url, workspace=workspace(1), options=WorkerOptions(poll_interval=poll)) as engine:
         engine.register(cycler)
         engine.register(holder)
         await _warm(engine)
@@ -277,7 +289,7 @@ async def case_latency_queue(url: str, poll: str, handoffs: int) -> dict:
 
 async def case_latency_pingpong(url: str, poll: str, handoffs: int) -> dict:
     EVENTS.clear()
-    async with Engine(url, workspace=workspace(1), poll_interval=poll) as engine:
+    async with Engine(url, workspace=workspace(1), options=WorkerOptions(poll_interval=poll)) as engine:
         engine.register(cycler)
         engine.register(holder)
         await _warm(engine)
@@ -332,12 +344,12 @@ def _fill_crowd(engine: Engine, size: int, chunk: int = 1000) -> dict:
 
 async def case_flat(url: str, poll: str, size: int, pairs: int, repeats: int) -> dict:
     SPANS.clear()
-    engine = Engine(url, workspace=workspace(8), poll_interval=poll)
+    engine = Engine(url, workspace=workspace(8), options=WorkerOptions(poll_interval=poll))
     engine.store.create_schema()
     fill = _fill_crowd(engine, size)
     engine.close()
     samples = []
-    async with Engine(url, workspace=workspace(8), poll_interval=poll) as engine:
+    async with Engine(url, workspace=workspace(8), options=WorkerOptions(poll_interval=poll)) as engine:
         engine.register(cycler)
         engine.register(holder)
         assert await _limit_counts(engine, "crowd") == (1, 0, size)
@@ -758,7 +770,7 @@ def sql_split(pairs: int) -> None:
 
     async def loop(url: str) -> float:
         SPANS.clear()
-        engine = Engine(url, workspace=workspace(8), poll_interval="50ms")
+        engine = Engine(url, workspace=workspace(8), options=WorkerOptions(poll_interval="50ms"))
         event.listen(
             engine.store._engine,
             "do_connect",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from duro import DuroError, Engine
+from duro import DuroError, Engine, WorkerOptions
 
 from ._extras import dev_extra
 from .source import FixedEngine
@@ -185,9 +185,7 @@ def add_commands(main: click.Group) -> None:
             engine = Engine.from_project(
                 root,
                 database_url=database_url or _default_url(root),
-                lease=lease,
-                poll_interval=poll_interval,
-                worker_id=worker_id,
+                options=WorkerOptions(lease=lease, poll_interval=poll_interval, worker_id=worker_id),
             )
             source = FixedEngine(engine, run_worker=worker, project=str(root))
             app = create_app(source, token=token, allowed_hosts=(host, *allow_hosts))
@@ -211,9 +209,7 @@ def add_commands(main: click.Group) -> None:
             engine = Engine.from_project(
                 root,
                 database_url=database_url or _default_url(root),
-                lease=lease,
-                poll_interval=poll_interval,
-                worker_id=worker_id,
+                options=WorkerOptions(lease=lease, poll_interval=poll_interval, worker_id=worker_id),
             )
             asyncio.run(_work(engine))
         except DuroError as err:

@@ -8,14 +8,16 @@ import json
 import sys
 from pathlib import Path
 
-from duro import Engine
+from duro import Engine, WorkerOptions
 
 HERE = Path(__file__).resolve().parent
 
 
 async def main() -> int:
     engine = Engine.from_project(
-        HERE, database_url=f"sqlite:///{HERE / '.duro' / 'dev.db'}", poll_interval="200ms"
+        HERE,
+        database_url=f"sqlite:///{HERE / '.duro' / 'dev.db'}",
+        options=WorkerOptions(poll_interval="200ms"),
     )
     async with engine:
         order = {"id": "A-1001", "customer": "ada", "items": {"lamp": 1, "bulb": 4}}

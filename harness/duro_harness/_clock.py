@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from duro.testing import datetime_to_ms, duration_ms, ms_to_datetime
+from duro.tooling import datetime_to_ms, duration_ms, ms_to_datetime
 
 DEFAULT_START = datetime(2030, 1, 1, tzinfo=UTC)
 

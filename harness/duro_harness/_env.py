@@ -19,16 +19,10 @@ from typing import Any
 
 from freezegun import freeze_time
 
-from duro import ConfigError, Engine, RunHandle, RunStatus, define_workspace
-from duro.testing import (
-    EngineCrash,
-    RunEvent,
-    datetime_to_ms,
-    duration_ms,
-    load_project,
-    ms_to_datetime,
-    run_store_inline,
-)
+from duro import ConfigError, Engine, RunHandle, RunStatus, WorkerOptions, define_workspace
+from duro.testing import EngineCrash, EngineHooks
+from duro.testing import hooks as engine_hooks
+from duro.tooling import RunEvent, datetime_to_ms, duration_ms, load_project, ms_to_datetime
 
 from ._clock import DEFAULT_START, SimulatedClock, settle
 
@@ -37,13 +31,23 @@ _YOUNG_OBJECTS = 200_000  # allocations between the young collections of an adva
 
 
 class _CurrentEngine:
-    """Stands for whichever engine the environment runs now, so handles survive ``restart()``."""
+    """What the environment's handles call (``duro._handle.RunAccess``): whichever engine runs now,
+    so handles survive ``restart()``."""
 
     def __init__(self, env: DuroEnv) -> None:
         self._env = env
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env.engine, name)
+    async def get_run(self, run_id: str) -> Any:
+        return await self._env.engine.get_run(run_id)
+
+    async def steps(self, run_id: str) -> Any:
+        return await self._env.engine.steps(run_id)
+
+    async def cancel(self, run_id: str) -> None:
+        await self._env.engine.cancel(run_id)
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        await self._env.engine.signal(run_id, name, payload)
 
     async def result(self, run_id: str, timeout: Any = None) -> Any:
         """Under simulated time nothing moves while a test waits, so a run that has not finished once
@@ -84,6 +88,7 @@ class DuroEnv:
         self.events: list[RunEvent] = []
         self.restarts = 0
         self._engine: Engine | None = None
+        self._hooks = EngineHooks()  # the running engine's (see _start_engine)
         self._engine_ref = _CurrentEngine(self)
         self._ids = itertools.count(1)
         self._freezer: Any = None
@@ -152,22 +157,23 @@ class DuroEnv:
             self._database_url(),
             workspace=self._workspace(),
             clock=self.clock,
-            poll_interval=None,
-            inline_sync_steps=True,
-            run_id_factory=lambda: f"run-{next(self._ids):05d}",
+            options=WorkerOptions(poll_interval=None),
         )
+        hooks = engine_hooks(engine)  # how the harness drives the engine (duro._hooks.EngineHooks)
+        hooks.inline_store = True  # deterministic: the loop does all the work (see _clock.settle)
+        hooks.inline_sync_steps = True
+        hooks.new_run_id = lambda: f"run-{next(self._ids):05d}"
+        hooks.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
+        hooks.checkpoints.append(self._checkpoint)
+        hooks.hand_over_locally = "slot.confirming" not in self._crash_points
         for spec in self._project.workflows if self._project is not None else ():
             engine.register(spec)
         if self._engine is not None:  # keep what the test registered by hand
             for spec in self._engine.workflows.values():
                 if spec.name not in engine.workflows:
                     engine.register(spec)
-        run_store_inline(engine)  # deterministic: the loop does all the work (see _clock.settle)
         engine.events.subscribe(self.events.append)
-        engine.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
-        engine.checkpoint_hooks.append(self._checkpoint)
-        engine.hand_over_locally = "slot.confirming" not in self._crash_points
-        self._engine = engine
+        self._engine, self._hooks = engine, hooks
         await engine.__aenter__()
 
     # -- the engine ------------------------------------------------------------------------------
@@ -260,7 +266,7 @@ class DuroEnv:
         self._crash_points[point] = occurrence
         self._down_for = down_for
         if point == "slot.confirming" and self._engine is not None:
-            self._engine.hand_over_locally = False
+            self._hooks.hand_over_locally = False
 
     def _checkpoint(self, point: str, run_id: str) -> None:
         left = self._crash_points.get(point)

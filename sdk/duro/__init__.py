@@ -5,9 +5,9 @@ refuses starts beyond a per-key quota (:class:`Concurrency`), and queues work fo
 """
 
 from ._config import Workspace, define_workspace
-from ._context import child, now, sleep, start_child, wait_for_signal
 from ._decorators import Workflow, step, workflow
 from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
+from ._durable import child, now, sleep, start_child, wait_for_signal
 from ._engine import Engine
 from ._errors import (
     ChildWorkflowError,
@@ -20,13 +20,15 @@ from ._errors import (
     SlotTimeoutError,
 )
 from ._handle import RunHandle
-from ._limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
+from ._options import WorkerOptions
+from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
 
 __all__ = [
     "workflow",
     "step",
     "Workflow",
     "Engine",
+    "WorkerOptions",
     "RunHandle",
     "RunStatus",
     "Concurrency",

@@ -30,8 +30,6 @@ def resolve_engine(explicit: Any = None) -> Any:
     if explicit is not None:
         return explicit
     engine = current_engine.get()
-    if engine is None and current_run.get() is not None:
-        engine = current_run.get().engine
     if engine is None and _entered:
         engine = _entered[-1]
     if engine is None:

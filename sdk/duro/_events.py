@@ -31,6 +31,8 @@ _new_event = tuple.__new__
 
 
 class EventBus:
+    """``engine.events``: what happens to runs, for observers (the dev server's stream, the harness)."""
+
     def __init__(self) -> None:
         self._listeners: tuple[Listener, ...] = ()  # replaced, never mutated: emitting needs no copy
 
@@ -42,7 +44,9 @@ class EventBus:
     def _drop(self, listener: Listener) -> None:
         self._listeners = tuple(known for known in self._listeners if known is not listener)
 
-    def emit(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
+    def publish(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
+        """Tell every listener what happened to a run (``engine.emit`` is something else: it starts
+        the workflows subscribed to an event)."""
         if not self._listeners:
             return
         event = _new_event(RunEvent, (kind, run_id, at, workflow, detail))  # RunEvent(...) without its frame

@@ -5,15 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._clock import ms_to_datetime
 from ._definitions import RunStatus
 from ._serde import error_summary
 from .store import RunRecord, StepRecord
-
-if TYPE_CHECKING:
-    from ._engine import Engine
 
 
 @dataclass(frozen=True)
@@ -86,10 +83,25 @@ class RunInfo:
         )
 
 
+class RunAccess(Protocol):
+    """What a handle calls: an :class:`~duro.Engine` (or the harness's stand-in for whichever engine
+    runs after a simulated restart)."""
+
+    async def get_run(self, run_id: str) -> RunInfo: ...
+
+    async def result(self, run_id: str, timeout: Any = None) -> Any: ...
+
+    async def steps(self, run_id: str) -> list[StepInfo]: ...
+
+    async def cancel(self, run_id: str) -> None: ...
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None: ...
+
+
 class RunHandle:
     """A run by id, on an engine. Handles stay usable across engine restarts (they hold no state)."""
 
-    def __init__(self, engine: Engine, run_id: str) -> None:
+    def __init__(self, engine: RunAccess, run_id: str) -> None:
         self._engine = engine
         self.id = run_id
 
@@ -98,6 +110,7 @@ class RunHandle:
         return (await self._engine.get_run(self.id)).status
 
     async def info(self) -> RunInfo:
+        """The run as stored (:class:`RunInfo`)."""
         return await self._engine.get_run(self.id)
 
     async def result(self, timeout: Any = None) -> Any:

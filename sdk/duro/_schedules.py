@@ -10,22 +10,24 @@ window, then goes on from the next window after now (no backfill of every missed
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from croniter import croniter
 
-from ._clock import datetime_to_ms, ms_to_datetime
+from ._clock import Clock, datetime_to_ms, ms_to_datetime
 from ._definitions import Concurrency
 from ._errors import DuroError
+from ._gateway import StoreGateway
+from ._registry import Registry
 from ._serde import Codec
+from ._starts import Starter
 from .store import ScheduleRecord
-
-if TYPE_CHECKING:
-    from ._engine import Engine
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
 _JSON = Codec(None)
@@ -98,15 +100,32 @@ def _quota_of(rec: ScheduleRecord) -> Concurrency | None:
 class Schedules:
     """``engine.schedules``: create, list, get and delete persisted cron schedules."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        registry: Registry,
+        gateway: StoreGateway,
+        starter: Starter,
+        clock: Clock,
+        namespace: str,
+        changed: Callable[[], None],
+    ) -> None:
+        self._registry = registry
+        self._gateway = gateway
+        self._starter = starter
+        self._clock = clock
+        self._namespace = namespace
+        self._changed = changed  # tells the worker of this engine, if it runs, to look again
 
     async def create(
-        self, name: str, workflow: Any, cron: str, input: Any = None, concurrency: Concurrency | None = None
+        self,
+        name: str,
+        workflow: Any,
+        cron: str,
+        input: Any = None,  # noqa: A002 - the schedule's input, as everywhere in duro
+        concurrency: Concurrency | None = None,
     ) -> ScheduleInfo:
         """Create schedule ``name`` (or redefine it: a deploy can run this every time) to start
         ``workflow`` with ``input`` at every window of ``cron`` (UTC)."""
-        engine = self._engine
         if not isinstance(name, str) or not SCHEDULE_NAME.match(name):
             raise DuroError(
                 f"schedule name {name!r} is invalid: use 1 to 100 letters, digits, '.', '_', ':' or '-'"
@@ -116,11 +135,11 @@ class Schedules:
                 f"schedule {name!r}: cron {cron!r} is not a valid cron expression; "
                 f"e.g. '*/15 * * * *' (every 15 minutes, UTC)"
             )
-        spec = engine.spec_for(workflow)
+        spec = self._registry.spec_for(workflow)
         _, input_json = spec.prepare_input(input)
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         record = ScheduleRecord(
-            namespace=engine.namespace,
+            namespace=self._namespace,
             name=name,
             workflow=spec.name,
             cron=cron,
@@ -133,46 +152,51 @@ class Schedules:
             created_at=now,
             updated_at=now,
         )
-        await engine.db(engine.store.put_schedule, record)
-        if engine.worker is not None:
-            engine.worker.schedules_changed()
+        await self._gateway.call(self._gateway.store.put_schedule, record)
+        self._changed()
         return await self.get(name)
 
-    async def list(self) -> list[ScheduleInfo]:
-        engine = self._engine
+    async def list(self) -> builtins.list[ScheduleInfo]:
+        """The namespace's schedules, by name."""
+        store = self._gateway.store
         return [
-            ScheduleInfo.of(rec) for rec in await engine.db(engine.store.list_schedules, engine.namespace)
+            ScheduleInfo.of(rec) for rec in await self._gateway.call(store.list_schedules, self._namespace)
         ]
 
     async def get(self, name: str) -> ScheduleInfo:
+        """The schedule ``name``, or a clear error."""
         for info in await self.list():
             if info.name == name:
                 return info
         raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
 
     async def delete(self, name: str) -> None:
-        engine = self._engine
+        """Delete the schedule ``name`` (its runs stay as they are)."""
         valid = isinstance(name, str) and SCHEDULE_NAME.match(name)  # else no schedule has it (nor NUL)
-        if not valid or not await engine.db(engine.store.delete_schedule, engine.namespace, name):
+        store = self._gateway.store
+        if not valid or not await self._gateway.call(store.delete_schedule, self._namespace, name):
             raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
-        if engine.worker is not None:
-            engine.worker.schedules_changed()
+        self._changed()
 
-
-async def fire_due(engine: Engine) -> int | None:
-    """Fire every due window of this engine's schedules; returns the next window to wait for."""
-    store, namespace, now = engine.store, engine.namespace, engine.clock.now_ms()
-    names = engine.local_workflow_names()
-    for rec in await engine.db(store.due_schedules, namespace, names, now):
-        following = next_window(rec.cron, max(rec.next_fire_at, now))
-        if not await engine.db(
-            store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now
-        ):
-            continue  # another worker fired this window
-        run_id, error = f"schedule:{rec.name}:{rec.next_fire_at}", None
-        try:
-            await engine.start(rec.workflow, _JSON.load(rec.input), run_id=run_id, concurrency=_quota_of(rec))
-        except DuroError as err:
-            run_id, error = None, str(err)
-        await engine.db(store.record_schedule_outcome, namespace, rec.name, now, run_id, error)
-    return await engine.db(store.next_schedule_due, namespace, names)
+    async def fire_due(self) -> int | None:
+        """Fire every due window of the namespace's schedules (of workflows whose code this process
+        has); returns the next window to wait for."""
+        gateway, store, namespace = self._gateway, self._gateway.store, self._namespace
+        now = self._clock.now_ms()
+        names = self._registry.local_names()
+        for rec in await gateway.call(store.due_schedules, namespace, names, now):
+            following = next_window(rec.cron, max(rec.next_fire_at, now))
+            if not await gateway.call(
+                store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now
+            ):
+                continue  # another worker fired this window
+            run_id: str | None = f"schedule:{rec.name}:{rec.next_fire_at}"
+            error = None
+            try:
+                await self._starter.start(
+                    rec.workflow, _JSON.load(rec.input), run_id=run_id, concurrency=_quota_of(rec)
+                )
+            except DuroError as err:
+                run_id, error = None, str(err)
+            await gateway.call(store.record_schedule_outcome, namespace, rec.name, now, run_id, error)
+        return await gateway.call(store.next_schedule_due, namespace, names)

@@ -7,15 +7,15 @@ is refused (or whose input does not fit the payload) is skipped and the others s
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._errors import DuroError
+from ._handle import RunHandle
+from ._registry import Registry
+from ._starts import Starter
 from ._text import NO_NUL, NUL
-
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._handle import RunHandle
 
 EVENT_NAME = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
 
@@ -45,7 +45,15 @@ def check_event_name(name: Any) -> str:
     return name
 
 
-async def emit(engine: Engine, name: str, payload: Any, event_id: str | None) -> EmitResult:
+async def emit(
+    registry: Registry,
+    starter: Starter,
+    handle: Callable[[str], RunHandle],
+    name: str,
+    payload: Any,
+    event_id: str | None,
+) -> EmitResult:
+    """Start every workflow subscribed to event ``name`` (see ``Engine.emit``)."""
     check_event_name(name)
     if event_id is not None and (
         not isinstance(event_id, str) or not 0 < len(event_id) <= 120 or NUL in event_id
@@ -53,12 +61,13 @@ async def emit(engine: Engine, name: str, payload: Any, event_id: str | None) ->
         raise DuroError(f"event_id {event_id!r} is invalid: use a string of 1 to 120 characters; {NO_NUL}")
     result = EmitResult(event=name)
     subscribers = sorted(
-        (spec for spec in engine.workflows.values() if spec.on_event == name), key=lambda spec: spec.name
+        (spec for spec in registry.specs.values() if spec.on_event == name), key=lambda spec: spec.name
     )
     for spec in subscribers:
         run_id = None if event_id is None else f"event:{event_id}:{spec.name}"
         try:
-            result.started.append(await engine.start(spec, payload, run_id=run_id))
+            record, _ = await starter.start(spec, payload, run_id=run_id)
+            result.started.append(handle(record.id))
         except DuroError as err:
             result.skipped.append(SkippedStart(spec.name, err))
     return result

@@ -1,17 +1,22 @@
-"""Building blocks for test tooling (the duro harness uses these; so may other test runners).
-
-Stable names: ``duration_ms``, ``datetime_to_ms``, ``ms_to_datetime``, ``EngineCrash``,
-``load_project``, ``Project``, ``RunEvent``, ``LimitConfig``, ``run_store_inline``.
+"""What a test environment needs of duro beyond its public names (the duro harness uses these; so
+may other test runners): ``EngineCrash`` (raise it at a checkpoint to crash the box), ``hooks``
+(an engine's private :class:`EngineHooks`), ``run_store_inline``, ``LimitConfig``. Time and project
+helpers shared with the dev server are in :mod:`duro.tooling`.
 """
 
 from typing import Any
 
-from ._clock import datetime_to_ms, ms_to_datetime
 from ._config import LimitConfig
-from ._durations import to_ms as duration_ms
 from ._errors import EngineCrash
-from ._events import RunEvent
-from ._scan import Project, load_project
+from ._hooks import EngineHooks
+
+
+def hooks(engine: Any) -> EngineHooks:
+    """The private hooks of an engine: how a test environment changes the way it runs (store calls
+    inline, sync steps inline, numbered run ids, crash points, local hand-overs, the target of its
+    handles). See :class:`duro._hooks.EngineHooks`; not for production use. Set ``inline_store``
+    before entering the engine (``run_store_inline``); the others take effect at once."""
+    return engine._hooks  # type: ignore[no-any-return]  # the one reader of this private attribute
 
 
 def run_store_inline(engine: Any) -> None:
@@ -21,17 +26,7 @@ def run_store_inline(engine: Any) -> None:
     before entering the engine."""
     if engine.worker is not None:
         raise RuntimeError("run_store_inline: call it before entering the engine")
-    engine._inline_db = True
+    hooks(engine).inline_store = True
 
 
-__all__ = [
-    "run_store_inline",
-    "duration_ms",
-    "datetime_to_ms",
-    "ms_to_datetime",
-    "EngineCrash",
-    "load_project",
-    "Project",
-    "RunEvent",
-    "LimitConfig",
-]
+__all__ = ["EngineCrash", "EngineHooks", "LimitConfig", "hooks", "run_store_inline"]

@@ -13,10 +13,10 @@ from ._durations import to_ms as duration_ms
 from ._errors import StoreUnavailable
 from ._events import RunEvent
 from ._handle import RunInfo, StepInfo
-from ._limits import LimitInfo, SlotInfo
 from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
 from ._text import check_run_id
+from .limits import LimitInfo, SlotInfo
 
 __all__ = [
     "load_project",

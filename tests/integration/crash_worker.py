@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from duro import Engine
+from duro import Engine, WorkerOptions
 from tests.integration.flows import fulfil
 
 
 async def main(url: str, run_id: str) -> None:
-    async with Engine(url, poll_interval="100ms", lease="2s") as engine:
+    async with Engine(url, options=WorkerOptions(poll_interval="100ms", lease="2s")) as engine:
         await fulfil.start({"name": "lamp", "qty": 2}, run_id=run_id, engine=engine)
         await asyncio.Event().wait()
 

@@ -12,7 +12,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from duro import Concurrency, ConcurrencyLimitError, Engine, sleep, step, workflow
+from duro import Concurrency, ConcurrencyLimitError, Engine, WorkerOptions, sleep, step, workflow
 
 
 @step(name="race.hold")
@@ -46,7 +46,7 @@ async def main(
             raise SystemExit("the go file never appeared")
         await asyncio.sleep(0.005)
     counts = {"admitted": 0, "refused": 0}
-    async with Engine(url, poll_interval="20ms") as engine:
+    async with Engine(url, options=WorkerOptions(poll_interval="20ms")) as engine:
         engine.register(turn)
 
         quota = {} if statuses is None else {"count_statuses": statuses}

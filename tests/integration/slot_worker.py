@@ -6,7 +6,7 @@ import asyncio
 import random
 import sys
 
-from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, sleep, workflow
+from duro import Engine, Limit, WorkerOptions, acquire_slot, define_workspace, release_slot, sleep, workflow
 
 WORKSPACE = define_workspace(limits={"lines": Limit(capacity=2, max_hold="3s")})
 
@@ -21,7 +21,9 @@ async def call(n: int) -> int:
 
 
 async def main(url: str) -> None:
-    async with Engine(url, workspace=WORKSPACE, poll_interval="50ms", lease="2s") as engine:
+    async with Engine(
+        url, workspace=WORKSPACE, options=WorkerOptions(poll_interval="50ms", lease="2s")
+    ) as engine:
         engine.register(call)
         await asyncio.Event().wait()
 

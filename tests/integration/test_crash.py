@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from duro import Engine
+from duro import Engine, WorkerOptions
 from tests.integration.flows import Packed, fulfil
 from tests.support.waiting import eventually
 
@@ -65,7 +65,7 @@ async def test_a_killed_worker_run_completes_elsewhere_with_steps_run_once(
     journal = (tmp_path / "journal").read_text().split("\n")
     assert sorted(line.split()[0] for line in journal if line) == ["pack", "pick"]
 
-    async with Engine(database_url, poll_interval="50ms", lease="2s") as engine:
+    async with Engine(database_url, options=WorkerOptions(poll_interval="50ms", lease="2s")) as engine:
         engine.register(fulfil)
         run = await engine.get_run("crash-1")
         assert run.status == "suspended"

@@ -14,6 +14,7 @@ from duro import (
     Engine,
     RunFailedError,
     RunStatus,
+    WorkerOptions,
     child,
     now,
     sleep,
@@ -26,7 +27,7 @@ from tests.support.waiting import eventually
 
 
 def engine_for(url: str, **kw) -> Engine:
-    return Engine(url, poll_interval="50ms", **kw)
+    return Engine(url, **kw, options=WorkerOptions(poll_interval="50ms"))
 
 
 async def test_steps_results_and_history(database_url):

@@ -24,6 +24,7 @@ from duro import (
     DuroError,
     Engine,
     Limit,
+    WorkerOptions,
     acquire_slot,
     define_workspace,
     wait_for_signal,
@@ -61,7 +62,7 @@ async def tenant_job(inp: dict) -> str:
 
 
 def engine_for(url: str) -> Engine:
-    engine = Engine(url, workspace=WORKSPACE, poll_interval="50ms")
+    engine = Engine(url, workspace=WORKSPACE, options=WorkerOptions(poll_interval="50ms"))
     for fn in (echo, waiter, holder, tenant_job):
         engine.register(fn)
     return engine

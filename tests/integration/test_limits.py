@@ -345,7 +345,7 @@ async def test_the_safety_pass_runs_every_15_seconds_while_slots_are_active(duro
         return original(configs, now)
 
     duro_env.engine.store.slots_expire = counting
-    duro_env.engine.worker._limits_changed.set()
+    duro_env.engine.worker.slots.look_again()
     await duro_env.advance("1m")
     gaps = {b - a for a, b in zip(passes[1:], passes[2:], strict=False)}
     assert gaps == {15_000}

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
-from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, wait_for_signal, workflow
+from duro import (
+    Engine,
+    Limit,
+    WorkerOptions,
+    acquire_slot,
+    define_workspace,
+    release_slot,
+    wait_for_signal,
+    workflow,
+)
 from duro.store import SqlStore
 from tests.support.pgserver import dsn
 from tests.support.waiting import eventually
@@ -54,9 +64,10 @@ class SkewedClock:
         return self._system.monotonic_ms()
 
 
-def engine(url: str, **kwargs: object) -> Engine:
-    kwargs.setdefault("poll_interval", "30s")  # polls too slow to matter, unless a test says otherwise
-    created = Engine(url, workspace=WORKSPACE, **kwargs)
+def engine(url: str, **kwargs: Any) -> Engine:
+    options = {key: kwargs.pop(key) for key in ("poll_interval", "lease", "worker_id") if key in kwargs}
+    options.setdefault("poll_interval", "30s")  # polls too slow to matter, unless a test says otherwise
+    created = Engine(url, workspace=WORKSPACE, options=WorkerOptions(**options), **kwargs)
     created.register(holder)
     created.register(waiter)
     return created
@@ -122,8 +133,8 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres
         ahead = engine(postgres_url, worker_id="ahead", clock=SkewedClock(10 * 60_000))
         async with ahead:
             await ahead.worker.tick()  # type: ignore[union-attr]
-            changed, granted = await ahead.db(
-                ahead.store.slots_expire, ahead.limit_configs(), ahead.clock.now_ms()
+            changed, granted = await asyncio.to_thread(
+                ahead.store.slots_expire, ahead.workspace.limits, ahead.clock.now_ms()
             )
             assert changed == [] and granted == []  # 10 minutes "later" on its clock: not on the database's
             (slot,) = await honest.limits.slots("line")

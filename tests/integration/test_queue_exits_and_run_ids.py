@@ -25,6 +25,7 @@ from duro import (
     Limit,
     RunFailedError,
     RunIdConflictError,
+    WorkerOptions,
     acquire_slot,
     child,
     define_workspace,
@@ -32,6 +33,7 @@ from duro import (
     wait_for_signal,
     workflow,
 )
+from duro.testing import hooks
 from duro_devserver.app import create_app
 from duro_devserver.source import FixedEngine
 from tests.support import store_ops
@@ -78,7 +80,7 @@ async def parent_of_other(run_id: str) -> Any:
 
 
 def engine_for(url: str) -> Engine:
-    engine = Engine(url, workspace=WORKSPACE, poll_interval="50ms")
+    engine = Engine(url, workspace=WORKSPACE, options=WorkerOptions(poll_interval="50ms"))
     for fn in (caller, echo, other, parent_of_other, fails_while_waiting):
         engine.register(fn)
     return engine
@@ -171,7 +173,7 @@ async def test_an_operator_release_of_a_reserved_slot_requeues_its_run_and_never
     """The waiter is picked (its slot reserved) and, before it confirms, an operator releases that
     slot: the run goes back to the queue and, as the only one waiting, is handed the slot again."""
     async with engine_for(database_url) as engine:
-        engine.hand_over_locally = False  # every hand-out is a reservation the waiter must confirm
+        hooks(engine).hand_over_locally = False  # every hand-out is a reservation the waiter must confirm
         holder, waiter = await _holding_and_waiting(engine)
         seen: list[str] = []
 
@@ -180,12 +182,12 @@ async def test_an_operator_release_of_a_reserved_slot_requeues_its_run_and_never
                 slot = engine.store.get_slot(f"{waiter}.0")
                 seen.append(slot.state)
                 _, released, _ = store_ops.slot_release(
-                    engine.store, engine.limit_configs(), slot.id, engine.clock.now_ms(), "operator"
+                    engine.store, engine.workspace.limits, slot.id, engine.clock.now_ms(), "operator"
                 )
                 assert released
                 seen.append(engine.store.get_slot(slot.id).state)
 
-        engine.checkpoint_hooks.append(release_before_confirming)
+        hooks(engine).checkpoints.append(release_before_confirming)
         await engine.signal(holder, "done")
         assert await engine.result(holder, timeout="10s") == "holder.0"
         await eventually(lambda: _status_is(engine, waiter, "suspended"), what="the waiter to hold the slot")

@@ -11,11 +11,12 @@ from duro import (
     DuroError,
     Engine,
     RunStatus,
+    WorkerOptions,
     child,
     wait_for_signal,
     workflow,
 )
-from duro.store import SqlStore
+from duro.store import SqlStore, Store
 from tests.support.waiting import eventually
 
 PLANS = {"acme": 2, "globex": 1}
@@ -38,7 +39,7 @@ async def report(inp: dict) -> str:
 
 
 def engine_for(url: str, **kw) -> Engine:
-    return Engine(url, poll_interval="50ms", **kw)
+    return Engine(url, **kw, options=WorkerOptions(poll_interval="50ms"))
 
 
 async def refused(start) -> ConcurrencyLimitError:
@@ -185,24 +186,15 @@ async def test_register_and_register_remote_take_a_quota(database_url):
     client.close()
 
 
-class NoCountStore:
-    """A custom store without the optional count_active (or apply_batch): quotas count a listing."""
-
-    def __init__(self, url: str) -> None:
-        self._inner = SqlStore(url)
-
-    def __getattr__(self, name: str):
-        if name in ("count_active", "apply_batch"):
-            raise AttributeError(name)
-        return getattr(self._inner, name)
-
-
-async def test_a_store_without_count_active_falls_back_to_a_listing(sqlite_url):
-    async with Engine(store=NoCountStore(sqlite_url), poll_interval="50ms"):
-        await chat_turn.start({"tenant": "acme"})
-        await chat_turn.start({"tenant": "acme"})
-        err = await refused(chat_turn.start({"tenant": "acme"}))
-        assert err.active == 2
+def test_the_sql_store_implements_the_whole_store_protocol(sqlite_url):
+    """Every method of the store protocol is mandatory (there is no fallback for a store without
+    count_active or apply_batch any more): the SQL store has each one, and its capabilities."""
+    store = SqlStore(sqlite_url)
+    members = [name for name in vars(Store) if not name.startswith("_")]
+    missing = [name for name in members if not hasattr(store, name) and name not in Store.__annotations__]
+    assert missing == []
+    assert store.batches and isinstance(store.notifies, bool) and store.reads
+    store.close()
 
 
 def test_the_queries_on_partial_indexes_still_use_them(sqlite_url):

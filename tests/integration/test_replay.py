@@ -7,7 +7,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from duro import Engine, NonDeterminismError, RunFailedError, now, sleep, step, wait_for_signal, workflow
+from duro import (
+    Engine,
+    NonDeterminismError,
+    RunFailedError,
+    WorkerOptions,
+    now,
+    sleep,
+    step,
+    wait_for_signal,
+    workflow,
+)
 from duro.testing import run_store_inline
 from duro_harness import SimulatedClock
 from duro_harness._clock import settle
@@ -18,7 +28,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 def simulated_engine(url: str, clock: SimulatedClock, **kw) -> Engine:
     """An engine on a simulated clock, its store called inline (as the harness does), so that
     ``clock.advance`` lets every run settle between timers."""
-    engine = Engine(url, clock=clock, poll_interval=None, **kw)
+    engine = Engine(url, clock=clock, **kw, options=WorkerOptions(poll_interval=None))
     run_store_inline(engine)
     return engine
 

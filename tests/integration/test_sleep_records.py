@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-from duro import Engine, sleep, step, workflow
+from duro import Engine, WorkerOptions, sleep, step, workflow
 from duro_harness import SimulatedClock
 from tests.support.waiting import eventually
 
@@ -38,7 +38,7 @@ async def test_a_run_whose_sleep_record_is_fenced_stops_at_once_instead_of_sleep
 
     clock = SimulatedClock(START)
     try:
-        async with Engine(database_url, clock=clock, poll_interval=None) as engine:
+        async with Engine(database_url, clock=clock, options=WorkerOptions(poll_interval=None)) as engine:
             engine.register(stolen_nap)
             # a live worker, or this one would find the run's new owner dead and claim it back
             engine.store.register_worker("another-worker", engine.namespace, "elsewhere", 1, clock.now_ms())
@@ -65,7 +65,7 @@ async def test_a_sleep_record_the_store_refuses_fails_the_run_with_the_error(sql
         await sleep("1h")
         return "woke"
 
-    async with Engine(sqlite_url, clock=clock, poll_interval=None) as engine:
+    async with Engine(sqlite_url, clock=clock, options=WorkerOptions(poll_interval=None)) as engine:
         engine.register(doomed_nap)
         outside = sa.create_engine(sqlite_url)
         with outside.begin() as conn:

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import Engine
+from duro import Engine, WorkerOptions
 from duro.store import NewRun, SqlStore
 from duro.tooling import StoreUnavailable
 from duro_devserver.app import create_app
@@ -77,7 +77,7 @@ def assert_clean_503(answer: httpx.Response, retry_after: int = 5) -> dict[str, 
 
 async def test_a_start_while_another_process_holds_the_write_lock_is_503_and_changes_nothing(tmp_path):
     path = tmp_path / "duro.db"
-    engine = Engine(f"sqlite:///{path}?busy_timeout=500ms", poll_interval="50ms")
+    engine = Engine(f"sqlite:///{path}?busy_timeout=500ms", options=WorkerOptions(poll_interval="50ms"))
     engine.register(double)
     start = {"input": 21, "run_id": "started-under-the-lock"}
     async with served(engine) as (_app, client):

@@ -31,7 +31,7 @@ async def _limit(eng: Engine, name: str) -> LimitInfo:
     for info in await eng.limits.list():
         if info.name == name:
             return info
-    known = ", ".join(sorted(eng.limit_configs())) or "none (declare them in duro.config.py)"
+    known = ", ".join(sorted(eng.workspace.limits)) or "none (declare them in duro.config.py)"
     raise ApiError(404, f"limit {name!r} does not exist; known limits: {known}")
 
 

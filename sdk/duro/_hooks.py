@@ -1,0 +1,36 @@
+"""The harness's private hold on an engine: what a test environment changes about how it runs.
+
+Not public API. ``duro.testing.hooks(engine)`` gives the :class:`EngineHooks` of an engine not yet
+entered; the harness (``duro_harness``) sets them. Nothing else in duro reads them but the parts
+named on each field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EngineHooks:
+    # Store calls made on the event loop, waiting included (duro._gateway): deterministic, for a
+    # private store no other process can lock (the harness's in-memory SQLite).
+    inline_store: bool = False
+    # Sync steps run on the loop instead of in threads (duro._context): a repeatable event order.
+    inline_sync_steps: bool = False
+    # New run ids (duro._starts): numbered, for repeatable ids, instead of time-ordered random ones.
+    new_run_id: Callable[[], str] | None = None
+    # Called at named points of a run's work ("step.executed" before the step's record is written,
+    # "run.finishing", "slot.confirming"); the harness raises EngineCrash there to crash the box.
+    checkpoints: list[Callable[[str, str], None]] = field(default_factory=list)
+    # A release hands a freed slot straight to a run parked in this process (duro.store.ReleaseSlot's
+    # hand_over). False: every hand-out is a reservation (the harness, to strand one).
+    hand_over_locally: bool = True
+    # What handles made by the engine call (duro._handle.RunAccess): the engine itself, or the
+    # harness's stand-in for whichever engine runs after a simulated restart.
+    handle_target: Any = None
+
+    def checkpoint(self, point: str, run_id: str) -> None:
+        for hook in self.checkpoints:
+            hook(point, run_id)

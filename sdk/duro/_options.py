@@ -1,0 +1,41 @@
+"""How an engine's worker runs: its lease, its poll interval and its id (:class:`WorkerOptions`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._durations import Duration, to_ms
+from ._errors import DuroError
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The worker an entered engine runs (``Engine(..., options=WorkerOptions(...))``).
+
+    ``lease``: how long a worker's runs stay its own without a heartbeat going through (it beats
+    every third of it); another worker takes them over after a whole lease of silence.
+    ``poll_interval``: how often the worker looks at the store for what notifications missed (runs
+    to claim, other processes' changes); ``None``: never (one process alone on its store, e.g.
+    under a simulated clock: the worker acts on local wake-ups only). ``worker_id``: the worker's
+    row in the store (default: host, pid and a random suffix).
+    """
+
+    poll_interval: Duration | None = "1s"
+    lease: Duration = "30s"
+    worker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
+        self.lease_ms  # noqa: B018
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str) or not 0 < len(self.worker_id) <= 200
+        ):
+            raise DuroError(f"worker_id must be a string of 1 to 200 characters, got {self.worker_id!r}")
+
+    @property
+    def poll_interval_ms(self) -> int | None:
+        return None if self.poll_interval is None else max(1, to_ms(self.poll_interval, "poll_interval"))
+
+    @property
+    def lease_ms(self) -> int:
+        return max(3, to_ms(self.lease, "lease"))

@@ -1,0 +1,182 @@
+"""Reading and acting on runs by id: ``get_run``, ``steps``, ``list_runs``, ``result``, ``signal``,
+``cancel`` — what ``engine.*`` and every :class:`RunHandle` call."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ._clock import Clock
+from ._definitions import TERMINAL_STATUS_VALUES, RunStatus
+from ._durations import Duration, format_ms, to_ms
+from ._errors import DuroError, RunCancelled, RunFailedError
+from ._events import EventBus
+from ._gateway import StoreGateway
+from ._handle import RunInfo, StepInfo
+from ._registry import Registry
+from ._serde import Codec, describe_error, dump_json, restore_error
+from ._text import NO_NUL, NUL, refuse_nul
+from ._wakeups import Wakeups
+from .limits import Limits
+from .store import RunRecord, settle_sleeps
+
+_JSON = Codec(None)
+
+
+class LocalRuns(Protocol):
+    """The worker of an entered engine, as reads and acts on runs see it."""
+
+    wakeups: Wakeups
+
+    def notify_signal(self, run_id: str, name: str) -> None: ...
+
+    def notify_cancelled(self, run_ids: builtins.list[str]) -> None: ...
+
+
+class Runs:
+    def __init__(
+        self,
+        gateway: StoreGateway,
+        registry: Registry,
+        clock: Clock,
+        events: EventBus,
+        limits: Limits,
+        namespace: str,
+        scope_reads: bool,
+        poll_ms: int | None,
+        local: Callable[[], LocalRuns | None],
+    ) -> None:
+        self._gateway = gateway
+        self._store = gateway.store
+        self._registry = registry
+        self._clock = clock
+        self._events = events
+        self._limits = limits
+        self._namespace = namespace
+        self._scope_reads = scope_reads
+        self._read_namespace = namespace if scope_reads else None
+        self._poll_ms = poll_ms
+        self._local = local  # the engine's worker while it is entered
+
+    async def record(self, run_id: str) -> RunRecord:
+        """The run as stored, or a clear error (also when it is in another namespace, if reads are fenced)."""
+        if (
+            isinstance(run_id, str) and NUL in run_id
+        ):  # no run has such an id; PostgreSQL could not even be asked
+            raise DuroError(f"run {run_id!r} does not exist: {NO_NUL}")
+        record = await self._gateway.call(self._store.get_run, run_id, self._read_namespace)
+        if record is None:
+            raise DuroError(
+                f"run {run_id!r} does not exist"
+                + (f" in namespace {self._namespace!r}" if self._scope_reads else "")
+            )
+        return record
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        return RunInfo.of(await self.record(run_id))
+
+    async def steps(self, run_id: str) -> builtins.list[StepInfo]:
+        run = await self.record(run_id)
+        steps = await self._gateway.call(self._store.get_steps, run_id)
+        return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
+
+    async def list(
+        self,
+        workflow: str | None = None,
+        status: Any = None,
+        tag: str | None = None,
+        limit: int = 100,
+        before: tuple[int, str] | None = None,
+    ) -> builtins.list[RunInfo]:
+        statuses = None
+        if status is not None:
+            items = [status] if isinstance(status, str | RunStatus) else builtins.list(status)
+            try:
+                statuses = [RunStatus(s).value for s in items]
+            except ValueError:
+                raise DuroError(
+                    f"status {status!r} is not a run status; use one of {', '.join(s.value for s in RunStatus)}"
+                ) from None
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise DuroError(f"limit must be an int from 1 to 10000, got {limit!r}")
+        for what, text in (
+            ("workflow", workflow),
+            ("tag", tag),
+            ("before", None if before is None else before[1]),
+        ):
+            if text is not None:
+                refuse_nul(text, f"the {what} filter {text!r}")
+        records = await self._gateway.call(
+            self._store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before
+        )
+        return [RunInfo.of(rec) for rec in records]
+
+    async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
+        deadline = None if timeout is None else self._clock.now_ms() + to_ms(timeout, "result timeout")
+        local = self._local()
+        waiter = local.wakeups.done.add(run_id) if local is not None else None
+        poll_ms = self._poll_ms or 1000
+        backoff = 10
+        try:
+            while True:
+                record = await self.record(run_id)
+                if record.status in TERMINAL_STATUS_VALUES:
+                    return self._outcome(record)
+                now = self._clock.now_ms()
+                if deadline is not None and now >= deadline:
+                    raise TimeoutError(
+                        f"run {run_id!r} did not finish within {format_ms(to_ms(timeout or 0))}"
+                        f"; it is {record.status}"
+                    )
+                # With a local worker, its completion wakes us; the pass is for runs ending elsewhere.
+                backoff = poll_ms if waiter else min(backoff * 2, poll_ms)
+                until = now + backoff if deadline is None else min(deadline, now + backoff)
+                if local is not None and waiter is not None:
+                    await local.wakeups.wait_for(waiter.wait(), until)
+                    waiter.clear()
+                else:
+                    await self._clock.sleep_until(until)
+        finally:
+            if local is not None and waiter is not None:
+                local.wakeups.done.drop(run_id, waiter)
+
+    def _outcome(self, record: RunRecord) -> Any:
+        if record.status == "completed":
+            spec = self._registry.get(record.workflow)
+            return (spec.output if spec is not None else _JSON).load(record.output)
+        cause = restore_error(record.error) if record.error else RunCancelled(record.id)
+        verb = "was cancelled" if record.status == "cancelled" else "failed"
+        raise RunFailedError(
+            record.id,
+            record.status,
+            cause,
+            f"run {record.id!r} of workflow {record.workflow!r} {verb}: {type(cause).__name__}: {cause}",
+        )
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= 200 or NUL in name:
+            raise DuroError(f"signal name {name!r} is invalid: use a string of 1 to 200 characters; {NO_NUL}")
+        try:
+            text = dump_json(payload)
+        except (TypeError, ValueError) as err:
+            raise DuroError(f"payload of signal {name!r} to run {run_id!r} is not JSON: {err}") from None
+        await self.record(run_id)
+        await self._gateway.call(self._store.send_signal, run_id, name, text, self._clock.now_ms())
+        self._events.publish("signal.sent", run_id, self._clock.now_ms(), None, name=name)
+        local = self._local()
+        if local is not None:
+            local.notify_signal(run_id, name)
+
+    async def cancel(self, run_id: str) -> None:
+        if isinstance(run_id, str) and NUL in run_id:
+            return  # no run has such an id (and PostgreSQL could not even be asked)
+        error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
+        now = self._clock.now_ms()
+        cancelled = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
+        for cancelled_id in cancelled:
+            self._events.publish("run.cancelled", cancelled_id, now)
+        local = self._local()
+        if local is not None:
+            local.notify_cancelled(cancelled)
+        await self._limits.leave_queues(cancelled, now)

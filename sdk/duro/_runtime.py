@@ -1,0 +1,69 @@
+"""What a run's execution reaches outside itself: the :class:`Runtime` a worker builds once and
+shares with every run it executes (the store gateway, the clock, the lease, the wake-ups, the
+registry, the start path, the limits), and the ports it is typed by. Never the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._clock import Clock
+from ._durations import Duration
+from ._events import EventBus
+from ._gateway import StoreGateway
+from ._hooks import EngineHooks
+from ._registry import Registry
+from ._starts import Starter
+from ._wakeups import Wakeups
+
+
+class LostRun(BaseException):
+    """Internal: this worker may no longer write the run (cancelled, or another worker took it)."""
+
+
+class Lease(Protocol):
+    """The worker's lease on the runs it executes (duro._worker.Worker)."""
+
+    def owns_runs(self) -> bool:
+        """Whether no other worker can have taken our runs now."""
+
+    async def confirm(self) -> None:
+        """Wait until the store confirms the lease (or every run was dropped, raising LostRun in each)."""
+
+
+class SlotPort(Protocol):
+    """The limits' durable calls (duro.limits), for the class form's ``ctx.acquire_slot`` & co.
+    ``ctx`` is the calling run's :class:`duro._context.RunContext`."""
+
+    async def acquire(self, ctx: Any, limit: str, label: str | None, timeout: Duration | None) -> Any: ...
+
+    async def release(self, ctx: Any, slot_id: str) -> Any: ...
+
+    async def with_limit(
+        self, ctx: Any, limit: str, fn: Any, label: str | None, timeout: Duration | None
+    ) -> Any: ...
+
+    def limit_slot(
+        self, ctx: Any, limit: str, label: str | None, timeout: Duration | None
+    ) -> AbstractAsyncContextManager[Any]: ...
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a run's execution needs, built once by its worker and shared by every run it executes."""
+
+    worker_id: str
+    clock: Clock
+    gateway: StoreGateway
+    events: EventBus
+    registry: Registry
+    starter: Starter
+    wakeups: Wakeups
+    lease: Lease
+    hooks: EngineHooks
+    step_executor: Executor
+    handle: Callable[[str], Any]  # the RunHandle of a run id (start_child returns one)
+    slots: SlotPort

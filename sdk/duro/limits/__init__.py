@@ -1,0 +1,29 @@
+"""Limits: named slots with a capacity, a durable FIFO queue and ``max_hold``.
+
+- the pure decisions: :mod:`duro._slots` (grant, reserve, confirm, expire, release, requeue);
+- the records: :mod:`._types` (``Slot``, ``SlotRelease``, ``LimitInfo``, ``SlotInfo``);
+- this process's waiting runs and the expiry loop: :mod:`._local`;
+- in workflow code: :mod:`._acquire` (``acquire_slot``, ``release_slot``, ``with_limit``, ``limit_slot``);
+- for operators: :mod:`._admin` (``engine.limits``).
+"""
+
+from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
+from ._admin import Limits
+from ._local import LocalSlots
+from ._types import HOOK_PREFIX, LimitInfo, Slot, SlotInfo, SlotRelease, limit_config
+
+__all__ = [
+    "HOOK_PREFIX",
+    "LimitInfo",
+    "Limits",
+    "LocalSlots",
+    "RunLimits",
+    "Slot",
+    "SlotInfo",
+    "SlotRelease",
+    "acquire_slot",
+    "limit_config",
+    "limit_slot",
+    "release_slot",
+    "with_limit",
+]

@@ -1,0 +1,260 @@
+"""Limits in workflow code: ``acquire_slot`` / ``release_slot`` / ``with_limit`` / ``limit_slot``.
+
+A slot lives in the box (the store), not in the run: another workflow may release it, and ending a
+run does not release a slot it holds. A run waiting for a slot stays ``running``; its step list shows
+the hook step ``Esperando hueco · <limit>``, closed when the slot is confirmed, when the wait times
+out (failed), or when the run ends while it waits (cancelled or failed, as the run). Labels are data
+for people (Studio, CLI); duro never writes them to logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
+from typing import TypeVar
+
+from .. import _current
+from .._config import Workspace
+from .._context import RunContext
+from .._durations import Duration, to_ms
+from .._errors import DuroError, SlotTimeoutError
+from .._events import EventBus
+from .._gateway import StoreGateway
+from .._serde import describe_error, restore_error
+from .._text import NO_NUL, NUL
+from .._wakeups import Wakeups
+from ..store import ConfirmSlot, GiveUpSlot, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
+from ._local import LocalSlots
+from ._types import HOOK_PREFIX, Slot, SlotRelease, check_label, limit_config, slot_of
+
+T = TypeVar("T")
+# A task being cancelled by its worker (shutdown, a run lost to another worker, a stale copy) must
+# not record a release: the replay elsewhere would find a call the code did not make there.
+_TEARDOWN = (asyncio.CancelledError,)
+
+
+class RunLimits:
+    """A worker's runs' side of limits: the durable calls ``acquire`` and ``release`` (each run's
+    ``ctx.acquire_slot`` / ``ctx.release_slot``, and the module functions, come here)."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        local: LocalSlots,
+        gateway: StoreGateway,
+        events: EventBus,
+        wakeups: Wakeups,
+    ) -> None:
+        self._workspace = workspace
+        self._local = local
+        self._gateway = gateway
+        self._events = events
+        self._wakeups = wakeups
+
+    async def acquire(self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None) -> Slot:
+        """Take a slot of ``limit`` for the run, waiting in the queue up to ``timeout``."""
+        config = limit_config(self._workspace, limit)
+        local = self._local
+        label = check_label(limit, label)
+        timeout_ms = None if timeout is None else to_ms(timeout, f"acquire_slot({limit!r}) timeout")
+        name = f"{HOOK_PREFIX}{limit}"
+        seq, rec = ctx.take_seq("hook", name)
+        if rec is not None and rec.status == "completed":
+            return Slot(**json.loads(rec.result or "{}"))
+        if rec is not None and rec.status == "failed":
+            raise restore_error(rec.error)
+        slot_id = f"{ctx.run_id}.{seq}"
+        if rec is None:
+            now = ctx.now_ms()
+            rec = StepRecord(
+                seq,
+                "hook",
+                name,
+                "waiting",
+                now,
+                wake_at=None if timeout_ms is None else now + timeout_ms,
+                detail=json.dumps({"slot_id": slot_id, "limit": limit}),
+            )
+            requested: SlotOutcome = await ctx.apply(
+                RequestSlot(config, slot_id, ctx.run_id, label, rec.wake_at, now, ctx.own(rec))
+            )
+            row, rec = requested.row, requested.step or rec
+            ctx.recorded(rec)
+            local.changed(None if row is None else row.due_at)
+        else:  # a replay: the request is in the store, in its place
+            row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
+        if row is not None and row.state == "busy" and rec.status == "completed":
+            return slot_of(row)  # granted at once: the request closed its hook step in the same transaction
+        done = StepRecord(
+            seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail
+        )
+        waiter = local.wait(slot_id, ctx.own(done))
+        taken = False  # a release in this process handed the slot over and wrote ``done`` itself
+        try:
+            while True:
+                if row is None:
+                    raise DuroError(f"slot {slot_id!r} of run {ctx.run_id!r} is missing from the store")
+                if row.state == "reserved":  # handed to us: take it (or, too late, back to the queue)
+                    ctx.checkpoint("slot.confirming")
+                    confirmed: SlotOutcome = await ctx.apply(
+                        ConfirmSlot(config, slot_id, ctx.now_ms(), ctx.own(done))
+                    )
+                    row, done = confirmed.row, confirmed.step or done
+                    local.notify(confirmed.granted)
+                    continue
+                if row.state == "busy":
+                    if (
+                        done.status != "completed"
+                    ):  # taken for us here (a local hand-over), or not written yet
+                        done = replace(
+                            done,
+                            status="completed",
+                            ended_at=row.held_since if taken else ctx.now_ms(),
+                            result=json.dumps({"id": row.id, "limit": row.limit, "label": row.label}),
+                        )
+                        if not taken:
+                            await ctx.write(done)
+                    ctx.recorded(done)
+                    self._events.publish("slot.acquired", ctx.run_id, ctx.now_ms(), ctx.workflow, limit=limit)
+                    await ctx.resume()
+                    return slot_of(row)
+                if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
+                    raise DuroError(
+                        f"run {ctx.run_id!r} no longer waits for a slot of limit {limit!r}: its request "
+                        f"{slot_id!r} left the queue ({row.state}, {row.reason or 'no reason given'})"
+                    )
+                if row.state == "timed_out" or (rec.wake_at is not None and ctx.now_ms() >= rec.wake_at):
+                    error = SlotTimeoutError(limit, timeout)
+                    failed = StepRecord(
+                        seq,
+                        "hook",
+                        name,
+                        "failed",
+                        rec.started_at,
+                        ctx.now_ms(),
+                        wake_at=rec.wake_at,
+                        error=describe_error(error),
+                        detail=rec.detail,
+                    )
+                    gave_up: SlotOutcome = await ctx.apply(
+                        GiveUpSlot(config, slot_id, ctx.now_ms(), ctx.own(failed))
+                    )
+                    row = gave_up.row
+                    if row is not None and row.state in ("reserved", "busy"):
+                        continue  # the slot arrived in time after all: take it
+                    ctx.recorded(failed)
+                    await ctx.resume()
+                    raise error
+                await self._wakeups.wait_for(waiter.wait(), rec.wake_at)
+                waiter.clear()
+                news = local.news(slot_id)
+                taken = news is not None and news.state == "busy"  # only a local hand-over makes ours busy
+                row = (
+                    news
+                    if news is not None
+                    else await self._gateway.call(self._gateway.store.get_slot, slot_id)
+                )
+        finally:
+            local.drop(slot_id, waiter)
+
+    async def release(self, ctx: RunContext, slot_id: str) -> SlotRelease:
+        """The run releases ``slot_id`` (a step of its own, idempotent)."""
+        if not isinstance(slot_id, str) or not slot_id or NUL in slot_id:
+            raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}; {NO_NUL}")
+        seq, rec = ctx.take_seq("release", "release_slot")
+        if rec is not None:
+            return SlotRelease(**json.loads(rec.result or '{"released": false}'))
+        now = ctx.now_ms()
+        step = StepRecord(
+            seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id})
+        )
+        outcome: SlotOutcome = await ctx.apply(
+            ReleaseSlot(
+                self._workspace.limits, slot_id, now, "release", ctx.own(step), self._local.hand_over()
+            )
+        )
+        released = outcome.released
+        ctx.recorded(outcome.step or step)
+        self._local.notify(outcome.granted)
+        if released:
+            self._events.publish("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
+        return SlotRelease(released)
+
+    async def with_limit(
+        self,
+        ctx: RunContext,
+        limit: str,
+        fn: Callable[[], Awaitable[T]],
+        label: str | None,
+        timeout: Duration | None,
+    ) -> T:
+        """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
+        slot = await self.acquire(ctx, limit, label, timeout)
+        try:
+            result = await fn()
+        except _TEARDOWN:
+            raise  # the task is being torn down (shutdown, a lost or stale run): it records nothing more
+        except BaseException:
+            await self.release(ctx, slot.id)
+            raise
+        await self.release(ctx, slot.id)
+        return result
+
+    @asynccontextmanager
+    async def limit_slot(
+        self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None
+    ) -> AsyncIterator[Slot]:
+        """A slot of ``limit`` for the body of an ``async with``, released after it."""
+        slot = await self.acquire(ctx, limit, label, timeout)
+        try:
+            yield slot
+        except _TEARDOWN:
+            raise  # see with_limit: a torn-down task writes no release the replay would not make
+        except BaseException:
+            await self.release(ctx, slot.id)
+            raise
+        await self.release(ctx, slot.id)
+
+
+def _runtime_limits(ctx: RunContext) -> RunLimits:
+    slots = ctx.runtime.slots
+    assert isinstance(slots, RunLimits)
+    return slots
+
+
+async def acquire_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Slot:
+    """Take a slot of ``limit``, waiting in its durable FIFO queue up to ``timeout`` (24 h by
+    default): then :class:`SlotTimeoutError`. The run stays ``running`` while it waits."""
+    ctx = _current.run_or_raise("acquire_slot")
+    return await _runtime_limits(ctx).acquire(ctx, limit, label, timeout)
+
+
+async def release_slot(slot_id: str) -> SlotRelease:
+    """Give a slot back, from any workflow (a step of its own, idempotent): ``released=False`` when it
+    was already free or is unknown. Outside a workflow it releases at once on the current engine."""
+    if not isinstance(slot_id, str) or not slot_id or NUL in slot_id:
+        raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}; {NO_NUL}")
+    ctx = _current.current_run.get()
+    if ctx is None or _current.inside_step.get() is not None:
+        engine = _current.resolve_engine()
+        return SlotRelease(await engine.limits.release_quietly(slot_id))
+    return await _runtime_limits(ctx).release(ctx, slot_id)
+
+
+async def with_limit(
+    limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None, timeout: Duration | None = "24h"
+) -> T:
+    """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
+    ctx = _current.run_or_raise("with_limit")
+    return await _runtime_limits(ctx).with_limit(ctx, limit, fn, label, timeout)
+
+
+def limit_slot(
+    limit: str, label: str | None = None, timeout: Duration | None = "24h"
+) -> AbstractAsyncContextManager[Slot]:
+    """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it."""
+    ctx = _current.run_or_raise("limit_slot")
+    return _runtime_limits(ctx).limit_slot(ctx, limit, label, timeout)

@@ -1,0 +1,162 @@
+"""The operators' side of limits: ``engine.limits`` (list, slots, release, capacity and max-hold
+overrides), what the dev server, Studio and the CLI call."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from .._clock import Clock, ms_to_datetime
+from .._config import LimitConfig, Workspace, check_capacity, check_max_hold
+from .._durations import Duration, format_ms
+from .._errors import ConfigError, DuroError
+from .._gateway import StoreGateway
+from .._slots import SlotRow
+from .._text import NUL
+from ..store import OwnStep, ReleaseSlot
+from ._local import LocalSlots
+from ._types import LimitInfo, SlotInfo, SlotRelease, limit_config
+
+
+class Limits:
+    """``engine.limits``: what the dev server, Studio and the CLI call."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        gateway: StoreGateway,
+        clock: Clock,
+        local: Callable[[], LocalSlots | None],
+    ) -> None:
+        self._workspace = workspace
+        self._gateway = gateway
+        self._clock = clock
+        self._local = local  # this process's waiters, while the engine is entered
+
+    def _notify(self, rows: Iterable[SlotRow]) -> None:
+        local = self._local()
+        if local is not None:
+            local.notify(rows)
+
+    def _hand_over(self) -> Mapping[str, OwnStep]:
+        local = self._local()
+        return {} if local is None else local.hand_over()
+
+    async def leave_queues(self, run_ids: builtins.list[str], now: int | None = None) -> None:
+        """Runs that ended (at ``now``) leave the limits' queues they wait in (slots they hold stay
+        held); the hook steps they were waiting on close then, with the run's end as their status."""
+        if run_ids and self._workspace.limits:
+            granted = await self._gateway.call(
+                self._gateway.store.slots_leave,
+                self._workspace.limits,
+                run_ids,
+                self._clock.now_ms() if now is None else now,
+            )
+            self._notify(granted)
+
+    async def list(self) -> builtins.list[LimitInfo]:
+        """Every declared limit: capacity and max hold (declared, overridden, effective) and counts."""
+        states = await self._gateway.call(self._gateway.store.limit_states)
+        infos = []
+        for name, config in sorted(self._workspace.limits.items()):
+            state = states.get(name)
+            capacity_override = state.capacity_override if state else None
+            hold_override = state.max_hold_override_ms if state else None
+            infos.append(
+                LimitInfo(
+                    name=name,
+                    capacity=config.capacity,
+                    effective_capacity=capacity_override or config.capacity,
+                    max_hold=format_ms(config.max_hold_ms),
+                    effective_max_hold=format_ms(hold_override or config.max_hold_ms),
+                    capacity_override=capacity_override,
+                    max_hold_override=None if hold_override is None else format_ms(hold_override),
+                    busy=state.busy if state else 0,
+                    reserved=state.reserved if state else 0,
+                    waiting=state.waiting if state else 0,
+                )
+            )
+        return infos
+
+    async def slots(self, name: str) -> builtins.list[SlotInfo]:
+        """The limit's slots: busy (and reserved) first, then the queue in order."""
+        limit_config(self._workspace, name)
+        now = self._clock.now_ms()
+        rows = await self._gateway.call(self._gateway.store.limit_slots, name)
+        infos, position = [], 0
+        for row in rows:
+            if row.state == "waiting":
+                position += 1
+            infos.append(
+                SlotInfo(
+                    id=row.id,
+                    limit=row.limit,
+                    state=row.state,
+                    run_id=row.run_id,
+                    label=row.label,
+                    position=position if row.state == "waiting" else None,
+                    enqueued_at=ms_to_datetime(row.enqueued_at),  # type: ignore[arg-type]
+                    waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
+                    held_since=ms_to_datetime(row.held_since),
+                    expires_at=ms_to_datetime(row.expires_at),
+                    reserved_until=ms_to_datetime(row.reserved_until),
+                    timeout_at=ms_to_datetime(row.timeout_at),
+                )
+            )
+        return infos
+
+    async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
+        if NUL in slot_id:
+            return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
+        outcome = await self._gateway.call(
+            self._gateway.store.apply,
+            ReleaseSlot(
+                self._workspace.limits, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()
+            ),
+        )
+        self._notify(outcome.granted)
+        return outcome.row, outcome.released
+
+    async def release_quietly(self, slot_id: str) -> bool:
+        """``release_slot`` outside a run: an unknown id is simply not released."""
+        return (await self._release(slot_id))[1]
+
+    async def release(self, slot_id: str) -> SlotRelease:
+        """An operator's release: frees a busy slot, or a reserved one (its run goes back to the
+        queue as if the reservation had lapsed: no timeout). An unknown id is an error."""
+        row, released = await self._release(slot_id)
+        if row is None:
+            raise DuroError(
+                f"slot {slot_id!r} does not exist; list a limit's slots with engine.limits.slots(name)"
+            )
+        return SlotRelease(released)
+
+    async def set_capacity(self, name: str, capacity: int | None) -> LimitInfo:
+        """Override the limit's capacity (1..100000) until reset with ``None``; survives restarts.
+        Raising it hands slots to waiting runs at once; lowering it takes no slot back."""
+        config = limit_config(self._workspace, name)
+        value = None if capacity is None else _as_duro(check_capacity, name, capacity)
+        return await self._override(config, "capacity", value)
+
+    async def set_max_hold(self, name: str, max_hold: Duration | None) -> LimitInfo:
+        """Override the limit's max hold (at most 30 days) until reset with ``None``; applies to
+        slots granted from now on."""
+        config = limit_config(self._workspace, name)
+        value = None if max_hold is None else _as_duro(check_max_hold, name, max_hold)
+        return await self._override(config, "max_hold", value)
+
+    async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
+        granted = await self._gateway.call(
+            self._gateway.store.set_limit_override, config, field, value, self._clock.now_ms()
+        )
+        self._notify(granted)
+        return next(info for info in await self.list() if info.name == config.name)
+
+
+def _as_duro(check: Callable[[str, Any], int], name: str, value: Any) -> int:
+    try:
+        return check(name, value)
+    except ConfigError as err:
+        raise DuroError(str(err)) from None

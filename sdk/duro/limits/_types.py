@@ -1,0 +1,94 @@
+"""The limits' records: what a run holds (:class:`Slot`), what a release did (:class:`SlotRelease`),
+and the operator's views of a limit (:class:`LimitInfo`) and of its slots (:class:`SlotInfo`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .._config import LimitConfig, Workspace
+from .._errors import DuroError
+from .._slots import SlotRow
+from .._text import refuse_nul
+
+HOOK_PREFIX = "Esperando hueco · "
+MAX_LABEL = 200
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A slot of a limit, held by a run: ``id``, ``limit`` name and the ``label`` given at acquire."""
+
+    id: str
+    limit: str
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class SlotRelease:
+    """The outcome of ``release_slot``: ``released`` is False when the slot was already free
+    (released before, taken back by ``max_hold``) or unknown."""
+
+    released: bool
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    """A limit for operators: declared and effective capacity and max hold, overrides, live counts."""
+
+    name: str
+    capacity: int
+    effective_capacity: int
+    max_hold: str
+    effective_max_hold: str
+    capacity_override: int | None
+    max_hold_override: str | None
+    busy: int
+    reserved: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """A slot of a limit: ``state`` waiting (with its queue ``position``), reserved or busy."""
+
+    id: str
+    limit: str
+    state: str
+    run_id: str | None
+    label: str | None
+    position: int | None
+    enqueued_at: datetime
+    waited: timedelta | None
+    held_since: datetime | None
+    expires_at: datetime | None
+    reserved_until: datetime | None
+    timeout_at: datetime | None
+
+
+def check_label(limit: str, label: Any) -> str | None:
+    if label is None:
+        return None
+    if not isinstance(label, str) or len(label) > MAX_LABEL:
+        raise DuroError(
+            f"limit {limit!r}: label must be a string of at most {MAX_LABEL} characters, "
+            f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else "")
+        )
+    return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
+
+
+def slot_of(row: SlotRow) -> Slot:
+    return Slot(id=row.id, limit=row.limit, label=row.label)
+
+
+def limit_config(workspace: Workspace, name: str) -> LimitConfig:
+    """The declared limit ``name``, or a clear error listing the limits that exist."""
+    config = workspace.limits.get(name) if isinstance(name, str) else None
+    if config is None:
+        known = ", ".join(sorted(workspace.limits)) or "none"
+        raise DuroError(
+            f"unknown limit {name!r} (declared in duro.config.py: {known}); declare it with "
+            f"define_workspace(limits={{{name!r}: Limit(capacity=..., max_hold=...)}})"
+        )
+    return config
