@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from duro import ConcurrencyLimitError, DuroError
 from duro.store import SCHEMA_VERSION, Claim, NewRun, OwnStep, QuotaCheck, SqlStore, StepRecord
+from duro.store._queries import claim_sql
 from tests.support import store_ops
 from tests.support.waiting import wait_until
 
@@ -307,21 +308,22 @@ def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(st
 
 
 def _pinged(store: SqlStore, heard: list[list]) -> bool:
-    with store._write() as conn:
-        store._notify(conn, ["ping"])
+    with store.db.write() as conn:
+        store.db.notify(conn, ["ping"])
     return ["ping"] in heard
 
 
 def test_an_older_schema_is_migrated_step_by_step(database_url, monkeypatch):
-    from duro.store import _sql
+    from duro.store import _schema
+    from duro.store._tables import meta
 
     first = SqlStore(database_url)
     first.create_schema()
     with first._engine.begin() as conn:
-        conn.execute(_sql.meta.update().values(value="0"))
+        conn.execute(meta.update().values(value="0"))
     first.close()
     applied = []
-    monkeypatch.setitem(_sql.MIGRATIONS, 0, lambda conn, dialect: applied.append(dialect))
+    monkeypatch.setitem(_schema.MIGRATIONS, 0, lambda conn, dialect: applied.append(dialect))
     second = SqlStore(database_url)
     second.create_schema()
     assert applied == [second.dialect] and second.schema_version() == SCHEMA_VERSION
@@ -387,12 +389,12 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
 
 
 def test_a_newer_schema_is_refused(database_url):
-    from duro.store import _sql
+    from duro.store._tables import meta
 
     first = SqlStore(database_url)
     first.create_schema()
     with first._engine.begin() as conn:
-        conn.execute(_sql.meta.update().values(value=str(SCHEMA_VERSION + 1)))
+        conn.execute(meta.update().values(value=str(SCHEMA_VERSION + 1)))
     first.close()
     newer = SqlStore(database_url)
     with pytest.raises(DuroError, match="upgrade duro"):
@@ -456,19 +458,19 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
     store.create_schema()
 
     def keys() -> set[str]:
-        with store._read() as conn:
+        with store.db.read() as conn:
             return set(conn.execute(sa.select(meta.c.key)).scalars())
 
-    with store._write() as conn:  # raw only
+    with store.db.write() as conn:  # raw only
         conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('raw', '1')")
-    with store._write() as conn:  # raw, then Core
+    with store.db.write() as conn:  # raw, then Core
         conn.connection.driver_connection.execute(
             "INSERT INTO duro_meta (key, value) VALUES ('mixed-raw', '1')"
         )
         conn.execute(meta.insert().values(key="mixed-core", value="1"))
     assert {"raw", "mixed-raw", "mixed-core"} <= keys()
     for core, explicit in [(False, False), (False, True), (True, False), (True, True)]:
-        with pytest.raises(RuntimeError, match="undo"), store._write() as conn:
+        with pytest.raises(RuntimeError, match="undo"), store.db.write() as conn:
             conn.connection.driver_connection.execute(
                 "INSERT INTO duro_meta (key, value) VALUES ('gone-raw', '1')"
             )
@@ -478,7 +480,7 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
                 conn.rollback()  # as a fenced decision does before raising
             raise RuntimeError("undo")
         assert not {"gone-raw", "gone-core"} & keys()
-    with store._write() as conn:  # nothing left open by the failures
+    with store.db.write() as conn:  # nothing left open by the failures
         conn.execute(meta.insert().values(key="after", value="1"))
     assert "after" in keys()
     store.close()
@@ -509,26 +511,16 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
         "r2": (True, "running"),
         "orphan": (False, "running"),
     }
+    assert statements == []  # one fixed statement (on SQLite the candidates, then their claim), on the driver
+    params = {"namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "limit": 100}
+    candidates = claim_sql(store.dialect, False)[0]  # PostgreSQL: the claim, candidates inside
     with store._engine.connect() as conn:
-        driver = conn.connection.driver_connection
         if store.dialect == "sqlite":
-            ((statement, parameters),) = statements
-            plan = driver.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
-        else:  # one fixed statement, run on the driver
-            assert statements == []
-            driver.execute("SET enable_seqscan = off")  # a 4-row table: make the planner show its index
-            plan = driver.execute(
-                "EXPLAIN " + store._sql["claim"],
-                {
-                    "namespace": "default",
-                    "workflows": ["wf"],
-                    "owner": "w2",
-                    "now": 20,
-                    "limit": 100,
-                    "dead": [],
-                    "stamps": [],
-                },
-            ).fetchall()
+            plan = store.db.run_text(conn, "EXPLAIN QUERY PLAN " + candidates, params).fetchall()
+        else:
+            # a 4-row table: make the planner show its index
+            conn.connection.driver_connection.execute("SET enable_seqscan = off")
+            plan = store.db.run_text(conn, "EXPLAIN " + candidates, params).fetchall()
     if store.dialect == "postgresql":
         assert any("duro_runs_active" in str(row) for row in plan), plan
     else:  # SQLite searches the namespace's runs in creation order, as before schema 4
