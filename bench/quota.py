@@ -144,7 +144,8 @@ def _floor_sqlite_client(path: str, n: int, barrier: Any) -> dict:
 def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys: int) -> dict:
     """duro's own statements for an admitted quota-checked start, through bare sqlite3 on duro's
     schema: the ceiling of any start on this schema, whatever the code around it."""
-    from duro.store._sql import _HOT_SQL, ACTIVE_SQL
+    from duro.store._queries import QUERIES as _HOT_SQL
+    from duro.store._tables import ACTIVE_SQL
 
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:

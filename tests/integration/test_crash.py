@@ -23,7 +23,7 @@ def spawn_worker(url: str, run_id: str, tmp_path: Path) -> subprocess.Popen:
         **os.environ,
         "DURO_TEST_JOURNAL": str(tmp_path / "journal"),
         "DURO_TEST_SLEEP": "2s",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.crash_worker", url, run_id],

@@ -68,7 +68,10 @@ async def race(
     schema.store.create_schema()
     schema.close()
     go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
+    }
     racers = [
         subprocess.Popen(
             [

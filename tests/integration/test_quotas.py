@@ -212,7 +212,7 @@ def test_the_queries_on_partial_indexes_still_use_them(sqlite_url):
             "EXPLAIN QUERY PLAN SELECT id FROM duro_runs WHERE parent_id = ?", ("p",)
         ).fetchall()
         plans = {
-            name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store._sql[name], params).fetchall()
+            name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store.db.queries[name], params).fetchall()
             for name, params in (("run_slots", {"run_id": "r"}), ("due_slots", {"now": 1}), ("next_due", {}))
         }
     store.close()

@@ -44,7 +44,10 @@ def spawn(url: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.integration.slot_worker", url],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

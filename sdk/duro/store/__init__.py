@@ -24,9 +24,10 @@ from ._records import (
     WouldWait,
     settle_sleeps,
 )
-from ._slots_sql import LimitState
-from ._sql import DEFAULT_SQLITE_URL, SqlStore, parse_database_url
+from ._slots import LimitState
+from ._sql import SqlStore
 from ._tables import SCHEMA_VERSION
+from ._urls import DEFAULT_SQLITE_URL, parse_database_url
 
 __all__ = [
     "Command",

@@ -2,7 +2,7 @@
 
 Times are integer milliseconds since the Unix epoch (UTC): portable, indexable, and compared the same
 way on SQLite and PostgreSQL. Payloads are JSON text. Bump ``SCHEMA_VERSION`` with every change and
-add a migration step in ``_sql.py``.
+add a migration step in ``_schema.py``.
 """
 
 from __future__ import annotations

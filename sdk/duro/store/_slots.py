@@ -13,74 +13,20 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from .. import _slots
+from .. import _slots as rules
 from .._config import LimitConfig
 from .._slots import Decision, LimitView, SlotRow
 from ._commands import ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
-from ._dialect import for_dialect, raw_execute
+from ._connection import Connector
+from ._fences import send_step, write_step
+from ._queries import SLOT_COLUMNS
 from ._records import Fenced
-
-_SLOT_COLUMNS = (
-    "id",
-    "limit_name",
-    "run_id",
-    "state",
-    "pos",
-    "label",
-    "enqueued_at",
-    "timeout_at",
-    "reserved_until",
-    "granted_at",
-    "held_since",
-    "max_hold_ms",
-    "expires_at",
-    "ended_at",
-    "reason",
-    "due_at",
-)
-_ACTIVE_SLOTS = "('waiting', 'reserved', 'busy')"
-
-SLOT_SQL = {
-    "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
-    "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
-    # "limit_lock" locks the row for the transaction: FOR UPDATE is added on PostgreSQL (see SlotsStoreMixin)
-    # its last column is the instant decisions are judged by: the caller's ``:now``, or on PostgreSQL
-    # the server's clock (SqlStore puts it in), so a slot decision needs no round trip of its own for it
-    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
-    "CAST(:now AS BIGINT) FROM duro_limits WHERE name = :name",
-    "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
-    "next_pos = :next_pos, updated_at = :now WHERE name = :name",
-    "slot_select": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
-    "slot_upsert": f"INSERT INTO duro_slots ({', '.join(_SLOT_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + c for c in _SLOT_COLUMNS)}) ON CONFLICT (id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _SLOT_COLUMNS[1:]),
-    "queue_heads": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots "
-    f"WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
-    "due_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
-    f"ORDER BY due_at LIMIT 1000",
-    "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
-    "run_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
-    f"AND state IN ('waiting', 'reserved')",
-    "limit_slots": f"SELECT {', '.join(_SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
-    f"AND state IN {_ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
-    f"ELSE 2 END, pos LIMIT :n",
-    # the hook steps still waiting of a run that ended: closed, with the run's end as their status
-    # ("cancelled" or "failed"; "cancelled" for a run that ended any other way) and its end time
-    # (whoever closes them, and however late: a second close finds nothing waiting)
-    "hook_leave": "UPDATE duro_steps SET ended_at = COALESCE((SELECT ended_at FROM duro_runs WHERE id = :run_id), "
-    ":now), status = COALESCE((SELECT status FROM duro_runs "
-    "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
-    "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
-    "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
-    "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
-    "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
-}
 
 
 @dataclass(frozen=True)
@@ -96,7 +42,7 @@ class LimitState:
 
 
 def _row(values: Any) -> SlotRow:
-    data = dict(zip(_SLOT_COLUMNS, values, strict=True))
+    data = dict(zip(SLOT_COLUMNS, values, strict=True))
     data["limit"] = data.pop("limit_name")
     data.pop("due_at")
     return SlotRow(**data)
@@ -123,20 +69,11 @@ def _values(row: SlotRow) -> dict[str, Any]:
     }
 
 
-class SlotsStoreMixin:
-    """Mixed into ``SqlStore``: it provides ``_write``, ``_read``, ``_single_read``, ``dialect`` and
-    ``_sql`` (this module's statements included, in the dialect's parameter style)."""
+class Slots:
+    """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
-    dialect: str
-    _sql: dict[str, str]
-    _write: Callable[..., Any]
-    _single_read: Callable[..., Any]
-    _write_step: Callable[..., bool]
-    _send_step: Callable[..., Any]
-    _pipeline: Callable[[Connection], Any]
-    _x: Callable[..., Any]
-    _db_now: Callable[[Connection, int], int]
-    _notify: Callable[..., None]
+    def __init__(self, db: Connector) -> None:
+        self.db = db
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -147,10 +84,10 @@ class SlotsStoreMixin:
         """The limit's row, created on first use and locked for the rest of the transaction, and the
         instant to judge by (the database's clock on PostgreSQL, read in the same statement)."""
         params = {"name": config.name, "now": now}
-        row = self._x(conn, "limit_lock", params).fetchone()
+        row = self.db.run(conn, "limit_lock", params).fetchone()
         if row is None:
-            self._x(conn, "limit_insert", params)
-            row = self._x(conn, "limit_lock", params).fetchone()
+            self.db.run(conn, "limit_insert", params)
+            row = self.db.run(conn, "limit_lock", params).fetchone()
         capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
         return LimitView(
             name=config.name,
@@ -164,9 +101,9 @@ class SlotsStoreMixin:
 
     def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
-            self._x(conn, "slot_upsert", _values(row))
+            self.db.run(conn, "slot_upsert", _values(row))
         view = decision.view
-        self._x(
+        self.db.run(
             conn,
             "limit_update",
             {
@@ -180,7 +117,7 @@ class SlotsStoreMixin:
         )
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is its own caller's news; other changes reach the waiters' own timers).
-        self._notify(
+        self.db.notify(
             conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
         )
 
@@ -188,10 +125,12 @@ class SlotsStoreMixin:
         """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one
         pipelined round trip; the hook's fence is checked once they are sent (a run that is no longer
         this worker's rolls all of it back: nothing of this happened)."""
-        with self._pipeline(conn):
+        with self.db.pipeline(conn):
             if decision is not None:
                 self._apply(conn, decision, now)
-            fence = None if hook is None else self._send_step(conn, hook.run_id, hook.owner, hook.step, now)
+            fence = (
+                None if hook is None else send_step(self.db, conn, hook.run_id, hook.owner, hook.step, now)
+            )
         if hook is not None and fence is not None and fence.rowcount != 1:
             conn.rollback()
             raise Fenced(hook.run_id)
@@ -208,28 +147,28 @@ class SlotsStoreMixin:
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
-            stored = self._x(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
+            stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
             rows = {row.id: changed.get(row.id, row) for row in map(_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
             taken = set()
-            for row in _slots.next_grants(decision, heads) if takers else ():
+            for row in rules.next_grants(decision, heads) if takers else ():
                 hook = takers.get(row.id)  # type: ignore[union-attr]
                 if hook is None:
                     continue
                 done = replace(hook.step, status="completed", ended_at=now, result=_slot_json(row))
-                if self._write_step(conn, hook.run_id, hook.owner, done, None, None, now):
+                if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
-            _slots.hand_out(decision, heads, now, frozenset(taken))
+            rules.hand_out(decision, heads, now, frozenset(taken))
         return decision
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
-        found = self._x(conn, "slot_select", {"id": slot_id}).fetchone()
+        found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
         return None if found is None else _row(found)
 
     # -- operations ------------------------------------------------------------------------------
 
-    def _slot_command(
+    def command(
         self, conn: Connection, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
     ) -> SlotOutcome:
         match command:
@@ -252,7 +191,7 @@ class SlotsStoreMixin:
         existing = self._slot(conn, command.slot_id)
         if existing is not None:
             return SlotOutcome(existing)
-        decision = _slots.request(
+        decision = rules.request(
             view,
             command.slot_id,
             command.run_id,
@@ -284,7 +223,7 @@ class SlotsStoreMixin:
         row = self._slot(conn, command.slot_id)
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
-        decision = _slots.confirm(view, row, now)
+        decision = rules.confirm(view, row, now)
         self._hand_out(conn, decision, now)
         confirmed = next(w for w in decision.writes if w.id == command.slot_id)
         hook = command.hook
@@ -307,7 +246,7 @@ class SlotsStoreMixin:
         if row is None or row.state not in ("waiting", "timed_out"):
             return SlotOutcome(row)
         # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
-        decision = _slots.give_up(view, row, now) if row.state == "waiting" else None
+        decision = rules.give_up(view, row, now) if row.state == "waiting" else None
         self._settle(conn, decision, now, command.hook)
         return SlotOutcome(
             row if decision is None else decision.writes[-1],
@@ -323,12 +262,12 @@ class SlotsStoreMixin:
                 hook = OwnStep(
                     hook.run_id, hook.owner, replace(hook.step, result=json.dumps({"released": False}))
                 )
-                self._settle(conn, None, self._db_now(conn, command.now), hook)
+                self._settle(conn, None, self.db.now(conn, command.now), hook)
             return SlotOutcome(row, None if hook is None else hook.step)
         view, now = self._lock_limit(conn, configs[row.limit], command.now)
-        if self.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
+        if self.db.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
             row = self._slot(conn, command.slot_id) or row  # again, under the limit's lock
-        decision = _slots.release(view, row, now, command.reason)
+        decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         self._hand_out(conn, decision, now, command.hand_over)
         if hook is not None:
@@ -349,10 +288,12 @@ class SlotsStoreMixin:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
         hook step is closed alongside, with the run's end (cancelled, failed) as status and end time."""
         granted: list[SlotRow] = []
-        with self._write() as conn:
+        with self.db.write() as conn:
             ended = list(run_ids)
             leaving = [
-                _row(found) for run_id in ended for found in self._x(conn, "run_slots", {"run_id": run_id})
+                _row(found)
+                for run_id in ended
+                for found in self.db.run(conn, "run_slots", {"run_id": run_id})
             ]
             # limits locked in name order, as the expiry pass does: two workers whose ended runs wait
             # in the same limits never hold one lock each while waiting for the other's
@@ -361,14 +302,14 @@ class SlotsStoreMixin:
                     continue
                 view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
                 row = self._slot(conn, row.id) or row  # again, under the limit's lock
-                decision = _slots.leave(view, row, judged)
+                decision = rules.leave(view, row, judged)
                 self._hand_out(conn, decision, judged)
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
             for (
                 run_id
             ) in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
-                self._x(conn, "hook_leave", {"run_id": run_id, "now": now})
+                self.db.run(conn, "hook_leave", {"run_id": run_id, "now": now})
         return granted
 
     def slots_expire(
@@ -379,10 +320,10 @@ class SlotsStoreMixin:
         pass). Returns (rows that changed on their own, rows granted)."""
         changed: list[SlotRow] = []
         granted: list[SlotRow] = []
-        with self._write() as conn:
-            now = self._db_now(conn, now)
+        with self.db.write() as conn:
+            now = self.db.now(conn, now)
             due: dict[str, list[SlotRow]] = {}
-            for found in self._x(conn, "due_slots", {"now": now}):
+            for found in self.db.run(conn, "due_slots", {"now": now}):
                 row = _row(found)
                 if row.limit in configs:
                     due.setdefault(row.limit, []).append(row)
@@ -394,7 +335,7 @@ class SlotsStoreMixin:
                 fresh = [
                     row for row in (self._slot(conn, r.id) for r in due.get(name, [])) if row is not None
                 ]
-                decision = _slots.expire(view, fresh, now)
+                decision = rules.expire(view, fresh, now)
                 changed.extend(decision.writes)
                 self._hand_out(conn, decision, now)
                 self._apply(conn, decision, now)
@@ -405,52 +346,49 @@ class SlotsStoreMixin:
         """The earliest instant a slot is due, on the caller's clock when ``now`` (the caller's) is
         given: on PostgreSQL dues are database time, and a worker whose clock runs ahead must not
         wake early and spin."""
-        with self._single_read() as conn:
-            due = self._x(conn, "next_due", {}).fetchone()[0]
+        with self.db.single_read() as conn:
+            due = self.db.run(conn, "next_due", {}).fetchone()[0]
             if due is None or now is None:
                 return due  # type: ignore[no-any-return]
-            return int(due) + now - self._db_now(conn, now)
+            return int(due) + now - self.db.now(conn, now)
 
     def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known slot, in one query (a worker polling its waiters)."""
         ids = list(slot_ids)
         if not ids:
             return {}
-        marks = ", ".join(f":id{i}" for i in range(len(ids)))
-        sql = for_dialect(f"SELECT id, state FROM duro_slots WHERE id IN ({marks})", self.dialect)
-        with self._single_read() as conn:
-            rows = raw_execute(conn, sql, {f"id{i}": slot_id for i, slot_id in enumerate(ids)})
-            return {slot_id: state for slot_id, state in rows}
+        with self.db.single_read() as conn:
+            return dict(self.db.run_in(conn, "slot_states", {"ids": ids}).fetchall())
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
-        with self._single_read() as conn:
+        with self.db.single_read() as conn:
             return self._slot(conn, slot_id)
 
     # -- admin -----------------------------------------------------------------------------------
 
     def limit_states(self) -> dict[str, LimitState]:
-        with self._single_read() as conn:
-            return {r[0]: LimitState(*r) for r in self._x(conn, "limit_rows", {})}
+        with self.db.single_read() as conn:
+            return {r[0]: LimitState(*r) for r in self.db.run(conn, "limit_rows", {})}
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
-        with self._single_read() as conn:
-            return [_row(r) for r in self._x(conn, "limit_slots", {"name": name, "n": max_rows})]
+        with self.db.single_read() as conn:
+            return [_row(r) for r in self.db.run(conn, "limit_slots", {"name": name, "n": max_rows})]
 
     def set_limit_override(
         self, config: LimitConfig, field: str, value: int | None, now: int
     ) -> list[SlotRow]:
         """Set (or with None reset) an override; a capacity raise hands slots out at once."""
-        with self._write() as conn:
-            now = self._db_now(conn, now)
+        with self.db.write() as conn:
+            now = self.db.now(conn, now)
             self._view(conn, config, now)
-            self._x(
+            self.db.run(
                 conn,
                 "set_capacity" if field == "capacity" else "set_max_hold",
                 {"name": config.name, "value": value, "now": now},
             )
             decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
             self._apply(conn, decision, now)
-            self._notify(conn, ["limits"])
+            self.db.notify(conn, ["limits"])
             return decision.granted
 
 

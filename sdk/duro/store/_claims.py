@@ -1,0 +1,49 @@
+"""Claims: a worker takes the runs it may execute, in one transaction (the rule is ``claim_sql``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ._connection import Connector
+from ._queries import claim_sql
+from ._records import Claim, RunRecord
+from ._runs import to_run
+
+
+class Claims:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def claim(self, claim: Claim) -> list[RunRecord]:
+        """First delete the workers the claimer condemned (see ``duro._lease``), each only if its
+        heartbeat is still the stamp the claimer saw; then take the claimable runs (see
+        ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
+        workers never start two runs of one serial workflow."""
+        if not claim.workflows:
+            return []
+        db = self.db
+        params = {
+            "namespace": claim.namespace,
+            "workflows": list(claim.workflows),
+            "owner": claim.worker_id,
+            "now": claim.now,
+            "limit": claim.limit,
+        }
+        if claim.serial:
+            params["serial"] = list(claim.serial)
+        statements = claim_sql(db.dialect, bool(claim.serial))
+        with db.write() as conn:
+            with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
+                for worker, stamp in claim.condemned:
+                    db.run(conn, "condemn", {"id": worker, "stamp": stamp})
+                for name in sorted(claim.serial):
+                    db.lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
+                taken = db.run_text(conn, statements[0], params)
+            if len(statements) == 1:  # PostgreSQL: the claimed runs, each with its status before
+                rows = taken.fetchall()
+                return [replace(to_run(row[:-1]), fresh=row[-1] == "pending") for row in rows]
+            was = dict(taken.fetchall())  # SQLite: the candidates, then the claim of their ids
+            if not was:
+                return []
+            rows = db.run_text(conn, statements[1], {**params, "ids": list(was)}).fetchall()
+            return [replace(to_run(row), fresh=was[row[0]] == "pending") for row in rows]

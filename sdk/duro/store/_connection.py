@@ -1,0 +1,389 @@
+"""The store's connection to its database: engines, transactions, and running named queries.
+
+Every write that decides something runs in one transaction (:meth:`Connector.write`): on SQLite
+``BEGIN IMMEDIATE`` takes the write lock before the first read, so a count and the insert it allows
+cannot interleave with another process; on PostgreSQL a per-key transaction advisory lock
+(:meth:`Connector.lock_key`) does the same where a decision needs it. Statements are the named
+queries of :mod:`._queries`, run on the driver's own connection inside the transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+try:
+    import psycopg
+    from psycopg.pq import TransactionStatus
+except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
+    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]
+
+from .._clock import pause
+from .._errors import DuroError
+from ._notify import payloads
+from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
+from ._records import WouldWait
+from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
+
+T = TypeVar("T")
+_NAMED = re.compile(r"(?<![:\w]):(\w+)")
+_LISTED = re.compile(r"IN \(:(\w+)\)")
+
+
+def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
+    """Run ``sql`` on the driver connection under ``conn``, inside its transaction.
+
+    psycopg opens a transaction with a ``BEGIN`` of its own, answered before the first statement is
+    sent: a round trip for nothing. When this statement is the transaction's first, the two go in
+    one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
+    driver = conn.connection.driver_connection
+    if (
+        isinstance(driver, psycopg.Connection)
+        and not driver.autocommit
+        and driver.info.transaction_status == TransactionStatus.IDLE
+    ):
+        with driver.pipeline():
+            return driver.execute(sql, params)
+    return driver.execute(sql, params)  # type: ignore[union-attr]
+
+
+def is_transient(err: BaseException) -> bool:
+    """See ``SqlStore.is_transient``."""
+    if isinstance(err.orig if isinstance(err, sa.exc.DBAPIError) else err, sqlite3.Error):
+        return False
+    cause: BaseException | None = err
+    if isinstance(err, sa.exc.DBAPIError):
+        if isinstance(err, sa.exc.OperationalError) or err.connection_invalidated:
+            return True
+        cause = err.orig
+    # the named queries run on the driver's connection: psycopg's own errors
+    return isinstance(cause, (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout))
+
+
+def is_unavailable(err: BaseException) -> bool:
+    """See ``SqlStore.is_unavailable``."""
+    cause = err.orig if isinstance(err, sa.exc.DBAPIError) else err
+    if isinstance(cause, sqlite3.Error):
+        return sqlite_busy(cause)
+    return is_transient(err)
+
+
+def sqlite_busy(err: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (and their extended codes): another connection holds the lock."""
+    name = getattr(err, "sqlite_errorname", None) or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return True
+    text = str(err).lower()
+    return any(
+        words in text for words in ("database is locked", "database is busy", "database table is locked")
+    )
+
+
+def _enable_wal(cur: Any) -> None:
+    """Switch the file to WAL (persistent, so once per file). Several processes opening a new file at
+    once race for it and SQLite answers "locked" without waiting: retry for up to 30 s."""
+    for attempt in range(600):
+        try:
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or attempt == 599:
+                raise
+            pause(0.05)
+
+
+class _CallState(threading.local):
+    nowait = False  # inside without_waiting
+    committed = False  # ... and a transaction of that call has committed
+
+
+class Connector:
+    """One database: its engine, its transactions and its named queries in the dialect's style.
+
+    ``database_clock``: decisions are judged by the PostgreSQL server's clock (``{clock}`` in a
+    query, :meth:`now`), not by the ``now`` the caller passes."""
+
+    def __init__(self, url: str | URL, *, pool_size: int, database_clock: bool, idle_ms: int | None) -> None:
+        self.url, options = parse_database_url(url)
+        self.dialect = self.url.get_backend_name()
+        self.database_clock = database_clock and self.dialect == "postgresql"
+        try:
+            if self.dialect == "sqlite":
+                self.engine = self._sqlite_engine(
+                    options.get("synchronous", "NORMAL"), options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS)
+                )
+            else:
+                self.engine = self._server_engine(pool_size, idle_ms)
+        except (ArgumentError, NoSuchModuleError, TypeError) as err:
+            raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {URL_HINT}") from None
+        self.schema_ready = False
+        self._source = {**QUERIES, **(POSTGRESQL if self.dialect == "postgresql" else SQLITE)}
+        self.queries = {name: self.adapt(sql) for name, sql in self._source.items()}  # by name, ready to run
+        self._expanded: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
+        self._positional: dict[str, str] = {}
+        self._writer: Connection | None = None
+        self._writer_lock = threading.RLock()
+        self._local = _CallState()  # per thread: inside without_waiting, and its connections there
+        self._nowait_connections: list[Connection] = []
+
+    @property
+    def safe_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def adapt(self, sql: str) -> str:
+        """A query of :mod:`._queries` as this database runs it (see that module's conventions)."""
+        clock = DB_NOW if self.database_clock else "CAST(:now AS BIGINT)"
+        sql = sql.replace("{clock}", clock)
+        return sql if self.dialect == "sqlite" else _NAMED.sub(r"%(\1)s", sql)
+
+    def run(self, conn: Connection, name: str, params: Any) -> Any:
+        """Run named query ``name`` inside ``conn``'s transaction; returns the driver's cursor."""
+        return raw_execute(conn, self.queries[name], params)
+
+    def run_text(self, conn: Connection, sql: str, params: dict[str, Any]) -> Any:
+        """Run ``sql`` (a query of :mod:`._queries`, by text), binding each list in ``params`` to its
+        ``IN (:name)``, one parameter per item."""
+        lengths = tuple((k, len(v)) for k, v in params.items() if isinstance(v, (list, tuple)))
+        key = (sql, lengths)
+        text = self._expanded.get(key)
+        if text is None:
+            counts = dict(lengths)
+
+            def expand(match: re.Match[str]) -> str:
+                name = match[1]
+                if name not in counts:
+                    return match[0]
+                return f"IN ({', '.join(f':{name}_{i}' for i in range(counts[name])) or 'NULL'})"
+
+            text = self._expanded[key] = self.adapt(_LISTED.sub(expand, sql))
+        if lengths:
+            flat = {k: v for k, v in params.items() if not isinstance(v, (list, tuple))}
+            for name, _ in lengths:
+                flat.update((f"{name}_{i}", value) for i, value in enumerate(params[name]))
+            params = flat
+        return raw_execute(conn, text, params)
+
+    def run_in(self, conn: Connection, name: str, params: dict[str, Any]) -> Any:
+        """Named query ``name`` with list parameters (see :meth:`run_text`)."""
+        return self.run_text(conn, self._source[name], params)
+
+    def run_many(self, conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """SQLite: ``sql`` (a query's text) once per row, in one driver call (``executemany``); each
+        row gives the parameters in the order they appear. Positional rows: binding by name cost
+        about as much as SQLite's whole insert."""
+        positional = self._positional.get(sql)
+        if positional is None:
+            positional = self._positional[sql] = _NAMED.sub("?", sql)
+        conn.connection.driver_connection.executemany(positional, rows)  # type: ignore[union-attr]
+
+    def pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
+        """Statements whose answers can wait, sent together: a psycopg pipeline on PostgreSQL (one
+        round trip at its end), nothing special on SQLite (in process, no round trips)."""
+        if self.dialect != "postgresql":
+            return nullcontext()
+        return conn.connection.driver_connection.pipeline()  # type: ignore[union-attr,no-any-return]
+
+    def lock_key(self, conn: Connection, key: str) -> None:
+        """PostgreSQL: a transaction lock on ``key`` (decisions on one key, one after another);
+        SQLite's write transaction holds the whole database already."""
+        if self.dialect == "postgresql":
+            self.run(conn, "lock_key", {"key": key})
+
+    def now(self, conn: Connection, now: int) -> int:
+        """The instant decisions are judged by. On PostgreSQL the database server's clock, so that
+        workers whose clocks disagree never take a slot back early or a lease away too soon; on
+        SQLite (one machine) the caller's ``now``."""
+        if not self.database_clock:
+            return now
+        return int(self.run(conn, "db_now", {}).fetchone()[0])
+
+    def notify(self, conn: Connection, *messages: list[Any]) -> None:
+        """Tell other processes' workers what this transaction changed (see :mod:`._notify`): sent at
+        commit, dropped on rollback. PostgreSQL only."""
+        if self.dialect == "postgresql" and messages:
+            self.run(conn, "notify", payloads(messages))
+
+    # -- engines ---------------------------------------------------------------------------------
+
+    def _server_engine(self, pool_size: int, idle_ms: int | None) -> sa.Engine:
+        engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size)
+        if idle_ms is not None and self.dialect == "postgresql":
+
+            @sa.event.listens_for(engine, "connect")
+            def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_ms)}")
+                cur.close()
+                dbapi_conn.commit()
+
+        return engine
+
+    def _sqlite_engine(self, synchronous: str, busy_timeout_ms: int) -> sa.Engine:
+        path = self.url.database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        options: dict[str, Any] = {}
+        if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
+            options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
+        # how long a statement waits for another process's write lock (both sqlite3's own wait and
+        # the PRAGMA say the same), then fails "database is locked" (see is_unavailable)
+        connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
+        engine = sa.create_engine(self.url, connect_args=connect_args, **options)
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            _enable_wal(cur)
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            driver = conn.connection.driver_connection
+            if driver.in_transaction:  # type: ignore[union-attr]
+                return  # a write transaction write() began on the driver: SQLAlchemy joins it
+            statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write") else "BEGIN"
+            driver.execute(statement)  # type: ignore[union-attr]
+
+        return engine
+
+    def ensure_schema(self) -> None:
+        if not self.schema_ready:
+            from ._schema import create_schema  # the schema module runs its statements through this one
+
+            create_schema(self)
+
+    # -- calls that must not wait (SQLite, on the event loop) --------------------------------------
+
+    def without_waiting(self, fn: Callable[..., T], *args: Any) -> T:
+        """See ``SqlStore.without_waiting``."""
+        local = self._local
+        if self.dialect != "sqlite" or not self.schema_ready or local.nowait:
+            raise WouldWait
+        local.nowait, local.committed = True, False
+        try:
+            return fn(*args)
+        finally:
+            local.nowait = False
+
+    def _waits(self) -> bool:
+        """Whether this thread's transaction may wait for a lock (not inside ``without_waiting``)."""
+        local = self._local
+        return not local.nowait or local.committed
+
+    def _nowait_connection(self, kind: str) -> Connection:
+        """This thread's ``kind`` ("writer" or "reader") connection whose busy timeout is 0."""
+        local = self._local
+        conn: Connection | None = getattr(local, kind, None)
+        if conn is None:
+            conn = self.engine.connect()
+            if kind == "writer":
+                conn.execution_options(duro_write=True)
+            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")  # type: ignore[union-attr]
+            setattr(local, kind, conn)
+            with self._writer_lock:
+                self._nowait_connections.append(conn)
+        return conn
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A transaction that decides: on SQLite it holds the write lock from its first statement.
+
+        SQLite has one writer at a time anyway, so this process keeps one connection for its writes
+        (no pool checkout per transaction), and one more for its writes that must not wait (see
+        ``without_waiting``); PostgreSQL writes take pooled connections."""
+        self.ensure_schema()
+        if self.dialect != "sqlite":
+            with self.engine.connect() as conn:
+                with conn.begin():
+                    yield conn
+            return
+        waits = self._waits()
+        if not self._writer_lock.acquire(blocking=waits):
+            raise WouldWait  # this process's other writer is inside a transaction
+        try:
+            if not waits:
+                writer = self._nowait_connection("writer")
+            else:
+                if self._writer is None:
+                    self._writer = self.engine.connect()
+                    self._writer.execution_options(duro_write=True)
+                writer = self._writer
+            # The transaction is the driver's own (SQLAlchemy's bookkeeping of begin and commit cost
+            # about a tenth of a start): a SQLAlchemy statement inside joins it (see _on_begin), and
+            # then SQLAlchemy's commit or rollback ends it.
+            driver = writer.connection.driver_connection
+            try:
+                driver.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+            except sqlite3.OperationalError as err:
+                if not waits and sqlite_busy(err):
+                    raise WouldWait from None  # another process holds the file's write lock
+                raise
+            try:
+                yield writer
+                if writer.in_transaction():
+                    writer.commit()
+                else:
+                    driver.commit()  # type: ignore[union-attr]
+            except BaseException:
+                if writer.in_transaction():
+                    writer.rollback()
+                if driver.in_transaction:  # type: ignore[union-attr]
+                    driver.rollback()  # type: ignore[union-attr]
+                raise
+            if not waits:
+                self._local.committed = True
+        finally:
+            self._writer_lock.release()
+
+    @contextmanager
+    def read(self, transaction: bool = True) -> Iterator[Connection]:
+        """A read; ``transaction=False`` for one statement, which needs none of its own (SQLite
+        autocommit; psycopg's implicit one is rolled back when the pool takes the connection back)."""
+        self.ensure_schema()
+        if self._waits():
+            with self.engine.connect() as conn, conn.begin() if transaction else nullcontext():
+                yield conn
+            return
+        conn = self._nowait_connection("reader")
+        try:
+            with conn.begin() if transaction else nullcontext():
+                yield conn
+        except (sa.exc.OperationalError, sqlite3.OperationalError) as err:
+            if sqlite_busy(getattr(err, "orig", None) or err):  # type: ignore[arg-type]
+                raise WouldWait from None  # a read in WAL mode waits only in rare moments (a recovery)
+            raise
+        finally:
+            if conn.in_transaction():  # this connection stays: it must never keep a snapshot open
+                conn.rollback()
+
+    def single_read(self) -> AbstractContextManager[Connection]:
+        return self.read(transaction=False)
+
+    def close(self) -> None:
+        with self._writer_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            for conn in self._nowait_connections:
+                conn.close()
+            self._nowait_connections = []
+            self._local = _CallState()
+        self.engine.dispose()

@@ -1,0 +1,84 @@
+"""A run's writes, fenced on its owner and on its status not being terminal: a worker that lost a
+run (cancelled, or taken over after its lease ran out) changes nothing. Each write touches the run
+first (the fence); the caller learns from the fence's row count whether it still owns the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ._connection import Connector
+from ._records import StepRecord
+
+
+def step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "seq": step.seq,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "started_at": step.started_at,
+        "ended_at": step.ended_at,
+        "wake_at": step.wake_at,
+        "result": step.result,
+        "error": step.error,
+        "detail": step.detail,
+    }
+
+
+def send_fence(
+    db: Connector,
+    conn: Connection,
+    run_id: str,
+    owner: str | None,
+    now: int,
+    status: str | None = None,
+    wake_at: int | None = None,
+) -> Any:
+    """Touch the run if ``owner`` still owns it unfinished (and set its status and timer); the
+    cursor's ``rowcount`` is 1 if it did."""
+    if status is None:
+        return db.run(conn, "fence", {"id": run_id, "owner": owner, "now": now})
+    return db.run(
+        conn,
+        "fence_status",
+        {"id": run_id, "owner": owner, "now": now, "status": status, "wake_at": wake_at},
+    )
+
+
+def write_step(
+    db: Connector,
+    conn: Connection,
+    run_id: str,
+    owner: str | None,
+    step: StepRecord | None,
+    run_status: str | None,
+    wake_at: int | None,
+    now: int,
+) -> bool:
+    """Record ``step`` (if any) and set the run's status and timer, if ``owner`` still owns it."""
+    if send_fence(db, conn, run_id, owner, now, run_status, wake_at).rowcount != 1:
+        return False
+    if step is not None:
+        db.run(conn, "upsert_step", step_values(run_id, step))
+    return True
+
+
+def send_step(
+    db: Connector,
+    conn: Connection,
+    run_id: str,
+    owner: str | None,
+    step: StepRecord | None,
+    now: int,
+    run_status: str | None = None,
+    wake_at: int | None = None,
+) -> Any:
+    """``write_step`` without waiting for the fence's answer (in a pipeline): the caller checks the
+    returned cursor's ``rowcount`` once the pipeline syncs, and rolls back if it is not 1."""
+    fence = send_fence(db, conn, run_id, owner, now, run_status, wake_at)
+    if step is not None:
+        db.run(conn, "upsert_step", step_values(run_id, step))
+    return fence

@@ -1,0 +1,317 @@
+"""Every statement the SQL store runs, by name, in one style: plain SQL with ``:name`` parameters.
+
+The store never builds SQL with an expression library: it runs these texts on the driver's
+connection (building SQLAlchemy Core statements per call cost more than SQLite itself). Three
+conventions, each applied once when a store is made (see :class:`.Queries`):
+
+- ``:name`` is a parameter; for psycopg it becomes ``%(name)s``.
+- ``IN (:name)`` given a list binds one parameter per item (``IN (NULL)`` when the list is empty).
+- ``{clock}`` is the instant decisions are judged by: the caller's ``:now``, or on PostgreSQL with
+  the database clock the server's own, read inside the statement (no round trip of its own).
+
+Where the dialects differ, ``POSTGRESQL`` and ``SQLITE`` hold their own text under the same name.
+Unfinished runs are named by ``ACTIVE_SQL`` with literal values, as the partial indexes are defined
+(a bound list would not let the planners use them).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ._notify import NOTIFY_CHANNEL
+from ._tables import ACTIVE_SQL
+
+RUN_COLUMNS = (
+    "id",
+    "namespace",
+    "workflow",
+    "version",
+    "status",
+    "input",
+    "output",
+    "error",
+    "tags",
+    "concurrency_key",
+    "parent_id",
+    "parent_seq",
+    "owner",
+    "wake_at",
+    "created_at",
+    "updated_at",
+    "ended_at",
+)
+STEP_COLUMNS = (
+    "run_id",
+    "seq",
+    "kind",
+    "name",
+    "status",
+    "started_at",
+    "ended_at",
+    "wake_at",
+    "result",
+    "error",
+    "detail",
+)
+OPTIONAL_STEP_COLUMNS = STEP_COLUMNS[6:]  # ended_at .. detail: NULL in most records
+SLOT_COLUMNS = (
+    "id",
+    "limit_name",
+    "run_id",
+    "state",
+    "pos",
+    "label",
+    "enqueued_at",
+    "timeout_at",
+    "reserved_until",
+    "granted_at",
+    "held_since",
+    "max_hold_ms",
+    "expires_at",
+    "ended_at",
+    "reason",
+    "due_at",
+)
+SCHEDULE_COLUMNS = (
+    "namespace",
+    "name",
+    "workflow",
+    "cron",
+    "input",
+    "concurrency",
+    "next_fire_at",
+    "last_fire_at",
+    "last_run_id",
+    "last_error",
+    "created_at",
+    "updated_at",
+)
+WORKER_COLUMNS = ("id", "namespace", "host", "pid", "started_at", "heartbeat_at")
+ACTIVE_SLOTS = "('waiting', 'reserved', 'busy')"
+
+
+def _list(columns: tuple[str, ...], prefix: str = "") -> str:
+    return ", ".join(prefix + c for c in columns)
+
+
+def _upsert(table: str, columns: tuple[str, ...], key: str, kept: int) -> str:
+    """Insert a row, or overwrite all but its first ``kept`` columns (its key) when it exists."""
+    return (
+        f"INSERT INTO {table} ({_list(columns)}) VALUES ({_list(columns, ':')}) ON CONFLICT ({key}) "
+        f"DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in columns[kept:])
+    )
+
+
+DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+QUERIES: dict[str, str] = {
+    # -- schema ----------------------------------------------------------------------------------
+    "schema_version": "SELECT value FROM duro_meta WHERE key = 'schema_version'",
+    "schema_version_insert": "INSERT INTO duro_meta (key, value) VALUES ('schema_version', :value)",
+    "schema_version_update": "UPDATE duro_meta SET value = :value WHERE key = 'schema_version'",
+    # -- the connection's own: a key's transaction lock, the database's clock, notices (PostgreSQL)
+    "lock_key": "SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))",
+    "db_now": f"SELECT {DB_NOW}",
+    "notify": f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(:payloads AS text[])) AS payload",
+    # -- runs --------------------------------------------------------------------------------------
+    "select_run": f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE id = :id",
+    "insert_run": f"INSERT INTO duro_runs ({_list(RUN_COLUMNS)}) VALUES ({_list(RUN_COLUMNS, ':')})",
+    "run_statuses": "SELECT id, status FROM duro_runs WHERE id IN (:ids)",
+    "run_in_namespace": "SELECT id FROM duro_runs WHERE id = :id AND namespace = :namespace",
+    "cancel_run": "UPDATE duro_runs SET status = 'cancelled', error = :error, ended_at = :now, updated_at = :now, "
+    f"wake_at = NULL WHERE id = :id AND status IN {ACTIVE_SQL}",
+    "active_children": f"SELECT id FROM duro_runs WHERE parent_id = :id AND status IN {ACTIVE_SQL}",
+    # -- a run's progress, fenced on its owner and on its not having finished -------------------
+    "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    "fence_status": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at "
+    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    "upsert_step": _upsert("duro_steps", STEP_COLUMNS, "run_id, seq", 2),
+    "finish_run": "UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
+    f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    "select_steps": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
+    # a batch of step records (SQLite, see _steps): who owns the runs, then one executemany per kind
+    "owners": f"SELECT id, owner, status FROM duro_runs WHERE id IN (:ids) AND status IN {ACTIVE_SQL}",
+    "move_run": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at WHERE id = :id",
+    "time_run": "UPDATE duro_runs SET updated_at = :now, wake_at = :wake_at WHERE id = :id",
+    "touch_run": "UPDATE duro_runs SET updated_at = :now WHERE id = :id",
+    # -- signals -----------------------------------------------------------------------------------
+    "run_status": "SELECT status FROM duro_runs WHERE id = :id",
+    "insert_signal": "INSERT INTO duro_signals (run_id, name, payload, created_at) "
+    "VALUES (:run_id, :name, :payload, :now)",
+    "next_signal": "SELECT id, payload FROM duro_signals WHERE run_id = :run_id AND name = :name "
+    "AND consumed_seq IS NULL ORDER BY id LIMIT 1",
+    "consume_signal": "UPDATE duro_signals SET consumed_seq = :seq WHERE id = :id",
+    "signalled": "SELECT run_id, name FROM duro_signals WHERE run_id IN (:ids) AND consumed_seq IS NULL",
+    # -- schedules ---------------------------------------------------------------------------------
+    "update_schedule": "UPDATE duro_schedules SET workflow = :workflow, cron = :cron, input = :input, "
+    "concurrency = :concurrency, next_fire_at = :next_fire_at, updated_at = :updated_at "
+    "WHERE namespace = :namespace AND name = :name",
+    "insert_schedule": f"INSERT INTO duro_schedules ({_list(SCHEDULE_COLUMNS)}) "
+    f"VALUES ({_list(SCHEDULE_COLUMNS, ':')})",
+    "list_schedules": f"SELECT {_list(SCHEDULE_COLUMNS)} FROM duro_schedules WHERE namespace = :namespace "
+    "ORDER BY name",
+    "delete_schedule": "DELETE FROM duro_schedules WHERE namespace = :namespace AND name = :name",
+    "due_schedules": f"SELECT {_list(SCHEDULE_COLUMNS)} FROM duro_schedules WHERE namespace = :namespace "
+    "AND next_fire_at <= :now AND workflow IN (:workflows) ORDER BY next_fire_at, name",
+    "next_schedule_due": "SELECT min(next_fire_at) FROM duro_schedules WHERE namespace = :namespace "
+    "AND workflow IN (:workflows)",
+    "claim_schedule_window": "UPDATE duro_schedules SET next_fire_at = :next_due, updated_at = :now "
+    "WHERE namespace = :namespace AND name = :name AND next_fire_at = :due",
+    "schedule_outcome": "UPDATE duro_schedules SET last_fire_at = :fired_at, last_run_id = :run_id, "
+    "last_error = :error WHERE namespace = :namespace AND name = :name",
+    # -- workers and leases ------------------------------------------------------------------------
+    "insert_worker": f"INSERT INTO duro_workers ({_list(WORKER_COLUMNS)}) "
+    "VALUES (:id, :namespace, :host, :pid, :now, :now)",
+    "delete_worker": "DELETE FROM duro_workers WHERE id = :id RETURNING namespace",
+    # handing a worker's runs back is bookkeeping, not a change to the run: updated_at stays
+    "hand_back": f"UPDATE duro_runs SET owner = NULL WHERE owner = :id AND status IN {ACTIVE_SQL}",
+    # a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock
+    # that stepped back, still change it: a watcher sees only whether it changed)
+    "beat": "UPDATE duro_workers SET heartbeat_at = max(heartbeat_at + 1, :now) WHERE id = :id "
+    "RETURNING namespace",
+    "stamps": "SELECT id, heartbeat_at FROM duro_workers WHERE namespace = :namespace",
+    "owned_runs": f"SELECT owner, count(*) FROM duro_runs WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
+    "GROUP BY owner",
+    "list_workers": f"SELECT {_list(WORKER_COLUMNS)} FROM duro_workers ORDER BY started_at",
+    "local_workers": "SELECT id, pid FROM duro_workers WHERE host = :host",
+    # -- claims (the rule itself: see claim_sql) ---------------------------------------------------
+    "condemn": "DELETE FROM duro_workers WHERE id = :id AND heartbeat_at = :stamp",
+    # -- limits and slots (see _slots) -------------------------------------------------------------
+    "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
+    "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
+    # the limit's row, locked for the transaction (FOR UPDATE on PostgreSQL), and the instant its
+    # decision is judged by, read in the same statement
+    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
+    "{clock} FROM duro_limits WHERE name = :name",
+    "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
+    "next_pos = :next_pos, updated_at = :now WHERE name = :name",
+    "slot_select": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
+    "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
+    "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
+    "WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now ORDER BY due_at LIMIT 1000",
+    "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
+    "run_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
+    "AND state IN ('waiting', 'reserved')",
+    "limit_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+    f"AND state IN {ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
+    "ELSE 2 END, pos LIMIT :n",
+    "slot_states": "SELECT id, state FROM duro_slots WHERE id IN (:ids)",
+    # the hook steps still waiting of a run that ended: closed, with the run's end as their status
+    # ("cancelled" or "failed"; "cancelled" for a run that ended any other way) and its end time
+    # (whoever closes them, and however late: a second close finds nothing waiting)
+    "hook_leave": "UPDATE duro_steps SET ended_at = COALESCE((SELECT ended_at FROM duro_runs WHERE id = :run_id), "
+    ":now), status = COALESCE((SELECT status FROM duro_runs "
+    "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
+    "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
+    "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
+    "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
+    "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
+}
+
+# a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
+# is announced in the same statement when it was inserted
+_INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
+POSTGRESQL: dict[str, str] = {
+    "insert_run_new": _INSERT_RUN_NEW,
+    "insert_run_announced": f"WITH ins AS ({_INSERT_RUN_NEW} RETURNING 1) "
+    f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
+    "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
+    "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)
+    "beat": QUERIES["beat"].replace("max(", "GREATEST("),
+}
+SQLITE: dict[str, str] = {}
+
+
+@cache
+def count_sql(statuses: tuple[str, ...], scoped: bool) -> str:
+    """A quota's count: one indexed count on (concurrency_key, status), the statuses as literals
+    (unknown ones dropped) so that the partial index ``duro_runs_quota`` serves it."""
+    known = [
+        s
+        for s in statuses
+        if s in ("pending", "running", "suspended", "blocked", "completed", "failed", "cancelled")
+    ]
+    listed = ", ".join(f"'{s}'" for s in known) or "NULL"
+    sql = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = :key AND status IN ({listed})"
+    return sql + " AND namespace = :namespace" if scoped else sql
+
+
+# list_runs: each filter given adds its condition
+LIST_RUNS_FILTERS = {
+    "namespace": "namespace = :namespace",
+    "workflow": "workflow = :workflow",
+    "statuses": "status IN (:statuses)",
+    "key": "concurrency_key = :key",
+    "tag": "tags LIKE :tag",  # :tag is the pattern, %"tag"%
+    "before": "(created_at, id) < (:before_at, :before_id)",
+}
+
+
+@cache
+def list_runs_sql(filters: tuple[str, ...]) -> str:
+    where = " AND ".join(LIST_RUNS_FILTERS[f] for f in filters) or "1 = 1"
+    return f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT :limit"
+
+
+# The claim rule, once, for both databases. Claimable: unfinished runs of the claimer's namespace and
+# workflows with no owner, or whose owner has no row (the condemned workers' rows are deleted just
+# before, in the same transaction: see _claims), oldest first. With serial workflows, a pending run
+# of one starts only when no other run of it is active and it is the oldest pending one; the rest
+# wait (pending) in creation order.
+_CLAIMABLE = (
+    "SELECT duro_runs.id, duro_runs.status AS was FROM duro_runs "
+    f"WHERE duro_runs.namespace = :namespace AND duro_runs.status IN {ACTIVE_SQL} "
+    "AND duro_runs.workflow IN (:workflows) "
+    "AND (duro_runs.owner IS NULL OR duro_runs.owner NOT IN (SELECT id FROM duro_workers))"
+)
+_SERIAL = (
+    " AND NOT (duro_runs.workflow IN (:serial) AND duro_runs.status = 'pending' AND ("
+    "EXISTS (SELECT 1 FROM duro_runs AS other WHERE other.namespace = :namespace "
+    "AND other.workflow = duro_runs.workflow AND other.status IN ('running', 'suspended', 'blocked')) "
+    "OR duro_runs.id <> (SELECT other.id FROM duro_runs AS other WHERE other.namespace = :namespace "
+    "AND other.workflow = duro_runs.workflow AND other.status = 'pending' "
+    "ORDER BY other.created_at, other.id LIMIT 1)))"
+)
+_OLDEST_FIRST = " ORDER BY duro_runs.created_at, duro_runs.id LIMIT :limit"
+# Claiming changes a run's record (and updated_at) only when it starts it: taking up a run handed
+# back or left by a dead worker is bookkeeping.
+_CLAIMING = (
+    "UPDATE duro_runs SET owner = :owner, "
+    "updated_at = CASE WHEN duro_runs.status = 'pending' THEN {clock} ELSE duro_runs.updated_at END, "
+    "status = CASE WHEN duro_runs.status = 'pending' THEN 'running' ELSE duro_runs.status END"
+)
+
+
+@cache
+def claim_sql(dialect: str, serial: bool) -> tuple[str, ...]:
+    """The claim's statements; the last returns each claimed run with its status before the claim
+    (``was``: a run taken from pending never executed, see ``RunRecord.fresh``).
+
+    PostgreSQL: one statement, the candidates locked with ``FOR UPDATE SKIP LOCKED`` (a worker
+    skips the rows another is claiming). SQLite: the candidates, then the update of their ids
+    (SQLite's RETURNING cannot name an UPDATE's FROM; under ``BEGIN IMMEDIATE`` nothing changes in
+    between)."""
+    candidates = _CLAIMABLE + (_SERIAL if serial else "") + _OLDEST_FIRST
+    returning = f"RETURNING {_list(RUN_COLUMNS, 'duro_runs.')}"
+    if dialect == "postgresql":
+        return (
+            f"{_CLAIMING} FROM ({candidates} FOR UPDATE SKIP LOCKED) AS taken "
+            f"WHERE duro_runs.id = taken.id {returning}, taken.was",
+        )
+    return candidates, f"{_CLAIMING} WHERE duro_runs.id IN (:ids) {returning}"
+
+
+@cache
+def upsert_steps_sql(shape: int) -> str:
+    """The upsert of step rows of one ``shape`` (see ``_steps.step_rows``: which optional columns
+    the rows fill, a bit each): the optional columns it leaves out are set NULL when the row
+    exists, as a full upsert would."""
+    present = [c for bit, c in enumerate(OPTIONAL_STEP_COLUMNS) if shape >> bit & 1]
+    columns = [*STEP_COLUMNS[:6], *present]
+    updates = [f"{c} = excluded.{c}" for c in columns[2:]]
+    updates += [f"{c} = NULL" for c in OPTIONAL_STEP_COLUMNS if c not in present]
+    return (
+        f"INSERT INTO duro_steps ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)}) "
+        f"ON CONFLICT (run_id, seq) DO UPDATE SET {', '.join(updates)}"
+    )

@@ -1,0 +1,221 @@
+"""Runs: a start (its quota and its parent's step decided with it), reads, and cancellation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+try:
+    from psycopg.errors import UniqueViolation
+except ModuleNotFoundError:  # no postgres extra: SQLite only
+    from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]
+
+from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
+from .._quota import admit
+from ._commands import OwnStep
+from ._connection import Connector
+from ._fences import write_step
+from ._queries import RUN_COLUMNS, count_sql, list_runs_sql
+from ._records import Fenced, NewRun, QuotaCheck, RunRecord
+
+
+class _RunExists(Exception):
+    """A start's insert found its run id taken by another process's start (see Runs.insert)."""
+
+
+def to_run(row: Any) -> RunRecord:
+    values = dict(zip(RUN_COLUMNS, row, strict=True))
+    values["tags"] = json.loads(values["tags"] or "[]")
+    return RunRecord(**values)
+
+
+def _same_workflow(existing: RunRecord, new: NewRun) -> RunRecord:
+    """The run a start's id names, which is that start's run only if it is of the same workflow."""
+    if existing.workflow != new.workflow:
+        raise RunIdConflictError(new.id, new.workflow, existing.workflow)
+    return existing
+
+
+def _new_run_values(new: NewRun) -> dict[str, Any]:
+    return {
+        "id": new.id,
+        "namespace": new.namespace,
+        "workflow": new.workflow,
+        "version": new.version,
+        "status": "running" if new.owner else "pending",
+        "input": new.input,
+        "output": None,
+        "error": None,
+        "tags": json.dumps(new.tags),
+        "concurrency_key": new.concurrency_key,
+        "parent_id": new.parent_id,
+        "parent_seq": new.parent_seq,
+        "owner": new.owner,
+        "wake_at": None,
+        "created_at": new.created_at,
+        "updated_at": new.created_at,
+        "ended_at": None,
+    }
+
+
+def _admit(quota: QuotaCheck, active: int) -> None:
+    if not admit(quota.key, quota.limit, active).admitted:
+        raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
+
+
+class Runs:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def _send_count(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
+        """A quota's count, its cursor not read yet (in a pipeline, say)."""
+        params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
+        return self.db.run_text(conn, count_sql(tuple(statuses), namespace is not None), params)
+
+    def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
+        with self.db.read() as conn:
+            return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
+
+    def insert(self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None) -> tuple[RunRecord, bool]:
+        try:
+            if self.db.dialect == "postgresql" and parent is None:
+                return self._insert_pipelined(new, quota)
+            return self._insert(new, quota, parent)
+        except (IntegrityError, UniqueViolation, _RunExists):
+            # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
+            # existence check), or by another process's start between our check and our insert.
+            existing = self.get(new.id)
+            if existing is None:
+                raise
+            return _same_workflow(existing, new), False
+
+    def _insert(
+        self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None
+    ) -> tuple[RunRecord, bool]:
+        db = self.db
+        with db.write() as conn:
+            if quota is not None:
+                db.lock_key(conn, f"duro:quota:{quota.key}")
+            row = db.run(conn, "select_run", {"id": new.id}).fetchone()
+            if row is not None:
+                existing = _same_workflow(to_run(row), new)  # or nothing is written, a parent's step neither
+                if parent is not None:
+                    write_step(db, conn, parent.run_id, parent.owner, parent.step, None, None, new.created_at)
+                return existing, False
+            if quota is not None:
+                counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
+                _admit(quota, int(counted.fetchone()[0]))
+            values = _new_run_values(new)
+            db.run(conn, "insert_run", values)
+            if new.owner is None:
+                db.notify(conn, ["run", new.namespace])
+            if parent is not None and not write_step(
+                db,
+                conn,
+                parent.run_id,
+                parent.owner,
+                parent.step,
+                "blocked" if parent.step.status == "waiting" else None,
+                None,
+                new.created_at,
+            ):
+                conn.rollback()
+                raise Fenced(parent.run_id)
+            return RunRecord(**{**values, "tags": list(new.tags)}), True
+
+    def _insert_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
+        """PostgreSQL, a start with no parent step, in two or three round trips instead of six: the
+        reads a quota needs (the key's lock, the existing run, the count) in one pipeline; then one
+        statement inserts the run and, if it did, announces it; then the commit. Without a quota
+        the insert is also the existence check: it does nothing on an id already taken (by an
+        earlier start, or one of another process past our check: no lock covers a run id), and
+        the start returns that run."""
+        db = self.db
+        with db.write() as conn:
+            if quota is not None:
+                with db.pipeline(conn):
+                    db.lock_key(conn, f"duro:quota:{quota.key}")
+                    found = db.run(conn, "select_run", {"id": new.id})
+                    counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
+                row = found.fetchone()
+                if row is not None:
+                    return _same_workflow(to_run(row), new), False
+                _admit(quota, int(counted.fetchone()[0]))
+            values = _new_run_values(new)
+            if new.owner is None:
+                notice = json.dumps(["run", new.namespace])
+                inserted = db.run(conn, "insert_run_announced", {**values, "notice": notice})
+            else:
+                inserted = db.run(conn, "insert_run_new", values)
+            if inserted.rowcount != 1:
+                raise _RunExists(new.id)
+            return RunRecord(**{**values, "tags": list(new.tags)}), True
+
+    def get(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
+        with self.db.single_read() as conn:
+            row = self.db.run(conn, "select_run", {"id": run_id}).fetchone()
+        if row is None:
+            return None
+        record = to_run(row)
+        return record if namespace is None or record.namespace == namespace else None
+
+    def find(
+        self,
+        namespace: str | None,
+        workflow: str | None,
+        statuses: Sequence[str] | None,
+        tag: str | None,
+        limit: int,
+        before: tuple[int, str] | None,
+    ) -> list[RunRecord]:
+        params: dict[str, Any] = {"limit": limit}
+        if namespace is not None:
+            params["namespace"] = namespace
+        if workflow is not None:
+            params["workflow"] = workflow
+        if statuses:
+            params["statuses"] = list(statuses)
+        if tag is not None:
+            if tag.startswith("concurrency:"):
+                params["key"] = tag.removeprefix("concurrency:")
+            else:
+                params["tag"] = f"%{json.dumps(tag)}%"
+        if before is not None:
+            params["before_at"], params["before_id"] = before
+            params["before"] = True
+        filters = tuple(
+            name for name in ("namespace", "workflow", "statuses", "key", "tag", "before") if name in params
+        )
+        params.pop("before", None)
+        with self.db.read() as conn:
+            return [to_run(row) for row in self.db.run_text(conn, list_runs_sql(filters), params)]
+
+    def statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with self.db.read() as conn:
+            return dict(self.db.run_in(conn, "run_statuses", {"ids": ids}).fetchall())
+
+    def cancel(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
+        db = self.db
+        with db.write() as conn:
+            if namespace is None:
+                found = db.run(conn, "run_status", {"id": run_id}).fetchone()
+            else:
+                found = db.run(conn, "run_in_namespace", {"id": run_id, "namespace": namespace}).fetchone()
+            if found is None:
+                raise DuroError(f"run {run_id!r} does not exist; list runs with engine.list_runs()")
+            cancelled: list[str] = []
+            frontier = [run_id]
+            while frontier:
+                current = frontier.pop()
+                if db.run(conn, "cancel_run", {"id": current, "error": error, "now": now}).rowcount:
+                    cancelled.append(current)
+                frontier.extend(row[0] for row in db.run(conn, "active_children", {"id": current}).fetchall())
+            db.notify(conn, *(["done", cancelled_id, "cancelled"] for cancelled_id in cancelled))
+            return cancelled

@@ -1,0 +1,69 @@
+"""Schedules: persisted cron schedules; each window is claimed by one worker (``claim_window``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from ._connection import Connector
+from ._records import ScheduleRecord
+
+
+class Schedules:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def put(self, schedule: ScheduleRecord) -> None:
+        db = self.db
+        values = asdict(schedule)
+        with db.write() as conn:
+            if db.run(conn, "update_schedule", values).rowcount == 0:
+                db.run(
+                    conn,
+                    "insert_schedule",
+                    {**values, "last_fire_at": None, "last_run_id": None, "last_error": None},
+                )
+            db.notify(conn, ["sched", schedule.namespace])
+
+    def all(self, namespace: str) -> list[ScheduleRecord]:
+        with self.db.read() as conn:
+            return [
+                ScheduleRecord(*row) for row in self.db.run(conn, "list_schedules", {"namespace": namespace})
+            ]
+
+    def delete(self, namespace: str, name: str) -> bool:
+        db = self.db
+        with db.write() as conn:
+            deleted: bool = (
+                db.run(conn, "delete_schedule", {"namespace": namespace, "name": name}).rowcount == 1
+            )
+            db.notify(conn, ["sched", namespace])
+            return deleted
+
+    def due(self, namespace: str, workflows: Sequence[str], now: int) -> list[ScheduleRecord]:
+        params = {"namespace": namespace, "workflows": list(workflows), "now": now}
+        with self.db.read() as conn:
+            return [ScheduleRecord(*row) for row in self.db.run_in(conn, "due_schedules", params)]
+
+    def next_due(self, namespace: str, workflows: Sequence[str]) -> int | None:
+        params = {"namespace": namespace, "workflows": list(workflows)}
+        with self.db.read() as conn:
+            return self.db.run_in(conn, "next_schedule_due", params).fetchone()[0]  # type: ignore[no-any-return]
+
+    def claim_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
+        params = {"namespace": namespace, "name": name, "due": due, "next_due": next_due, "now": now}
+        with self.db.write() as conn:
+            return self.db.run(conn, "claim_schedule_window", params).rowcount == 1  # type: ignore[no-any-return]
+
+    def record_outcome(
+        self, namespace: str, name: str, fired_at: int, run_id: str | None, error: str | None
+    ) -> None:
+        params = {
+            "namespace": namespace,
+            "name": name,
+            "fired_at": fired_at,
+            "run_id": run_id,
+            "error": error,
+        }
+        with self.db.write() as conn:
+            self.db.run(conn, "schedule_outcome", params)

@@ -1,0 +1,93 @@
+"""Creating the schema (the tables of :mod:`._tables`) and migrating older ones, once per store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .._errors import DuroError
+from ._tables import SCHEMA_VERSION, metadata
+
+if TYPE_CHECKING:
+    from ._connection import Connector
+
+# Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1.
+MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
+    # 1 -> 2 adds duro_schedules, a new table: create_all (run just before) has made it already.
+    1: lambda conn, dialect: None,
+    # 2 -> 3 adds duro_limits and duro_slots: new tables as well.
+    2: lambda conn, dialect: None,
+    # 3 -> 4: partial indexes (see _tables.Run and _tables.SlotRequest); on PostgreSQL the claims'
+    # index on (namespace, status, owner) gives way to duro_runs_active
+    3: lambda conn, dialect: _recreate_indexes(
+        conn,
+        "duro_runs_quota",
+        "duro_runs_parent",
+        "duro_slots_due",
+        "duro_slots_run",
+        *(["duro_runs_active"] if dialect == "postgresql" else []),
+        dropped=["duro_runs_claim"] if dialect == "postgresql" else [],
+    ),
+}
+
+
+def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:
+    """Drop indexes (``names`` and ``dropped``) and create ``names`` as the schema now defines them."""
+    for name in dropped:
+        conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            if index.name in names:
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {index.name}"))
+                index.create(conn)
+
+
+def create_schema(db: Connector) -> None:
+    """Create the tables, or migrate them to this version, in one transaction (on PostgreSQL under
+    a lock, so that processes starting together do it once); then the store is ready."""
+    if db.schema_ready:
+        return
+    try:
+        with db.engine.connect() as conn:
+            conn.execution_options(duro_write=True)
+            with conn.begin():
+                db.lock_key(conn, "duro:schema")
+                metadata.create_all(conn)
+                row = db.run(conn, "schema_version", {}).fetchone()
+                if row is None:
+                    db.run(conn, "schema_version_insert", {"value": str(SCHEMA_VERSION)})
+                elif int(row[0]) < SCHEMA_VERSION:
+                    _migrate(db, conn, int(row[0]))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise DuroError(
+                        f"the database at {db.safe_url} has duro schema version {row[0]}, newer than this "
+                        f"duro's {SCHEMA_VERSION}: upgrade duro before using this database"
+                    )
+    except sa.exc.OperationalError as err:
+        raise DuroError(
+            f"cannot open the database at {db.safe_url}: {err.orig}; check the URL, "
+            f"that the server runs and that the file's folder is writable"
+        ) from None
+    db.schema_ready = True
+
+
+def _migrate(db: Connector, conn: Connection, found: int) -> None:
+    """Bring a database from schema version ``found`` up to ``SCHEMA_VERSION``, step by step, in
+    the schema transaction. ``MIGRATIONS[n]`` upgrades version n to n + 1."""
+    for version in range(found, SCHEMA_VERSION):
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise DuroError(
+                f"the database at {db.safe_url} has duro schema version {found} and this "
+                f"duro has no migration from version {version}; use the duro that created it"
+            )
+        step(conn, db.dialect)
+    db.run(conn, "schema_version_update", {"value": str(SCHEMA_VERSION)})
+
+
+def schema_version(db: Connector) -> int:
+    with db.single_read() as conn:
+        return int(db.run(conn, "schema_version", {}).fetchone()[0])

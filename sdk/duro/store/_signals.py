@@ -1,0 +1,54 @@
+"""Signals: buffered for a run until a ``wait_for_signal`` of that name consumes one (``TakeSignal``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from sqlalchemy.engine import Connection
+
+from .._definitions import ACTIVE_STATUS_VALUES
+from .._errors import DuroError
+from ._commands import TakeSignal
+from ._connection import Connector
+from ._fences import write_step
+from ._records import Fenced, StepRecord
+
+
+class Signals:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def send(self, run_id: str, name: str, payload: str | None, now: int) -> None:
+        db = self.db
+        with db.write() as conn:
+            found = db.run(conn, "run_status", {"id": run_id}).fetchone()
+            if found is None:
+                raise DuroError(f"cannot signal run {run_id!r}: it does not exist")
+            if found[0] not in ACTIVE_STATUS_VALUES:
+                raise DuroError(
+                    f"cannot signal run {run_id!r}: it is {found[0]}; signals reach only "
+                    f"runs that have not finished"
+                )
+            db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
+            db.notify(conn, ["signal", run_id, name])
+
+    def take(self, conn: Connection, command: TakeSignal) -> StepRecord | None:
+        """See :class:`TakeSignal`."""
+        db, run_id, step = self.db, command.run_id, command.step
+        row = db.run(conn, "next_signal", {"run_id": run_id, "name": command.name}).fetchone()
+        if row is None:
+            return None
+        db.run(conn, "consume_signal", {"id": row[0], "seq": step.seq})
+        taken = replace(step, status="completed", result=row[1])
+        if not write_step(db, conn, run_id, command.owner, taken, "running", None, step.ended_at or 0):
+            conn.rollback()
+            raise Fenced(run_id)
+        return taken
+
+    def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]:
+        ids = list(run_ids)
+        if not ids:
+            return set()
+        with self.db.read() as conn:
+            return {(run_id, name) for run_id, name in self.db.run_in(conn, "signalled", {"ids": ids})}

@@ -1,0 +1,230 @@
+"""A run's progress: the typed commands (``apply``, ``apply_batch``), step records and the run's end.
+
+Each command keeps its own fence (see :mod:`._fences`) and result, also inside a batch: a fenced
+write changes nothing and does not disturb the others. A batch is applied in one transaction: on
+PostgreSQL in one pipeline (one round trip), on SQLite as one ownership read and one
+``executemany`` per kind of write.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ._commands import (
+    Command,
+    ConfirmSlot,
+    FinishRun,
+    GiveUpSlot,
+    RecordStep,
+    ReleaseSlot,
+    RequestSlot,
+    TakeSignal,
+)
+from ._connection import Connector
+from ._fences import send_step, write_step
+from ._queries import QUERIES, upsert_steps_sql
+from ._records import Fenced, StepRecord
+from ._signals import Signals
+from ._slots import Slots
+
+# per shape (see step_rows), the columns of a full row that shape keeps: the six required ones and
+# its optional ones
+_PICK_COLUMNS = [
+    operator.itemgetter(*range(6), *(6 + bit for bit in range(5) if shape >> bit & 1)) for shape in range(32)
+]
+
+
+def step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[Any, ...]]]:
+    """Step records as positional rows grouped by which optional columns they fill (a bit each):
+    binding a parameter costs about as much as SQLite's whole insert, and most are NULL."""
+    rows: dict[int, list[tuple[Any, ...]]] = {}
+    for run_id, step in steps:
+        ended, wake, result, error, detail = step.ended_at, step.wake_at, step.result, step.error, step.detail
+        shape = (
+            (ended is not None)
+            | (wake is not None) << 1
+            | (result is not None) << 2
+            | (error is not None) << 3
+            | (detail is not None) << 4
+        )
+        row = (
+            run_id,
+            step.seq,
+            step.kind,
+            step.name,
+            step.status,
+            step.started_at,
+            ended,
+            wake,
+            result,
+            error,
+            detail,
+        )
+        if shape in rows:
+            rows[shape].append(_PICK_COLUMNS[shape](row))
+        else:
+            rows[shape] = [_PICK_COLUMNS[shape](row)]
+    return rows
+
+
+class Steps:
+    def __init__(self, db: Connector, signals: Signals, slots: Slots) -> None:
+        self.db = db
+        self.signals = signals
+        self.slots = slots
+
+    def get(self, run_id: str) -> list[StepRecord]:
+        with self.db.single_read() as conn:
+            return [StepRecord(*row) for row in self.db.run(conn, "select_steps", {"run_id": run_id})]
+
+    def apply(self, command: Command) -> Any:
+        with self.db.write() as conn:
+            return self._dispatch(conn, command)
+
+    def _dispatch(self, conn: Connection, command: Command) -> Any:
+        match command:
+            case RecordStep(run_id, owner, step, run_status, wake_at, now):
+                return write_step(self.db, conn, run_id, owner, step, run_status, wake_at, now)
+            case FinishRun(run_id, owner, status, output, error, now):
+                return self._finish(conn, run_id, owner, status, output, error, now)
+            case TakeSignal():
+                return self.signals.take(conn, command)
+            case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
+                return self.slots.command(conn, command)
+
+    def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
+        if self.db.dialect == "postgresql":
+            return self._apply_pipelined(commands)
+        if all(type(command) is RecordStep for command in commands):
+            return self._apply_steps_sqlite(commands)  # type: ignore[arg-type]
+        return self._apply_each(commands)
+
+    def _apply_each(self, commands: Sequence[Command]) -> list[Any]:
+        with self.db.write() as conn:
+            return [self._dispatch(conn, command) for command in commands]
+
+    def _apply_pipelined(self, commands: Sequence[Command]) -> list[Any]:
+        """PostgreSQL: every statement of the batch in one pipeline, one round trip in all instead
+        of one per statement. A step's upsert is sent without waiting for its fence, so a fenced
+        write (a worker that lost runs: rare) rolls the whole batch back, and the batch is applied
+        again statement by statement, where a fenced write changes nothing."""
+        try:
+            return self._send_batch(commands)
+        except Fenced:
+            return self._apply_each(commands)
+
+    def _send_batch(self, commands: Sequence[Command]) -> list[Any]:
+        db = self.db
+        with db.write() as conn:
+            sent: list[tuple[Any, tuple[str, str] | None]] = []  # (fence's cursor, a finish's run and status)
+            with db.pipeline(conn):
+                for command in commands:
+                    match command:
+                        case RecordStep(run_id, owner, step, status, wake_at, now):
+                            sent.append(
+                                (send_step(db, conn, run_id, owner, step, now, status, wake_at), None)
+                            )
+                        case FinishRun(run_id, owner, status, output, error, now):
+                            finish = self._send_finish(conn, run_id, owner, status, output, error, now)
+                            sent.append((finish, (run_id, status)))
+                        case _:
+                            raise TypeError(f"{type(command).__name__} is not batched on PostgreSQL")
+            if any(cursor.rowcount != 1 for cursor, _ in sent):
+                raise Fenced("a write of the batch")  # rolled back; each write is made again alone
+            # a child's end is announced to its parent (see _finish)
+            db.notify(
+                conn,
+                *(
+                    ["done", *end]
+                    for cursor, end in sent
+                    if end is not None and cursor.fetchone()[0] is not None
+                ),
+            )
+        return [True] * len(commands)
+
+    def _apply_steps_sqlite(self, commands: Sequence[RecordStep]) -> list[Any]:
+        """Step records of many runs: one ownership read for the batch, then one ``executemany``
+        for the runs and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change between the
+        read and the writes. A run's last record decides its status and timer; a run whose status
+        stays the same is updated without touching the status indexes."""
+        final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
+        steps: dict[tuple[str, int], StepRecord] = {}  # a step written twice in the batch: its last record
+        for command in commands:
+            run_id, status, wake_at = command.run_id, command.run_status, command.wake_at
+            if status is None and (previous := final.get(run_id)) is not None:
+                status, wake_at = previous[1], previous[2]
+            final[run_id] = (command.owner, status, wake_at, command.now)
+            if command.step is not None:
+                steps[run_id, command.step.seq] = command.step
+        ids = list(final)
+        db = self.db
+        with db.write() as conn:
+            stored: dict[str, str] = {}  # run id -> status, of the runs the writer still owns
+            for chunk in range(0, len(ids), 500):
+                for run_id, owner, status in db.run_in(conn, "owners", {"ids": ids[chunk : chunk + 500]}):
+                    if final[run_id][0] == owner:
+                        stored[run_id] = status
+            moved, timed, touched = [], [], []
+            for run_id, (_, status, wake_at, now) in final.items():
+                was = stored.get(run_id)
+                if was is None:
+                    continue
+                if status is None:
+                    touched.append((now, run_id))
+                elif status == was:
+                    timed.append((now, wake_at, run_id))
+                else:
+                    moved.append((now, status, wake_at, run_id))
+            for name, rows in (("move_run", moved), ("time_run", timed), ("touch_run", touched)):
+                if rows:
+                    db.run_many(conn, QUERIES[name], rows)
+            shaped = step_rows((run_id, step) for (run_id, _), step in steps.items() if run_id in stored)
+            for shape, rows in shaped.items():
+                db.run_many(conn, upsert_steps_sql(shape), rows)
+        return [command.run_id in stored for command in commands]
+
+    def _send_finish(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        status: str,
+        output: str | None,
+        error: str | None,
+        now: int,
+    ) -> Any:
+        """End the run if ``owner`` still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
+        (on PostgreSQL its row is the run's parent id)."""
+        params = {
+            "id": run_id,
+            "owner": owner,
+            "status": status,
+            "output": output,
+            "error": error,
+            "now": now,
+        }
+        return self.db.run(conn, "finish_run", params)
+
+    def _finish(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        status: str,
+        output: str | None,
+        error: str | None,
+        now: int,
+    ) -> bool:
+        result = self._send_finish(conn, run_id, owner, status, output, error, now)
+        if result.rowcount != 1:
+            return False
+        if self.db.dialect == "postgresql":
+            # Only a parent waits on a run's end in another process (a client's result() polls):
+            # NOTIFY serializes committing transactions, so a top-level run's end sends none.
+            if result.fetchone()[0] is not None:
+                self.db.notify(conn, ["done", run_id, status])
+        return True

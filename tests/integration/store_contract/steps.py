@@ -1,0 +1,137 @@
+"""The store contract: a run's progress: fenced commands, batches and signals."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from duro import DuroError
+from duro.store import StepRecord
+from tests.support import store_ops
+from tests.support.waiting import wait_until
+
+from ._support import _pinged, new_run
+
+
+class StepsContract:
+    def test_steps_are_fenced_on_owner_and_status(self, store):
+        store.insert_run(new_run(owner="w1"), None)
+        step = StepRecord(0, "step", "charge", "completed", 1000, 1001, result="5")
+        assert store_ops.record_step(store, "r1", "w1", step, now=1001)
+        assert not store_ops.record_step(
+            store, "r1", "w2", StepRecord(1, "step", "x", "completed", 1, 2), now=1002
+        )
+        assert [s.name for s in store.get_steps("r1")] == ["charge"]
+        waiting = StepRecord(1, "sleep", "sleep", "waiting", 1002, wake_at=5000)
+        assert store_ops.record_step(store, "r1", "w1", waiting, "suspended", 5000, 1002)
+        run = store.get_run("r1")
+        assert (run.status, run.wake_at) == ("suspended", 5000)
+        assert store_ops.record_step(store, "r1", "w1", None, "running", None, 5000)  # woke: the run only
+        run = store.get_run("r1")
+        assert (run.status, run.wake_at, run.updated_at) == ("running", None, 5000)
+        assert [s.status for s in store.get_steps("r1")] == ["completed", "waiting"]
+        assert not store_ops.record_step(store, "r1", "w2", None, "running", None, 5001)
+        assert store_ops.finish_run(store, "r1", "w1", "completed", '"ok"', None, 6000)
+        assert not store_ops.finish_run(store, "r1", "w1", "failed", None, "{}", 6001)
+        assert not store_ops.record_step(
+            store, "r1", "w1", StepRecord(2, "step", "late", "completed", 1, 2), now=7000
+        )
+        assert store.get_run("r1").status == "completed"
+
+    def test_signals_buffer_and_are_consumed_in_order(self, store):
+        store.insert_run(new_run(owner="w"), None)
+        store.send_signal("r1", "go", '"first"', 10)
+        store.send_signal("r1", "go", '"second"', 11)
+        assert store.signalled(["r1"]) == {("r1", "go")}
+        first = store_ops.take_signal(store, "r1", "w", "go", StepRecord(0, "signal", "go", "waiting", 5, 12))
+        assert first.result == '"first"' and first.status == "completed"
+        second = store_ops.take_signal(
+            store, "r1", "w", "go", StepRecord(1, "signal", "go", "waiting", 5, 12)
+        )
+        assert second.result == '"second"'
+        assert (
+            store_ops.take_signal(store, "r1", "w", "go", StepRecord(2, "signal", "go", "waiting", 5, 12))
+            is None
+        )
+        store_ops.finish_run(store, "r1", "w", "completed", "null", None, 20)
+        with pytest.raises(DuroError, match="completed"):
+            store.send_signal("r1", "go", "null", 21)
+        with pytest.raises(DuroError, match="does not exist"):
+            store.send_signal("ghost", "go", "null", 21)
+
+    def test_a_batch_keeps_each_writes_fence_and_result(self, store):
+        store.insert_run(new_run("a", owner="w1"), None)
+        store.insert_run(new_run("b", owner="w2"), None)
+        results = store_ops.apply_batch(
+            store,
+            [
+                (
+                    "record_step",
+                    ("a", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2),
+                ),
+                (
+                    "record_step",
+                    ("b", "w1", StepRecord(0, "step", "x", "completed", 1, 2, result="1"), None, None, 2),
+                ),
+                ("finish_run", ("a", "w1", "completed", '"done"', None, 3)),
+                ("finish_run", ("b", "w1", "completed", '"stolen"', None, 3)),
+            ],
+        )
+        assert results == [True, False, True, False]
+        assert [s.result for s in store.get_steps("a")] == ["1"] and store.get_steps("b") == []
+        assert (store.get_run("a").status, store.get_run("b").status) == ("completed", "running")
+
+    def test_a_batch_of_owned_writes_applies_in_one_go_and_announces_a_childs_end(self, store):
+        """No write fenced: on PostgreSQL the whole batch goes in one pipeline; each result is True,
+        every write is stored, and a child's end is still announced to its parent."""
+        store.insert_run(new_run("p", owner="w1"), None)
+        store.insert_run(new_run("p.0", owner="w1", parent="p"), None)
+        store.insert_run(new_run("q", owner="w1"), None)
+        heard: list[list] = []
+        stopping = threading.Event()
+        listener = threading.Thread(target=store.listen, args=(heard.append, stopping), daemon=True)
+        listener.start()
+        try:
+            if store.notifies:  # the listener is connected once a notification gets through
+                wait_until(lambda: _pinged(store, heard), what="the listener to connect")
+            results = store_ops.apply_batch(
+                store,
+                [
+                    (
+                        "record_step",
+                        (
+                            "p.0",
+                            "w1",
+                            StepRecord(0, "step", "x", "completed", 1, 2, result="1"),
+                            None,
+                            None,
+                            2,
+                        ),
+                    ),
+                    (
+                        "record_step",
+                        (
+                            "q",
+                            "w1",
+                            StepRecord(0, "sleep", "sleep", "waiting", 1, wake_at=9),
+                            "suspended",
+                            9,
+                            2,
+                        ),
+                    ),
+                    ("finish_run", ("p.0", "w1", "completed", '"done"', None, 3)),
+                    ("record_step", ("p", "w1", None, "running", None, 3)),
+                ],
+            )
+            assert results == [True, True, True, True]
+            assert [s.result for s in store.get_steps("p.0")] == ["1"]
+            assert (store.get_run("q").status, store.get_run("q").wake_at) == ("suspended", 9)
+            assert store.get_run("p.0").status == "completed"
+            if store.notifies:
+                wait_until(
+                    lambda: ["done", "p.0", "completed"] in heard, what="the child's end to be announced"
+                )
+        finally:
+            stopping.set()
+            listener.join(5)

@@ -1,0 +1,200 @@
+"""SqlStore beyond the store contract: its URLs, its schema migrations, its SQLite transactions and
+the indexes its queries use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from duro import DuroError
+from duro.store import SCHEMA_VERSION, Claim, NewRun, SqlStore
+from duro.store._queries import claim_sql
+from duro.store._tables import meta
+
+
+@pytest.fixture
+def store(database_url):
+    store = SqlStore(database_url, decisions_clock="caller")  # these tests pass every instant themselves
+    store.create_schema()
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "not a url",
+        "mysql://u@h/db",
+        "sqlite://",
+        "sqlite:///x.db?synchronous=MAYBE",
+        "postgresql+psycopg://u@h/db?synchronous=FULL",
+    ],
+)
+def test_bad_database_urls_say_what_to_use(url):
+    with pytest.raises(DuroError) as info:
+        SqlStore(url)
+    assert "sqlite:///" in str(info.value) or "synchronous" in str(info.value)
+
+
+def test_an_older_schema_is_migrated_step_by_step(database_url, monkeypatch):
+    from duro.store import _schema
+
+    first = SqlStore(database_url)
+    first.create_schema()
+    with first._engine.begin() as conn:
+        conn.execute(meta.update().values(value="0"))
+    first.close()
+    applied = []
+    monkeypatch.setitem(_schema.MIGRATIONS, 0, lambda conn, dialect: applied.append(dialect))
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert applied == [second.dialect] and second.schema_version() == SCHEMA_VERSION
+    second.close()
+
+
+def _index_definition(store: SqlStore, name: str) -> str:
+    with store._engine.connect() as conn:
+        if store.dialect == "sqlite":
+            sql = "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = :name"
+        else:
+            sql = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+        return conn.execute(sa.text(sql), {"name": name}).scalar_one()
+
+
+SCHEMA_3_INDEXES = [
+    ("duro_runs_quota", "duro_runs_quota", "duro_runs", "concurrency_key, status"),
+    ("duro_runs_parent", "duro_runs_parent", "duro_runs", "parent_id"),
+    ("duro_slots_due", "duro_slots_due", "duro_slots", "due_at"),
+    ("duro_slots_run", "duro_slots_run", "duro_slots", "run_id"),
+]
+
+
+SCHEMA_3_CLAIM_INDEX = ("duro_runs_active", "duro_runs_claim", "duro_runs", "namespace, status, owner")
+
+
+def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url):
+    """A version-3 database (full indexes) opened by this duro: four indexes become partial, the
+    claims' index gives way to one on unfinished runs, the runs stay, and counts and children
+    answer as before."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
+    first.insert_run(
+        NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None
+    )
+    with first._engine.begin() as conn:  # back to schema 3's layout
+        claim = [SCHEMA_3_CLAIM_INDEX] if first.dialect == "postgresql" else []
+        for index, old, table, columns in SCHEMA_3_INDEXES + claim:
+            conn.execute(sa.text(f"DROP INDEX {index}"))
+            conn.execute(sa.text(f"CREATE INDEX {old} ON {table} ({columns})"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
+    assert "WHERE" not in _index_definition(first, "duro_runs_quota").upper()
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 4
+    assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
+    assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
+    assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
+    assert "waiting" in _index_definition(second, "duro_slots_run")
+    if second.dialect == "postgresql":
+        assert "pending" in _index_definition(second, "duro_runs_active")
+        with second._engine.connect() as conn:
+            assert not conn.execute(
+                sa.text("SELECT count(*) FROM pg_indexes WHERE indexname = 'duro_runs_claim'")
+            ).scalar()
+    else:
+        assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
+    assert second.count_active("tenant:a", ("pending", "running"), None) == 1
+    assert second.get_run("child").parent_id == "parent"
+    second.close()
+
+
+def test_a_newer_schema_is_refused(database_url):
+    first = SqlStore(database_url)
+    first.create_schema()
+    with first._engine.begin() as conn:
+        conn.execute(meta.update().values(value=str(SCHEMA_VERSION + 1)))
+    first.close()
+    newer = SqlStore(database_url)
+    with pytest.raises(DuroError, match="upgrade duro"):
+        newer.create_schema()
+    newer.close()
+
+
+def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(sqlite_url):
+    """SQLite's write transaction is begun on the driver (SQLAlchemy's bookkeeping skipped): a Core
+    statement inside joins it, a failure anywhere undoes both kinds, and the next write starts clean."""
+    store = SqlStore(sqlite_url)
+    store.create_schema()
+
+    def keys() -> set[str]:
+        with store.db.read() as conn:
+            return set(conn.execute(sa.select(meta.c.key)).scalars())
+
+    with store.db.write() as conn:  # raw only
+        conn.connection.driver_connection.execute("INSERT INTO duro_meta (key, value) VALUES ('raw', '1')")
+    with store.db.write() as conn:  # raw, then Core
+        conn.connection.driver_connection.execute(
+            "INSERT INTO duro_meta (key, value) VALUES ('mixed-raw', '1')"
+        )
+        conn.execute(meta.insert().values(key="mixed-core", value="1"))
+    assert {"raw", "mixed-raw", "mixed-core"} <= keys()
+    for core, explicit in [(False, False), (False, True), (True, False), (True, True)]:
+        with pytest.raises(RuntimeError, match="undo"), store.db.write() as conn:
+            conn.connection.driver_connection.execute(
+                "INSERT INTO duro_meta (key, value) VALUES ('gone-raw', '1')"
+            )
+            if core:
+                conn.execute(meta.insert().values(key="gone-core", value="1"))
+            if explicit:
+                conn.rollback()  # as a fenced decision does before raising
+            raise RuntimeError("undo")
+        assert not {"gone-raw", "gone-core"} & keys()
+    with store.db.write() as conn:  # nothing left open by the failures
+        conn.execute(meta.insert().values(key="after", value="1"))
+    assert "after" in keys()
+    store.close()
+
+
+def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fresh_ones(store):
+    """On PostgreSQL the claim's candidates come from duro_runs_active (unfinished runs in creation
+    order; its status condition has the index's literal values), not from every run of the
+    namespace; on SQLite (one process, rare claims) from an index, never a table scan. A run taken
+    from pending is ``fresh`` (never executed: its worker reads no history)."""
+    for i in range(3):
+        store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
+    store.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
+    statements: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "ORDER BY duro_runs.created_at" in statement:  # the candidates (PostgreSQL: inside the UPDATE)
+            statements.append((statement, parameters))
+
+    sa.event.listen(store._engine, "before_cursor_execute", capture)
+    claimed = store.claim_runs(Claim("w1", "default", ["wf"], now=10))
+    sa.event.remove(store._engine, "before_cursor_execute", capture)
+    assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
+    # taken from pending: nothing to replay; the dead worker's run: its history must be read
+    assert {run.id: (run.fresh, run.status) for run in claimed} == {
+        "r0": (True, "running"),
+        "r1": (True, "running"),
+        "r2": (True, "running"),
+        "orphan": (False, "running"),
+    }
+    assert statements == []  # one fixed statement (on SQLite the candidates, then their claim), on the driver
+    params = {"namespace": "default", "workflows": ["wf"], "owner": "w2", "now": 20, "limit": 100}
+    candidates = claim_sql(store.dialect, False)[0]  # PostgreSQL: the claim, candidates inside
+    with store._engine.connect() as conn:
+        if store.dialect == "sqlite":
+            plan = store.db.run_text(conn, "EXPLAIN QUERY PLAN " + candidates, params).fetchall()
+        else:
+            # a 4-row table: make the planner show its index
+            conn.connection.driver_connection.execute("SET enable_seqscan = off")
+            plan = store.db.run_text(conn, "EXPLAIN " + candidates, params).fetchall()
+    if store.dialect == "postgresql":
+        assert any("duro_runs_active" in str(row) for row in plan), plan
+    else:  # SQLite searches the namespace's runs in creation order, as before schema 4
+        assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan
