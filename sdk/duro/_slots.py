@@ -96,7 +96,7 @@ class Decision:
 def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
     return row._replace(
         state="busy",
-        granted_at=row.granted_at or now,
+        granted_at=now if row.granted_at is None else row.granted_at,
         held_since=now,
         max_hold_ms=row.max_hold_ms or view.max_hold_ms,
         expires_at=now + (row.max_hold_ms or view.max_hold_ms),
