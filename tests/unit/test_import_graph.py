@@ -82,3 +82,8 @@ def test_the_sdk_imports_in_one_direction():
 def test_no_part_imports_the_engine():
     importers = sorted(name for name, deps in _graph().items() if "duro._engine" in deps)
     assert importers == ["duro"], importers  # only the package's public face
+
+
+def test_no_module_is_longer_than_500_lines():
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 500}
+    assert long == {}, long

@@ -32,6 +32,7 @@ from .._errors import DuroError
 from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
+from ._schema import create_schema
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
 
 T = TypeVar("T")
@@ -264,8 +265,6 @@ class Connector:
 
     def ensure_schema(self) -> None:
         if not self.schema_ready:
-            from ._schema import create_schema  # the schema module runs its statements through this one
-
             create_schema(self)
 
     # -- calls that must not wait (SQLite, on the event loop) --------------------------------------

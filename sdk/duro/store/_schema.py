@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -11,8 +12,21 @@ from sqlalchemy.engine import Connection
 from .._errors import DuroError
 from ._tables import SCHEMA_VERSION, metadata
 
-if TYPE_CHECKING:
-    from ._connection import Connector
+
+class Connector(Protocol):
+    """What the schema needs of the store's connection (``._connection.Connector``)."""
+
+    dialect: str
+    engine: sa.Engine
+    safe_url: str
+    schema_ready: bool
+
+    def lock_key(self, conn: Connection, key: str) -> None: ...
+
+    def run(self, conn: Connection, name: str, params: Any) -> Any: ...
+
+    def single_read(self) -> AbstractContextManager[Connection]: ...
+
 
 # Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
