@@ -2,16 +2,16 @@
 
 A type hint (pydantic model, dataclass, ``dict[str, int]``...) validates and serializes through a
 pydantic ``TypeAdapter``. With no hint, a value must already be JSON (dict, list, str, int, float,
-bool, None). Exceptions are stored as a JSON description plus a pickle when the exception pickles,
-so a replay can raise the same type again.
+bool, None). Exceptions are stored as a JSON description (type, message, traceback, and the
+arguments that build the same exception again), so a replay raises the same type again; nothing
+stored is ever unpickled.
 """
 
 from __future__ import annotations
 
-import base64
 import inspect
 import json
-import pickle
+import sys
 import traceback
 from functools import lru_cache
 from typing import Any
@@ -71,39 +71,98 @@ def dump_json(value: Any) -> str:
 
 
 def describe_error(err: BaseException) -> str:
-    """JSON text describing ``err``: type, message, traceback, and a pickle when possible."""
+    """JSON text describing ``err``: type, message, traceback, and how to build it again (its class's
+    constructor arguments and attributes, when they are JSON; nested errors described alike)."""
     data: dict[str, Any] = {
         "type": f"{type(err).__module__}.{type(err).__qualname__}",
+        "module": type(err).__module__,
+        "qualname": type(err).__qualname__,
         "message": str(err),
         "traceback": "".join(traceback.format_exception(err)),
     }
-    try:
-        blob = pickle.dumps(err)
-        pickle.loads(blob)
-        data["pickle"] = base64.b64encode(blob).decode()
-    except Exception:  # noqa: BLE001 - an unpicklable error is still described
-        pass
+    state = _state(err)
+    if state is not None:
+        data["state"] = state
     return dump_json(data)
 
 
+class _NotJSON(Exception):
+    pass
+
+
+def _state(err: BaseException) -> dict[str, Any] | None:
+    """The arguments ``err``'s class is called with to build it again (what ``__reduce_ex__`` says,
+    as pickle would use it) and its attributes, as JSON; ``None`` when they are not JSON."""
+    try:
+        reduced = err.__reduce_ex__(4)
+    except Exception:  # noqa: BLE001 - an error that cannot say how it is built is still described
+        return None
+    if not isinstance(reduced, tuple) or len(reduced) < 2 or reduced[0] is not type(err):
+        return None
+    attributes = reduced[2] if len(reduced) > 2 and isinstance(reduced[2], dict) else {}
+    try:
+        return {
+            "args": [_encode(value) for value in reduced[1]],
+            "attributes": {str(name): _encode(value) for name, value in attributes.items()},
+        }
+    except _NotJSON:
+        return None
+
+
+def _encode(value: Any) -> dict[str, Any]:
+    if isinstance(value, BaseException):
+        return {"error": json.loads(describe_error(value))}
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise _NotJSON from None
+    return {"value": value}
+
+
+def _decode(item: dict[str, Any]) -> Any:
+    if "error" in item:
+        return restore_error(dump_json(item["error"]))
+    return item["value"]
+
+
+def _loaded_class(module: Any, qualname: Any) -> type[BaseException] | None:
+    """The exception class named, if its module is already imported (nothing is imported, and no
+    code runs, because a database said so) and it is an exception class."""
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if found is None or part.startswith("<"):
+            return None
+        found = getattr(found, part, None)
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+
+
 def restore_error(text: str | None) -> BaseException:
-    """Rebuild an error from :func:`describe_error`; a :class:`DuroError` when it cannot."""
+    """Rebuild an error from :func:`describe_error`: the same class with the same arguments when the
+    class is loaded here, else a :class:`DuroError` naming its type and message.
+
+    Never unpickles: the stored text is data, and rebuilding calls only an exception class already
+    loaded in this process, with JSON arguments. (Errors stored by older versions carried a pickle;
+    they come back as that DuroError.)"""
     if not text:
         return DuroError("unknown error")
     data = json.loads(text)
-    blob = data.get("pickle")
-    if blob:
+    cls = _loaded_class(data.get("module"), data.get("qualname"))
+    state = data.get("state")
+    if cls is not None and isinstance(state, dict):
         try:
-            err = pickle.loads(base64.b64decode(blob))
-            if isinstance(err, BaseException):
-                return err
-        except Exception:  # noqa: BLE001 - the class may be gone; fall back to the description
+            err = cls(*[_decode(item) for item in state.get("args", [])])
+            for name, item in state.get("attributes", {}).items():
+                setattr(err, name, _decode(item))
+            return err
+        except Exception:  # noqa: BLE001 - the class changed since: fall back to the description
             pass
     return DuroError(f"{data.get('type', 'Error')}: {data.get('message', '')}")
 
 
 def error_summary(text: str | None) -> dict[str, Any] | None:
-    """The public part of a stored error: type, message and traceback (no pickle)."""
+    """The public part of a stored error: type, message and traceback."""
     if not text:
         return None
     data = json.loads(text)

@@ -276,7 +276,9 @@ class Slots:
             )
         self._settle(conn, decision, now, hook)
         return SlotOutcome(
-            decision.writes[0] if released else row,
+            # the released row by id: a reservation requeued and handed straight back is written
+            # again, and moves to the end of the writes (see _slots.Decision.put)
+            next(written for written in decision.writes if written.id == row.id) if released else row,
             None if hook is None else hook.step,
             released=released,
             granted=tuple(decision.granted),
