@@ -149,7 +149,7 @@ def format_time(value: str | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def format_ms(ms: int | float | None) -> str:
+def format_elapsed(ms: int | float | None) -> str:
     """Elapsed milliseconds for people: ``850ms``, ``42s``, ``3m 05s``, ``2h 07m``, ``3d 04h``."""
     if ms is None:
         return "-"
@@ -247,7 +247,7 @@ def render_slots(answer: dict[str, Any]) -> str:
                 s.get("id"),
                 s.get("run_id"),
                 clean(s.get("label"), 32),
-                format_ms(s.get("waited_ms")),
+                format_elapsed(s.get("waited_ms")),
                 format_time(s.get("timeout_at")),
             ]
             for s in queue

@@ -13,7 +13,7 @@ from duro_devserver.cli_api import (
     CliFailure,
     describe_api_error,
     dump_json,
-    format_ms,
+    format_elapsed,
     format_time,
     parse_capacity,
     parse_json_argument,
@@ -117,8 +117,8 @@ def test_format_time(value, expected):
         (273_600_000, "3d 04h"),
     ],
 )
-def test_format_ms(ms, expected):
-    assert format_ms(ms) == expected
+def test_format_elapsed(ms, expected):
+    assert format_elapsed(ms) == expected
 
 
 def test_json_output_is_pretty_with_a_stable_key_order():
