@@ -31,9 +31,11 @@ class SystemClock:
     """Real time. ``sleep_until`` re-checks after waking so a long sleep never ends early."""
 
     def now_ms(self) -> int:
+        """Milliseconds since the epoch, from the system's real-time clock."""
         return time.time_ns() // 1_000_000
 
     async def sleep_until(self, due_ms: int) -> None:
+        """Sleep until ``due_ms`` on this clock (never less)."""
         while (left := due_ms - self.now_ms()) > 0:
             await asyncio.sleep(left / 1000)
 
@@ -49,12 +51,14 @@ def pause(seconds: float) -> None:
 
 
 def ms_to_datetime(ms: int | None) -> datetime | None:
+    """Milliseconds since the epoch as an aware UTC datetime (``None`` stays ``None``)."""
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def datetime_to_ms(value: datetime) -> int:
+    """An aware datetime (a naive one is taken as UTC) as milliseconds since the epoch."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return round(value.timestamp() * 1000)

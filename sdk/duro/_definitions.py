@@ -30,6 +30,7 @@ class RunStatus(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the run has ended (completed, failed or cancelled): it never changes again."""
         return self in TERMINAL_STATUSES
 
 

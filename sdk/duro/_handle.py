@@ -32,6 +32,7 @@ class StepInfo:
 
     @classmethod
     def of(cls, rec: StepRecord) -> StepInfo:
+        """The step as users see it, from the store's record (times as aware UTC datetimes)."""
         return cls(
             seq=rec.seq,
             name=rec.name,
@@ -66,6 +67,7 @@ class RunInfo:
 
     @classmethod
     def of(cls, rec: RunRecord) -> RunInfo:
+        """The run as users see it, from the store's record (times as aware UTC datetimes)."""
         return cls(
             id=rec.id,
             workflow=rec.workflow,

@@ -32,5 +32,6 @@ class EngineHooks:
     handle_target: Any = None
 
     def checkpoint(self, point: str, run_id: str) -> None:
+        """Call every checkpoint hook: the run ``run_id`` reached ``point``."""
         for hook in self.checkpoints:
             hook(point, run_id)

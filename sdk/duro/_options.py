@@ -34,8 +34,10 @@ class WorkerOptions:
 
     @property
     def poll_interval_ms(self) -> int | None:
+        """The poll interval in milliseconds (``None``: no periodic pass)."""
         return None if self.poll_interval is None else max(1, to_ms(self.poll_interval, "poll_interval"))
 
     @property
     def lease_ms(self) -> int:
+        """The lease in milliseconds (at least 3: a heartbeat every third of it)."""
         return max(3, to_ms(self.lease, "lease"))

@@ -49,6 +49,7 @@ class ScheduleInfo:
 
     @classmethod
     def of(cls, rec: ScheduleRecord) -> ScheduleInfo:
+        """The schedule as users see it, from the store's record."""
         return cls(
             name=rec.name,
             workflow=rec.workflow,
