@@ -50,7 +50,7 @@ class Hub:
                 "kind": event.kind,
                 "run_id": event.run_id,
                 "workflow": event.workflow,
-                "at": ms_to_datetime(event.at).isoformat(),  # type: ignore[union-attr]
+                "at": ms_to_datetime(event.at).isoformat(),
                 "detail": _plain(event.detail),
             },
         )
