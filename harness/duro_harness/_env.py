@@ -320,7 +320,7 @@ class DuroEnv:
             (
                 ms_to_datetime(e.at).isoformat(),
                 e.kind,
-                e.run_id,  # type: ignore[union-attr]
+                e.run_id,
                 str(e.detail.get("name", e.workflow or "")),
             )
             for e in self.events
