@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check sdk devserver harness tests examples bench templates
 	$(BIN)/ruff format --check sdk devserver harness tests examples bench templates
 
-test: $(STAMP) lint
+test: $(STAMP) lint typecheck
 	bash scripts/install-system-deps.sh
 	$(BIN)/pytest
 
@@ -31,7 +31,8 @@ test: $(STAMP) lint
 test-fast: $(STAMP) lint
 	$(BIN)/pytest -m "not postgres" --ignore=tests/e2e --ignore=tests/chaos
 
-# mypy, strict on the SDK ([tool.mypy] in pyproject.toml). Not part of `make test` yet.
+# mypy, strict on the SDK, the dev server and the harness ([tool.mypy] in pyproject.toml); part of
+# `make test`.
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -40,7 +40,7 @@ class CliFailure(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance, types it a ClassVar
 
     def show(self, file: IO[Any] | None = None) -> None:
         """Print ``error: <message>`` to stderr."""

@@ -94,9 +94,9 @@ class DuroClient:
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        headers: dict[str, str | bytes] = {"Accept": "application/json", "User-Agent": "duro-cli"}
+        headers = {b"Accept": b"application/json", b"User-Agent": b"duro-cli"}
         if token:
-            headers["Authorization"] = f"Bearer {token}".encode()  # UTF-8, as the server compares it
+            headers[b"Authorization"] = f"Bearer {token}".encode()  # UTF-8, as the server compares it
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def __enter__(self) -> DuroClient:
@@ -111,7 +111,7 @@ class DuroClient:
 
     # -- transport ---------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, *, json: Any = _UNSET, params: Any = None) -> Any:
+    def _request(self, method: str, path: str, *, json: Any = _UNSET, params: Any = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"params": params}
         if json is not _UNSET:
             kwargs["json"] = json

@@ -71,7 +71,7 @@ class DevProject:
         return self._engine
 
     def status(self) -> dict[str, Any]:
-        loaded = None if self.loaded_at is None else ms_to_datetime(self.loaded_at).isoformat()  # type: ignore[union-attr]
+        loaded = None if self.loaded_at is None else ms_to_datetime(self.loaded_at).isoformat()
         return {
             "project": str(self.root),
             "database": self.database_url,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -50,13 +50,13 @@ class Hub:
                 "kind": event.kind,
                 "run_id": event.run_id,
                 "workflow": event.workflow,
-                "at": ms_to_datetime(event.at).isoformat(),  # type: ignore[union-attr]
+                "at": ms_to_datetime(event.at).isoformat(),
                 "detail": _plain(event.detail),
             },
         )
 
 
-def _plain(detail: dict[str, Any]) -> dict[str, Any]:
+def _plain(detail: Mapping[str, Any]) -> dict[str, Any]:
     return {
         key: value if isinstance(value, str | int | float | bool | None) else str(value)
         for key, value in detail.items()

@@ -56,7 +56,7 @@ class SimulatedClock:
 
     @property
     def now(self) -> datetime:
-        return ms_to_datetime(self._now)  # type: ignore[return-value]
+        return ms_to_datetime(self._now)
 
     def sleep_until(self, due_ms: int) -> Awaitable[None]:
         if due_ms <= self._now:

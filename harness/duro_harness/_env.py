@@ -320,7 +320,7 @@ class DuroEnv:
             (
                 ms_to_datetime(e.at).isoformat(),
                 e.kind,
-                e.run_id,  # type: ignore[union-attr]
+                e.run_id,
                 str(e.detail.get("name", e.workflow or "")),
             )
             for e in self.events
@@ -334,7 +334,7 @@ def _run_id(run: RunHandle | str) -> str:
 def _instant(value: datetime | str) -> datetime:
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return ms_to_datetime(datetime_to_ms(value))  # type: ignore[return-value]
+    return ms_to_datetime(datetime_to_ms(value))
 
 
 @asynccontextmanager

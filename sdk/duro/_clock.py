@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, overload
 
 
 class Clock(Protocol):
@@ -50,6 +50,12 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
+@overload
+def ms_to_datetime(ms: int) -> datetime: ...
+@overload
+def ms_to_datetime(ms: None) -> None: ...
+@overload
+def ms_to_datetime(ms: int | None) -> datetime | None: ...
 def ms_to_datetime(ms: int | None) -> datetime | None:
     """Milliseconds since the epoch as an aware UTC datetime (``None`` stays ``None``)."""
     if ms is None:

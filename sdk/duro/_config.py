@@ -76,6 +76,8 @@ def check_max_hold(name: str, max_hold: Any) -> int:
 
 def _limit(name: Any, spec: Any) -> LimitConfig:
     name = check_limit_name(name)
+    capacity: object  # checked below: a Limit's fields or a dict's values, as the user wrote them
+    max_hold: object
     if isinstance(spec, Limit):
         capacity, max_hold = spec.capacity, spec.max_hold
     elif isinstance(spec, Mapping):

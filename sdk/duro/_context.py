@@ -285,10 +285,10 @@ class RunContext:
         """The current time, recorded: a replay sees the same instant."""
         seq, rec = self.take_seq("now", "now")
         if rec is not None:
-            return ms_to_datetime(int(json.loads(rec.result or "0")))  # type: ignore[return-value]
+            return ms_to_datetime(int(json.loads(rec.result or "0")))
         moment = self._now()
         await self.write(StepRecord(seq, "now", "now", "completed", moment, moment, result=str(moment)))
-        return ms_to_datetime(moment)  # type: ignore[return-value]
+        return ms_to_datetime(moment)
 
     # -- signals ---------------------------------------------------------------------------------
 

@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
+from ._durations import Duration
 from ._errors import DuroError
 
+
+class CurrentRun(Protocol):
+    """What the durable helpers and ``@step`` call on the run being executed (``_context.RunContext``).
+
+    Workflows, steps and ``Concurrency`` are ``Any`` here: their types live on floors above this one.
+    """
+
+    async def run_step(self, spec: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    async def sleep(self, duration: Duration) -> None: ...
+
+    async def now(self) -> datetime: ...
+
+    async def wait_for_signal(self, name: str, timeout: Duration | None = None) -> Any: ...
+
+    async def child(
+        self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Any = None
+    ) -> Any: ...
+
+    async def start_child(
+        self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Any = None
+    ) -> Any: ...
+
+
 current_engine: ContextVar[Any] = ContextVar("duro_current_engine", default=None)
-current_run: ContextVar[Any] = ContextVar("duro_current_run", default=None)
+current_run: ContextVar[CurrentRun | None] = ContextVar("duro_current_run", default=None)
 inside_step: ContextVar[str | None] = ContextVar("duro_inside_step", default=None)
 
 # Engines entered with ``async with``, newest last: the fallback when no context variable is set
@@ -40,7 +66,7 @@ def resolve_engine(explicit: Any = None) -> Any:
     return engine
 
 
-def run_or_raise(helper: str) -> Any:
+def run_or_raise(helper: str) -> CurrentRun:
     """The current run for a durable helper; a clear error inside a step or outside any run."""
     step_name = inside_step.get()
     if step_name is not None:

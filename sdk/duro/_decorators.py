@@ -54,7 +54,9 @@ class WorkflowFunction:
         engine: Any = None,
     ) -> str:
         """Like :meth:`start`, but returns the run id."""
-        return (await self.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)).id
+        handle = await self.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
+        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
+        return run_id_started
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r}>"
@@ -91,7 +93,9 @@ class Workflow:
         engine: Any = None,
     ) -> str:
         """Like :meth:`start`, but returns the run id."""
-        return (await cls.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)).id
+        handle = await cls.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
+        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
+        return run_id_started
 
 
 def workflow_spec(obj: Any) -> WorkflowSpec | None:

@@ -19,12 +19,25 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from ._batching import GroupCommit
 from ._errors import StoreUnavailable
 from ._hooks import EngineHooks
-from .store import Store, WouldWait
+from .store import (
+    Command,
+    ConfirmSlot,
+    FinishRun,
+    GiveUpSlot,
+    RecordStep,
+    ReleaseSlot,
+    RequestSlot,
+    SlotOutcome,
+    StepRecord,
+    Store,
+    TakeSignal,
+    WouldWait,
+)
 
 T = TypeVar("T")
 log = logging.getLogger("duro")
@@ -50,6 +63,16 @@ class StoreGateway:
         store called on the loop (SQLite; PostgreSQL's batch pipelines a write's statements: one
         round trip, not two)."""
         return (self._hooks.inline_store or self._now_or_never is not None) and self._alone()
+
+    @overload
+    async def apply(self, command: RecordStep | FinishRun) -> bool: ...
+    @overload
+    async def apply(self, command: TakeSignal) -> StepRecord | None: ...
+    @overload
+    async def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
+    async def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
+        """``store.apply(command)`` through :meth:`call`, typed by the command (as ``Store.apply``)."""
+        return await self.call(self.store.apply, command)
 
     @property
     def threaded(self) -> bool:

@@ -38,7 +38,7 @@ class StepInfo:
             name=rec.name,
             kind=rec.kind,
             status=rec.status,
-            started_at=ms_to_datetime(rec.started_at),  # type: ignore[arg-type]
+            started_at=ms_to_datetime(rec.started_at),
             ended_at=ms_to_datetime(rec.ended_at),
             result=None if rec.result is None else json.loads(rec.result),
             error=error_summary(rec.error),
@@ -79,8 +79,8 @@ class RunInfo:
             error=error_summary(rec.error),
             tags=tuple(rec.tags),
             parent_id=rec.parent_id,
-            created_at=ms_to_datetime(rec.created_at),  # type: ignore[arg-type]
-            updated_at=ms_to_datetime(rec.updated_at),  # type: ignore[arg-type]
+            created_at=ms_to_datetime(rec.created_at),
+            updated_at=ms_to_datetime(rec.updated_at),
             ended_at=ms_to_datetime(rec.ended_at),
         )
 

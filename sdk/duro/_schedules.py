@@ -56,7 +56,7 @@ class ScheduleInfo:
             cron=rec.cron,
             input=_JSON.load(rec.input),
             concurrency=None if rec.concurrency is None else json.loads(rec.concurrency),
-            next_fire_at=ms_to_datetime(rec.next_fire_at),  # type: ignore[arg-type]
+            next_fire_at=ms_to_datetime(rec.next_fire_at),
             last_fire_at=ms_to_datetime(rec.last_fire_at),
             last_run_id=rec.last_run_id,
             last_error=rec.last_error,

@@ -87,7 +87,9 @@ class Decision:
         if after.state in counts:
             counts[after.state] += 1
         next_pos = max(self.view.next_pos, after.pos + 1)
-        self.view = self.view._replace(next_pos=next_pos, **counts)
+        self.view = self.view._replace(
+            next_pos=next_pos, busy=counts["busy"], reserved=counts["reserved"], waiting=counts["waiting"]
+        )
         self.writes = [row for row in self.writes if row.id != after.id] + [after]
         if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
             self.granted.append(after)

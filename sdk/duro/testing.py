@@ -4,22 +4,21 @@ may other test runners): ``EngineCrash`` (raise it at a checkpoint to crash the 
 helpers shared with the dev server are in :mod:`duro.tooling`.
 """
 
-from typing import Any
-
+from . import Engine
 from ._config import LimitConfig
 from ._errors import EngineCrash
 from ._hooks import EngineHooks
 
 
-def hooks(engine: Any) -> EngineHooks:
+def hooks(engine: Engine) -> EngineHooks:
     """The private hooks of an engine: how a test environment changes the way it runs (store calls
     inline, sync steps inline, numbered run ids, crash points, local hand-overs, the target of its
     handles). See :class:`duro._hooks.EngineHooks`; not for production use. Set ``inline_store``
     before entering the engine (``run_store_inline``); the others take effect at once."""
-    return engine._hooks  # type: ignore[no-any-return]  # the one reader of this private attribute
+    return engine._hooks  # the one reader of this private attribute
 
 
-def run_store_inline(engine: Any) -> None:
+def run_store_inline(engine: Engine) -> None:
     """Make ``engine`` call its store on the event loop instead of in threads: deterministic, for a
     private store no other process can lock or stall (the harness's in-memory SQLite, under a
     simulated clock). Never for a shared database: a locked file would stall the whole loop. Call it

@@ -4,10 +4,12 @@ Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepIn
 ``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``,
 ``SystemClock`` (the one real clock, for tools that must tell the time), ``StoreUnavailable`` (a store
 call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``),
-``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it).
+``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it),
+``WorkflowSpec`` (a registered workflow, as ``engine.workflows`` gives it).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
+from ._definitions import WorkflowSpec
 from ._durations import format_ms
 from ._durations import to_ms as duration_ms
 from ._errors import StoreUnavailable
@@ -34,4 +36,5 @@ __all__ = [
     "SystemClock",
     "StoreUnavailable",
     "check_run_id",
+    "WorkflowSpec",
 ]

@@ -114,7 +114,8 @@ def answer(model: BaseModel, status: int = 200) -> Response:
 
 
 def source(request: Request) -> EngineSource:
-    return request.app.state.source  # type: ignore[no-any-return]
+    held: EngineSource = request.app.state.source  # starlette's State holds anything: set in create_app
+    return held
 
 
 def engine(request: Request) -> Engine:

@@ -63,7 +63,7 @@ async def limit_history(request: Request) -> Response:
     return answer(
         HistoryOut(
             points=[
-                HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)  # type: ignore[arg-type]
+                HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)
                 for at, busy, waiting in points
             ]
         )

@@ -108,7 +108,7 @@ class RunOut(BaseModel):
             namespace=info.namespace,
             status=info.status.value,
             input=info.input,
-            output=info.output,  # type: ignore[arg-type]
+            output=info.output,
             error=None if info.error is None else RunErrorOut(**info.error),
             tags=list(info.tags),
             parent_id=info.parent_id,
@@ -238,7 +238,7 @@ class SlotOut(BaseModel):
             id=info.id,
             limit=info.limit,
             state=info.state,
-            run_id=info.run_id,  # type: ignore[arg-type]
+            run_id=info.run_id,
             label=info.label,
             position=info.position,
             enqueued_at=info.enqueued_at,

@@ -6,7 +6,7 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from . import models as m
 
@@ -14,7 +14,7 @@ from . import models as m
 Operation = tuple[str, str, str, type[BaseModel] | None, dict[int, type[BaseModel]], list[dict[str, Any]]]
 
 _STR = {"type": "string"}
-_RUN_FILTERS = [
+_RUN_FILTERS: list[dict[str, Any]] = [
     {"name": "workflow", "in": "query", "schema": _STR},
     {
         "name": "status",
@@ -156,8 +156,10 @@ def openapi_document() -> dict[str, Any]:
         {model for op in _operations() for model in (op[3], *op[4].values()) if model is not None},
         key=lambda model: model.__name__,
     )
-    modes = [(model, "validation" if issubclass(model, m.Body) else "serialization") for model in used]
-    _, defs = models_json_schema(modes, ref_template="#/components/schemas/{model}")  # type: ignore[arg-type]
+    modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (model, "validation" if issubclass(model, m.Body) else "serialization") for model in used
+    ]
+    _, defs = models_json_schema(modes, ref_template="#/components/schemas/{model}")
     paths: dict[str, dict[str, Any]] = {}
     for method, path, summary, body, answers, query in _operations():
         parameters = [

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
+from duro.tooling import WorkflowSpec
 
 from ._common import ApiError, answer, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
@@ -14,7 +15,7 @@ from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, Wor
 RETRY_AFTER_SECONDS = "1"
 
 
-def _workflow(spec) -> WorkflowOut:  # type: ignore[no-untyped-def]
+def _workflow(spec: WorkflowSpec) -> WorkflowOut:
     quota = spec.concurrency
     return WorkflowOut(
         name=spec.name,

@@ -219,17 +219,19 @@ class RunLimits:
         await self.release(ctx, slot.id)
 
 
-def _runtime_limits(ctx: RunContext) -> RunLimits:
-    slots = ctx.runtime.slots
+def _runtime_limits(run: _current.CurrentRun) -> tuple[RunContext, RunLimits]:
+    """The current run as what it is (a worker executes only ``RunContext``s), and its limits."""
+    assert isinstance(run, RunContext)
+    slots = run.runtime.slots
     assert isinstance(slots, RunLimits)
-    return slots
+    return run, slots
 
 
 async def acquire_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Slot:
     """Take a slot of ``limit``, waiting in its durable FIFO queue up to ``timeout`` (24 h by
     default): then :class:`SlotTimeoutError`. The run stays ``running`` while it waits."""
-    ctx = _current.run_or_raise("acquire_slot")
-    return await _runtime_limits(ctx).acquire(ctx, limit, label, timeout)
+    ctx, limits = _runtime_limits(_current.run_or_raise("acquire_slot"))
+    return await limits.acquire(ctx, limit, label, timeout)
 
 
 async def release_slot(slot_id: str) -> SlotRelease:
@@ -237,24 +239,25 @@ async def release_slot(slot_id: str) -> SlotRelease:
     was already free or is unknown. Outside a workflow it releases at once on the current engine."""
     if not isinstance(slot_id, str) or not slot_id or NUL in slot_id:
         raise DuroError(f"release_slot: slot id must be a non-empty string, got {slot_id!r}; {NO_NUL}")
-    ctx = _current.current_run.get()
-    if ctx is None or _current.inside_step.get() is not None:
+    run = _current.current_run.get()
+    if run is None or _current.inside_step.get() is not None:
         engine = _current.resolve_engine()
         return SlotRelease(await engine.limits.release_quietly(slot_id))
-    return await _runtime_limits(ctx).release(ctx, slot_id)
+    ctx, limits = _runtime_limits(run)
+    return await limits.release(ctx, slot_id)
 
 
 async def with_limit(
     limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None, timeout: Duration | None = "24h"
 ) -> T:
     """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
-    ctx = _current.run_or_raise("with_limit")
-    return await _runtime_limits(ctx).with_limit(ctx, limit, fn, label, timeout)
+    ctx, limits = _runtime_limits(_current.run_or_raise("with_limit"))
+    return await limits.with_limit(ctx, limit, fn, label, timeout)
 
 
 def limit_slot(
     limit: str, label: str | None = None, timeout: Duration | None = "24h"
 ) -> AbstractAsyncContextManager[Slot]:
     """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it."""
-    ctx = _current.run_or_raise("limit_slot")
-    return _runtime_limits(ctx).limit_slot(ctx, limit, label, timeout)
+    ctx, limits = _runtime_limits(_current.run_or_raise("limit_slot"))
+    return limits.limit_slot(ctx, limit, label, timeout)

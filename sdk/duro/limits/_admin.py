@@ -97,7 +97,7 @@ class Limits:
                     run_id=row.run_id,
                     label=row.label,
                     position=position if row.state == "waiting" else None,
-                    enqueued_at=ms_to_datetime(row.enqueued_at),  # type: ignore[arg-type]
+                    enqueued_at=ms_to_datetime(row.enqueued_at),
                     waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
                     held_since=ms_to_datetime(row.held_since),
                     expires_at=ms_to_datetime(row.expires_at),
@@ -110,8 +110,7 @@ class Limits:
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         if NUL in slot_id:
             return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
-        outcome = await self._gateway.call(
-            self._gateway.store.apply,
+        outcome = await self._gateway.apply(
             ReleaseSlot(
                 self._workspace.limits, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()
             ),

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
@@ -25,7 +25,7 @@ try:
     import psycopg
     from psycopg.pq import TransactionStatus
 except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
-    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]
+    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]  # a stand-in: see _extras.Absent
 
 from .._clock import pause
 from .._errors import DuroError
@@ -40,13 +40,24 @@ _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 _LISTED = re.compile(r"IN \(:(\w+)\)")
 
 
+def driver_of(conn: Connection) -> sqlite3.Connection | psycopg.Connection[Any]:
+    """The driver's connection under ``conn``: sqlite3's or psycopg's, the two drivers a URL may name
+    (SQLAlchemy types it as PEP 249's, which has no ``execute`` or transaction state)."""
+    return cast("sqlite3.Connection | psycopg.Connection[Any]", conn.connection.driver_connection)
+
+
+def sqlite_driver(conn: Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under ``conn``, on SQLite (see :func:`driver_of`)."""
+    return cast(sqlite3.Connection, conn.connection.driver_connection)
+
+
 def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     """Run ``sql`` on the driver connection under ``conn``, inside its transaction.
 
     psycopg opens a transaction with a ``BEGIN`` of its own, answered before the first statement is
     sent: a round trip for nothing. When this statement is the transaction's first, the two go in
     one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
-    driver = conn.connection.driver_connection
+    driver = driver_of(conn)
     if (
         isinstance(driver, psycopg.Connection)
         and not driver.autocommit
@@ -54,7 +65,7 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     ):
         with driver.pipeline():
             return driver.execute(sql, params)
-    return driver.execute(sql, params)  # type: ignore[union-attr]
+    return driver.execute(sql, params)
 
 
 def is_transient(err: BaseException) -> bool:
@@ -78,7 +89,7 @@ def is_unavailable(err: BaseException) -> bool:
     return is_transient(err)
 
 
-def sqlite_busy(err: sqlite3.Error) -> bool:
+def sqlite_busy(err: BaseException) -> bool:
     """SQLITE_BUSY or SQLITE_LOCKED (and their extended codes): another connection holds the lock."""
     name = getattr(err, "sqlite_errorname", None) or ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
@@ -188,14 +199,14 @@ class Connector:
         positional = self._positional.get(sql)
         if positional is None:
             positional = self._positional[sql] = _NAMED.sub("?", sql)
-        conn.connection.driver_connection.executemany(positional, rows)  # type: ignore[union-attr]
+        sqlite_driver(conn).executemany(positional, rows)
 
     def pipeline(self, conn: Connection) -> AbstractContextManager[Any]:
         """Statements whose answers can wait, sent together: a psycopg pipeline on PostgreSQL (one
         round trip at its end), nothing special on SQLite (in process, no round trips)."""
         if self.dialect != "postgresql":
             return nullcontext()
-        return conn.connection.driver_connection.pipeline()  # type: ignore[union-attr,no-any-return]
+        return cast("psycopg.Connection[Any]", driver_of(conn)).pipeline()
 
     def lock_key(self, conn: Connection, key: str) -> None:
         """PostgreSQL: a transaction lock on ``key`` (decisions on one key, one after another);
@@ -255,11 +266,11 @@ class Connector:
 
         @sa.event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            driver = conn.connection.driver_connection
-            if driver.in_transaction:  # type: ignore[union-attr]
+            driver = sqlite_driver(conn)
+            if driver.in_transaction:
                 return  # a write transaction write() began on the driver: SQLAlchemy joins it
             statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write") else "BEGIN"
-            driver.execute(statement)  # type: ignore[union-attr]
+            driver.execute(statement)
 
         return engine
 
@@ -293,7 +304,7 @@ class Connector:
             conn = self.engine.connect()
             if kind == "writer":
                 conn.execution_options(duro_write=True)
-            conn.connection.driver_connection.execute("PRAGMA busy_timeout=0")  # type: ignore[union-attr]
+            sqlite_driver(conn).execute("PRAGMA busy_timeout=0")
             setattr(local, kind, conn)
             with self._writer_lock:
                 self._nowait_connections.append(conn)
@@ -328,9 +339,9 @@ class Connector:
             # The transaction is the driver's own (SQLAlchemy's bookkeeping of begin and commit cost
             # about a tenth of a start): a SQLAlchemy statement inside joins it (see _on_begin), and
             # then SQLAlchemy's commit or rollback ends it.
-            driver = writer.connection.driver_connection
+            driver = sqlite_driver(writer)
             try:
-                driver.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+                driver.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as err:
                 if not waits and sqlite_busy(err):
                     raise WouldWait from None  # another process holds the file's write lock
@@ -340,12 +351,12 @@ class Connector:
                 if writer.in_transaction():
                     writer.commit()
                 else:
-                    driver.commit()  # type: ignore[union-attr]
+                    driver.commit()
             except BaseException:
                 if writer.in_transaction():
                     writer.rollback()
-                if driver.in_transaction:  # type: ignore[union-attr]
-                    driver.rollback()  # type: ignore[union-attr]
+                if driver.in_transaction:
+                    driver.rollback()
                 raise
             if not waits:
                 self._local.committed = True
@@ -366,7 +377,7 @@ class Connector:
             with conn.begin() if transaction else nullcontext():
                 yield conn
         except (sa.exc.OperationalError, sqlite3.OperationalError) as err:
-            if sqlite_busy(getattr(err, "orig", None) or err):  # type: ignore[arg-type]
+            if sqlite_busy(getattr(err, "orig", None) or err):
                 raise WouldWait from None  # a read in WAL mode waits only in rare moments (a recovery)
             raise
         finally:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL
 try:
     import psycopg
 except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
-    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]
+    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]  # a stand-in: see _extras.Absent
 
 NOTIFY_CHANNEL = "duro"
 

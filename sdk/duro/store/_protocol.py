@@ -36,11 +36,14 @@ class Store(Protocol):
     said by the attributes (``dialect``, ``reads``, ``batches``, ``notifies``), never probed."""
 
     dialect: str  # "sqlite" or "postgresql": how the engine calls it (see duro._gateway)
-    safe_url: str  # the database's URL without its password, for messages
     reads: frozenset[str]  # the names of the methods that only read (run apart from writes on SQLite)
     # the commands ``apply_batch`` takes in one shared transaction; the rest go through ``apply`` alone
     batches: frozenset[type[Command]]
     notifies: bool  # whether ``listen`` delivers other processes' changes (else workers poll alone)
+
+    @property
+    def safe_url(self) -> str:
+        """The database's URL without its password, for messages."""
 
     def is_transient(self, err: BaseException) -> bool:
         """Whether the same call may succeed if made again soon (the server restarting, say)."""

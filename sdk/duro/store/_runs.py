@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 try:
     from psycopg.errors import UniqueViolation
 except ModuleNotFoundError:  # no postgres extra: SQLite only
-    from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]
+    from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]  # a stand-in: see _extras
 
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
 from .._quota import admit

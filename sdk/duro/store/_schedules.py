@@ -48,12 +48,14 @@ class Schedules:
     def next_due(self, namespace: str, workflows: Sequence[str]) -> int | None:
         params = {"namespace": namespace, "workflows": list(workflows)}
         with self.db.read() as conn:
-            return self.db.run_in(conn, "next_schedule_due", params).fetchone()[0]  # type: ignore[no-any-return]
+            due = self.db.run_in(conn, "next_schedule_due", params).fetchone()[0]
+        return None if due is None else int(due)
 
     def claim_window(self, namespace: str, name: str, due: int, next_due: int, now: int) -> bool:
         params = {"namespace": namespace, "name": name, "due": due, "next_due": next_due, "now": now}
         with self.db.write() as conn:
-            return self.db.run(conn, "claim_schedule_window", params).rowcount == 1  # type: ignore[no-any-return]
+            claimed: int = self.db.run(conn, "claim_schedule_window", params).rowcount  # the rows updated
+            return claimed == 1
 
     def record_outcome(
         self, namespace: str, name: str, fired_at: int, run_id: str | None, error: str | None

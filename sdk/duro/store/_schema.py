@@ -18,8 +18,10 @@ class Connector(Protocol):
 
     dialect: str
     engine: sa.Engine
-    safe_url: str
     schema_ready: bool
+
+    @property
+    def safe_url(self) -> str: ...
 
     def lock_key(self, conn: Connection, key: str) -> None: ...
 

@@ -152,8 +152,9 @@ class Slots:
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
             taken = set()
-            for row in rules.next_grants(decision, heads) if takers else ():
-                hook = takers.get(row.id)  # type: ignore[union-attr]
+            hooks: Mapping[str, OwnStep] = takers or {}
+            for row in rules.next_grants(decision, heads) if hooks else ():
+                hook = hooks.get(row.id)
                 if hook is None:
                     continue
                 done = replace(hook.step, status="completed", ended_at=now, result=_slot_json(row))
@@ -350,8 +351,10 @@ class Slots:
         wake early and spin."""
         with self.db.single_read() as conn:
             due = self.db.run(conn, "next_due", {}).fetchone()[0]
-            if due is None or now is None:
-                return due  # type: ignore[no-any-return]
+            if due is None:
+                return None
+            if now is None:
+                return int(due)
             return int(due) + now - self.db.now(conn, now)
 
     def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:

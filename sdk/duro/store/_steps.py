@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy.engine import Connection
 
@@ -71,6 +71,10 @@ def step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[A
     return rows
 
 
+def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
+    return all(type(command) is RecordStep for command in commands)
+
+
 class Steps:
     def __init__(self, db: Connector, signals: Signals, slots: Slots) -> None:
         self.db = db
@@ -99,8 +103,8 @@ class Steps:
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
         if self.db.dialect == "postgresql":
             return self._apply_pipelined(commands)
-        if all(type(command) is RecordStep for command in commands):
-            return self._apply_steps_sqlite(commands)  # type: ignore[arg-type]
+        if _all_steps(commands):
+            return self._apply_steps_sqlite(commands)
         return self._apply_each(commands)
 
     def _apply_each(self, commands: Sequence[Command]) -> list[Any]:

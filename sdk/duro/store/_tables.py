@@ -7,9 +7,15 @@ add a migration step in ``_schema.py``.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, Text, text
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from sqlalchemy import BigInteger, Column, Index, Table, Text, text
 from sqlalchemy.orm import registry
+from sqlalchemy.sql.elements import TextClause
 from sqlmodel import Field, SQLModel
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.12+; only annotations use it
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
@@ -21,7 +27,17 @@ SCHEMA_VERSION = 4
 ACTIVE_SQL = "(" + ", ".join(f"'{status}'" for status in ACTIVE_STATUS_VALUES) + ")"
 
 
-def _where(condition: str) -> dict[str, object]:
+class _Where(TypedDict):
+    sqlite_where: TextClause
+    postgresql_where: TextClause
+
+
+class _ColumnOptions(TypedDict, total=False):
+    nullable: bool
+    default: int | str
+
+
+def _where(condition: str) -> _Where:
     """A partial index's condition, on both databases."""
     return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
 
@@ -30,12 +46,13 @@ class DuroTable(SQLModel, registry=registry()):
     """Base of duro's tables; its own metadata keeps them apart from the app's SQLModel tables."""
 
 
-def _ms(**kw: object) -> object:
-    return Field(sa_column=Column(BigInteger, **kw))  # type: ignore[arg-type]
+# Each returns what sqlmodel's ``Field`` returns, ``Any``: a field's declared type is its annotation
+def _ms(**kw: Unpack[_ColumnOptions]) -> Any:
+    return Field(sa_column=Column(BigInteger, **kw))
 
 
-def _text(**kw: object) -> object:
-    return Field(sa_column=Column(Text, **kw))  # type: ignore[arg-type]
+def _text(**kw: Unpack[_ColumnOptions]) -> Any:
+    return Field(sa_column=Column(Text, **kw))
 
 
 class Meta(DuroTable, table=True):
@@ -195,11 +212,19 @@ class SlotRequest(DuroTable, table=True):
 
 
 metadata = DuroTable.metadata
-runs = Run.__table__  # type: ignore[attr-defined]
-steps = Step.__table__  # type: ignore[attr-defined]
-signals = Signal.__table__  # type: ignore[attr-defined]
-workers = Worker.__table__  # type: ignore[attr-defined]
-meta = Meta.__table__  # type: ignore[attr-defined]
-schedules = Schedule.__table__  # type: ignore[attr-defined]
-limits = LimitRow.__table__  # type: ignore[attr-defined]
-slots = SlotRequest.__table__  # type: ignore[attr-defined]
+
+
+def _table(model: type[DuroTable]) -> Table:
+    name = model.__tablename__  # typed str or a function of the class; every duro table sets a str
+    assert isinstance(name, str)
+    return metadata.tables[name]
+
+
+runs = _table(Run)
+steps = _table(Step)
+signals = _table(Signal)
+workers = _table(Worker)
+meta = _table(Meta)
+schedules = _table(Schedule)
+limits = _table(LimitRow)
+slots = _table(SlotRequest)
