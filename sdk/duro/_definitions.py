@@ -149,6 +149,7 @@ class WorkflowSpec:
 
     @property
     def remote(self) -> bool:
+        """Whether the code runs in another process (registered with ``register_remote``): never executed here."""
         return self.invoke is None
 
     def prepare_input(self, value: Any) -> tuple[Any, str]:
@@ -167,6 +168,7 @@ class WorkflowSpec:
             ) from None
 
     def dump_output(self, value: Any) -> str:
+        """The workflow's result as stored JSON (validated against its return type), or a clear error."""
         try:
             return self.output.dump(value)
         except Exception as err:  # noqa: BLE001
