@@ -13,7 +13,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import replace
 from typing import TypeVar
 
 from .. import _current
@@ -109,8 +108,7 @@ class RunLimits:
                     if (
                         done.status != "completed"
                     ):  # taken for us here (a local hand-over), or not written yet
-                        done = replace(
-                            done,
+                        done = done._replace(
                             status="completed",
                             ended_at=row.held_since if taken else ctx.now_ms(),
                             result=json.dumps({"id": row.id, "limit": row.limit, "label": row.label}),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ._connection import Connector
 from ._queries import claim_sql
 from ._records import Claim, RunRecord
@@ -41,9 +39,9 @@ class Claims:
                 taken = db.run_text(conn, statements[0], params)
             if len(statements) == 1:  # PostgreSQL: the claimed runs, each with its status before
                 rows = taken.fetchall()
-                return [replace(to_run(row[:-1]), fresh=row[-1] == "pending") for row in rows]
+                return [to_run(row[:-1])._replace(fresh=row[-1] == "pending") for row in rows]
             was = dict(taken.fetchall())  # SQLite: the candidates, then the claim of their ids
             if not was:
                 return []
             rows = db.run_text(conn, statements[1], {**params, "ids": list(was)}).fetchall()
-            return [replace(to_run(row), fresh=was[row[0]] == "pending") for row in rows]
+            return [to_run(row)._replace(fresh=was[row[0]] == "pending") for row in rows]

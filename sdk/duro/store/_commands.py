@@ -1,6 +1,7 @@
 """A run's progress writes, as typed commands.
 
-Each write a run makes while it executes is a frozen dataclass: the group commit
+Each write a run makes while it executes is an immutable named tuple (a frozen record: a third of
+a frozen dataclass's cost to build, and a run builds one per write): the group commit
 (:mod:`duro._batching`) queues commands of many runs and hands them to the store together
 (``Store.apply_batch``), or one alone (``Store.apply``); the store dispatches them with ``match``.
 Every command is fenced on its run: it changes nothing unless ``owner`` still owns the run
@@ -11,15 +12,17 @@ in the result (:class:`SlotOutcome`, or the step of :class:`TakeSignal`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
 
 from .._config import LimitConfig
 from .._slots import SlotRow
 from ._records import StepRecord
 
+_NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
 
-@dataclass(frozen=True, slots=True)
-class OwnStep:
+
+class OwnStep(NamedTuple):
     """A step of the caller's own run, written with a decision in its transaction, and fenced like
     :class:`RecordStep`: a run its ``owner`` no longer owns rolls the whole decision back (``Fenced``)."""
 
@@ -28,8 +31,7 @@ class OwnStep:
     step: StepRecord
 
 
-@dataclass(frozen=True, slots=True)
-class RecordStep:
+class RecordStep(NamedTuple):
     """Write ``step`` (``None``: touch the run only, a sleep that ended: see ``settle_sleeps``) and
     set the run's status and timer. Result: ``True``, or ``False`` when the run is not ``owner``'s."""
 
@@ -41,8 +43,7 @@ class RecordStep:
     now: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class FinishRun:
+class FinishRun(NamedTuple):
     """End the run (``completed`` with ``output``, or ``failed`` with ``error``). Result as :class:`RecordStep`."""
 
     run_id: str
@@ -53,8 +54,7 @@ class FinishRun:
     now: int
 
 
-@dataclass(frozen=True, slots=True)
-class TakeSignal:
+class TakeSignal(NamedTuple):
     """Consume the oldest unconsumed signal ``name`` of the run and write ``step`` completed with its
     payload (the run back to ``running``). Result: the step as written, or ``None`` when no signal
     waits. Raises ``Fenced`` when the run is not ``owner``'s."""
@@ -65,8 +65,7 @@ class TakeSignal:
     step: StepRecord
 
 
-@dataclass(frozen=True, slots=True)
-class RequestSlot:
+class RequestSlot(NamedTuple):
     """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
     else queued last. ``hook``, the run's hook step, is written alongside: completed when the slot
     is busy at once, else waiting. Result: :class:`SlotOutcome` (``row``, ``step``)."""
@@ -80,8 +79,7 @@ class RequestSlot:
     hook: OwnStep | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ConfirmSlot:
+class ConfirmSlot(NamedTuple):
     """Take a slot reserved for the run (reserved -> busy), its hook step written completed alongside;
     a lapsed reservation is requeued instead and its slot handed on. Result: :class:`SlotOutcome`
     (``row``, ``granted``, ``step`` when it became busy)."""
@@ -92,8 +90,7 @@ class ConfirmSlot:
     hook: OwnStep | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class GiveUpSlot:
+class GiveUpSlot(NamedTuple):
     """The waiter's timeout passed: a waiting request times out (a reserved or busy one is kept:
     the slot came in time), and ``hook`` is written as given (failed). Result: :class:`SlotOutcome`
     (``row``; ``step`` when the hook was written)."""
@@ -104,8 +101,7 @@ class GiveUpSlot:
     hook: OwnStep | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseSlot:
+class ReleaseSlot(NamedTuple):
     """Release a held or reserved slot and hand freed capacity to the queue's heads. ``hook`` (the
     releasing run's ``release_slot`` step) is written with ``{"released": ...}`` as its result.
 
@@ -120,15 +116,14 @@ class ReleaseSlot:
     now: int
     reason: str = "release"
     hook: OwnStep | None = None
-    hand_over: Mapping[str, OwnStep] = field(default_factory=dict)
+    hand_over: Mapping[str, OwnStep] = _NOBODY
 
 
 Command = RecordStep | FinishRun | TakeSignal | RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 
 
-@dataclass(frozen=True, slots=True)
-class SlotOutcome:
+class SlotOutcome(NamedTuple):
     """What a slot command did: the slot's row afterwards (``None``: unknown slot), whether a release
     released it, the rows handed out (reserved, or busy for a local hand-over), and the caller's hook
     step as written (``None``: none was written)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from sqlalchemy.engine import Connection
 
@@ -40,7 +39,7 @@ class Signals:
         if row is None:
             return None
         db.run(conn, "consume_signal", {"id": row[0], "seq": step.seq})
-        taken = replace(step, status="completed", result=row[1])
+        taken = step._replace(status="completed", result=row[1])
         if not write_step(db, conn, run_id, command.owner, taken, "running", None, step.ended_at or 0):
             conn.rollback()
             raise Fenced(run_id)

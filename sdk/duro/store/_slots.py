@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -157,7 +157,7 @@ class Slots:
                 hook = hooks.get(row.id)
                 if hook is None:
                     continue
-                done = replace(hook.step, status="completed", ended_at=now, result=_slot_json(row))
+                done = hook.step._replace(status="completed", ended_at=now, result=_slot_json(row))
                 if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
             rules.hand_out(decision, heads, now, frozenset(taken))
@@ -208,8 +208,7 @@ class Slots:
             hook = OwnStep(
                 hook.run_id,
                 hook.owner,
-                replace(
-                    hook.step,
+                hook.step._replace(
                     status="completed" if granted else "waiting",
                     ended_at=now if granted else None,
                     result=_slot_json(row) if granted else None,
@@ -232,7 +231,7 @@ class Slots:
             hook = OwnStep(
                 hook.run_id,
                 hook.owner,
-                replace(hook.step, status="completed", ended_at=now, result=_slot_json(confirmed)),
+                hook.step._replace(status="completed", ended_at=now, result=_slot_json(confirmed)),
             )
         else:
             hook = None
@@ -261,7 +260,7 @@ class Slots:
         if row is None or row.limit not in configs:
             if hook is not None:
                 hook = OwnStep(
-                    hook.run_id, hook.owner, replace(hook.step, result=json.dumps({"released": False}))
+                    hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": False}))
                 )
                 self._settle(conn, None, self.db.now(conn, command.now), hook)
             return SlotOutcome(row, None if hook is None else hook.step)
@@ -273,7 +272,7 @@ class Slots:
         self._hand_out(conn, decision, now, command.hand_over)
         if hook is not None:
             hook = OwnStep(
-                hook.run_id, hook.owner, replace(hook.step, result=json.dumps({"released": released}))
+                hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
             )
         self._settle(conn, decision, now, hook)
         return SlotOutcome(
