@@ -57,7 +57,7 @@ class RunContext:
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
         self._now = self.now_ms
         self._sleep_until = runtime.clock.sleep_until
-        self._progress = runtime.gateway  # .progress is replaced on abandon: read it at each write
+        self._gateway = runtime.gateway  # its .progress is replaced on abandon: read it at each write
         self._emit = runtime.events.publish
 
     def load_history(self, history: list[StepRecord]) -> None:
@@ -79,7 +79,7 @@ class RunContext:
         self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
     ) -> None:
         """Record ``step`` (and the run's status and timer), through the group commit."""
-        ok = await self._progress.progress.write(
+        ok = await self._gateway.progress.write(
             RecordStep(self.run_id, self.owner, step, run_status, wake_at, self._now())
         )
         if not ok:
@@ -95,7 +95,7 @@ class RunContext:
         its type, it shares one transaction with the other runs' writes of this loop turn; otherwise
         it is made alone). A fenced write means the run is not ours."""
         try:
-            return await self._progress.progress.write(command)
+            return await self._gateway.progress.write(command)
         except Fenced:
             raise LostRun(self.run_id) from None
 
@@ -240,7 +240,7 @@ class RunContext:
             rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
             # The sleep's record commits while the run sleeps (it waits anyway), and the run makes
             # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
-            recorded = self._progress.progress.write_nowait(
+            recorded = self._gateway.progress.write_nowait(
                 RecordStep(self.run_id, self.owner, rec, "suspended", rec.wake_at, started),
                 on_refused=self._refused,
             )
@@ -265,7 +265,7 @@ class RunContext:
         # later record exists, or its time has passed) and goes on exactly as the run did. So the run
         # goes on while it commits; a write that does not take stops the run at once.
         woke = self._now()
-        self._progress.progress.write_nowait(
+        self._gateway.progress.write_nowait(
             RecordStep(self.run_id, self.owner, None, "running", None, woke), on_refused=self._refused
         )
         self._emit(

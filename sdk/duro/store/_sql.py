@@ -8,7 +8,7 @@ claims, slots, schedules and workers. Each method here says which part answers i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
@@ -19,7 +19,18 @@ from .._errors import DuroError
 from .._slots import SlotRow
 from . import _connection, _notify, _schema
 from ._claims import Claims
-from ._commands import Command, FinishRun, OwnStep, RecordStep, ReleaseSlot, RequestSlot
+from ._commands import (
+    Command,
+    ConfirmSlot,
+    FinishRun,
+    GiveUpSlot,
+    OwnStep,
+    RecordStep,
+    ReleaseSlot,
+    RequestSlot,
+    SlotOutcome,
+    TakeSignal,
+)
 from ._connection import Connector
 from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 from ._runs import Runs
@@ -194,9 +205,16 @@ class SqlStore:
     def get_steps(self, run_id: str) -> list[StepRecord]:
         return self._steps.get(run_id)
 
-    def apply(self, command: Command) -> Any:
+    @overload
+    def apply(self, command: RecordStep | FinishRun) -> bool: ...
+    @overload
+    def apply(self, command: TakeSignal) -> StepRecord | None: ...
+    @overload
+    def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
+    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
         """Apply one command in a transaction of its own (see ``Store.apply``)."""
-        return self._steps.apply(command)
+        result: bool | StepRecord | SlotOutcome | None = self._steps.apply(command)
+        return result
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
         """Apply commands of many runs (``RecordStep``, ``FinishRun``; on SQLite also ``RequestSlot``
