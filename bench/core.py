@@ -2,8 +2,9 @@
 
 Run it from the repo root:
 
-    .venv/bin/python bench/core.py                      # defaults: --runs 1000 --repeats 3, about 3 minutes
+    .venv/bin/python bench/core.py                      # defaults: --window 2 --runs 1000 --repeats 3
     .venv/bin/python bench/core.py --runs 500 --repeats 5 --json out.json
+    .venv/bin/python bench/core.py --window 0.5 --runs 100 --floor-rows 1000 --repeats 1   # a smoke run
     .venv/bin/python bench/core.py --profile            # duro's concurrent e2e case under cProfile
 
 What it measures, each on a fresh database file in its own temporary directory (removed afterwards):
@@ -24,14 +25,23 @@ What it measures, each on a fresh database file in its own temporary directory (
                (``DBOS.start_workflow`` + ``handle.get_result()``, threads). DBOS is a process-wide
                singleton, so it runs in a subprocess of this script (one per repeat, all settings).
 
+Timed windows (issue 15): every timed case measures for at least ``--window`` seconds (default 2).
+The counts are BATCH sizes: a case repeats its batch (``--runs`` workflow runs or starts, sequential
+or concurrent as the case says; ``--ref-runs`` for DBOS's default-journal reference; ``--floor-rows``
+inserts for the floor) until the window has passed, and reports operations / measured time. The
+floor's ids are made before each batch, outside the timed loop, so its measured time is the sum of
+the batches' times; the other cases time from their first start to the end of the batch that
+crosses the window. ``--window 0`` measures one batch (the count-sized method before issue 15).
+Each sample's count and measured time are in the JSON under ``windows``.
+
 Repeats are interleaved (round 1: every case, round 2: every case, ...) so slow phases of a noisy
-machine spread over all systems, and the order alternates: odd rounds run DBOS first and duro's
-cases in reverse; the table shows medians. Like with like: the headline pairs duro and DBOS in the
-same mode and the same durability, both async: duro default (WAL, NORMAL) against DBOS WAL+NORMAL,
-duro ``synchronous=FULL`` against DBOS WAL (FULL), each sequential against sequential and concurrent
-against concurrent, with the same number of runs. DBOS's sync form and its default journal are
-references, never a headline. Sizes are counts (--runs): windows of at least 2 s are bench/ab.py's
-(issue 15's A/B), not this script's.
+machine spread over all systems, and the order changes from round to round: odd rounds run DBOS
+first, and both duro's case list (floors, starts, e2e) and DBOS's (setting x form x mode) are
+rotated by ceil(cases / repeats) x round, as in bench/ab.py; the table shows medians. Like with like:
+the headline pairs duro and DBOS in the same mode and the same durability, both async: duro default
+(WAL, NORMAL) against DBOS WAL+NORMAL, duro ``synchronous=FULL`` against DBOS WAL (FULL), each
+sequential against sequential and concurrent against concurrent, with the same batch and window.
+DBOS's sync form and its default journal are references, never a headline.
 """
 
 from __future__ import annotations
@@ -70,25 +80,31 @@ MISSING_PEER = (
 # -- 1. raw floor ----------------------------------------------------------------------------------
 
 
-def bench_floor(rows: int, synchronous: str) -> float:
-    """stdlib sqlite3 transactions per second: one INSERT + COMMIT each, fresh WAL file."""
+def bench_floor(rows: int, synchronous: str, window: float = 0.0) -> tuple[float, int, float]:
+    """stdlib sqlite3 transactions per second: one INSERT + COMMIT each, fresh WAL file; batches of
+    ``rows`` until the batches' measured time reaches ``window``. (rate, transactions, seconds)."""
     with scratch("floor") as tmp:
         conn = sqlite3.connect(tmp / "floor.db", isolation_level=None)
         try:
             assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute("CREATE TABLE t (id TEXT PRIMARY KEY, payload TEXT NOT NULL, created_at INTEGER)")
-            ids = [uuid.uuid4().hex for _ in range(rows)]
-            begin = time.perf_counter()
-            for i, key in enumerate(ids):
-                conn.execute("BEGIN")
-                conn.execute("INSERT INTO t (id, payload, created_at) VALUES (?, ?, ?)", (key, str(i), i))
-                conn.execute("COMMIT")
-            elapsed = time.perf_counter() - begin
-            assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == rows
+            count, elapsed = 0, 0.0
+            while True:
+                ids = [uuid.uuid4().hex for _ in range(rows)]  # untimed, as before
+                begin = time.perf_counter()
+                for i, key in enumerate(ids, count):
+                    conn.execute("BEGIN")
+                    conn.execute("INSERT INTO t (id, payload, created_at) VALUES (?, ?, ?)", (key, str(i), i))
+                    conn.execute("COMMIT")
+                elapsed += time.perf_counter() - begin
+                count += rows
+                if elapsed >= window:
+                    break
+            assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == count
         finally:
             conn.close()
-    return rows / elapsed
+    return count / elapsed, count, elapsed
 
 
 # -- 2 and 3. duro ---------------------------------------------------------------------------------
@@ -115,8 +131,9 @@ def _duro_pragmas(engine: Any) -> tuple[str, int]:
     return str(journal), int(sync)
 
 
-async def bench_duro_starts(runs: int, warmup: int) -> float:
-    """Starts per second on a client engine (never entered: nothing executes)."""
+async def bench_duro_starts(runs: int, warmup: int, window: float = 0.0) -> tuple[float, int, float]:
+    """Starts per second on a client engine (never entered: nothing executes); batches of ``runs``
+    starts until ``window`` seconds have passed. (rate, starts, seconds)."""
     from duro import Engine
 
     with scratch("starts") as tmp:
@@ -125,19 +142,25 @@ async def bench_duro_starts(runs: int, warmup: int) -> float:
             engine.register(_duro_workflow())
             for i in range(warmup):  # creates the schema on first use
                 await engine.start(WORKFLOW, i)
-            begin = time.perf_counter()
-            for i in range(runs):
-                await engine.start(WORKFLOW, i)
-            elapsed = time.perf_counter() - begin
+            count, begin = 0, time.perf_counter()
+            while True:
+                for i in range(count, count + runs):
+                    await engine.start(WORKFLOW, i)
+                count += runs
+                elapsed = time.perf_counter() - begin
+                if elapsed >= window:
+                    break
         finally:
             engine.close()
-    return runs / elapsed
+    return count / elapsed, count, elapsed
 
 
 async def bench_duro_e2e(
-    runs: int, warmup: int, synchronous: str | None, mode: str, profiler: Any = None
-) -> tuple[float, dict]:
-    """End-to-end one-step workflows per second on an entered engine."""
+    runs: int, warmup: int, synchronous: str | None, mode: str, profiler: Any = None, window: float = 0.0
+) -> tuple[float, dict, dict]:
+    """End-to-end one-step workflows per second on an entered engine: batches of ``runs`` (each
+    batch sequential or concurrent, as before) until ``window`` seconds have passed. (rate, the
+    pragmas read back, {"n": runs done, "seconds": measured time})."""
     from duro import Engine
 
     with scratch("e2e") as tmp:
@@ -153,21 +176,27 @@ async def bench_duro_e2e(
                 counts = _count_transactions(engine) if profiler is not None else {}
                 if profiler is not None:
                     profiler.enable()
-                begin = time.perf_counter()
-                if mode == "seq":
-                    for i in range(runs):
-                        handle = await engine.start(WORKFLOW, i)
-                        assert await handle.result() == i + 1
-                else:
-                    handles = [await engine.start(WORKFLOW, i) for i in range(runs)]
-                    results = await asyncio.gather(*(h.result() for h in handles))
-                    assert results == [i + 1 for i in range(runs)]
-                elapsed = time.perf_counter() - begin
+                count, begin = 0, time.perf_counter()
+                while True:
+                    batch = range(count, count + runs)
+                    if mode == "seq":
+                        for i in batch:
+                            handle = await engine.start(WORKFLOW, i)
+                            assert await handle.result() == i + 1
+                    else:
+                        handles = [await engine.start(WORKFLOW, i) for i in batch]
+                        results = await asyncio.gather(*(h.result() for h in handles))
+                        assert results == [i + 1 for i in batch]
+                    count += runs
+                    elapsed = time.perf_counter() - begin
+                    if elapsed >= window:
+                        break
                 if profiler is not None:
                     profiler.disable()
         finally:
             engine.close()
-    return runs / elapsed, {"journal_mode": journal, "synchronous": sync, **counts}
+    timing = {"n": count, "seconds": elapsed}
+    return count / elapsed, {"journal_mode": journal, "synchronous": sync, **counts}, timing
 
 
 def _count_transactions(engine: Any) -> dict[str, int]:
@@ -185,17 +214,18 @@ def _count_transactions(engine: Any) -> dict[str, int]:
     return counts
 
 
-def profile_duro(runs: int, warmup: int, top: int) -> None:
+def profile_duro(runs: int, warmup: int, top: int, window: float) -> None:
     """duro's default concurrent end-to-end case under cProfile: top entries by cumulative time."""
     import cProfile
     import pstats
 
     profiler = cProfile.Profile()
-    rate, seen = asyncio.run(bench_duro_e2e(runs, warmup, None, "conc", profiler))
+    rate, seen, timing = asyncio.run(bench_duro_e2e(runs, warmup, None, "conc", profiler, window))
+    done = timing["n"]
     print(
-        f"duro default conc under cProfile: {rate:,.0f} runs/s (profiled, slower than unprofiled); "
-        f"{seen['transactions'] / runs:.1f} transactions per run "
-        f"({seen['write_transactions'] / runs:.1f} write, BEGIN IMMEDIATE)\n"
+        f"duro default conc under cProfile: {rate:,.0f} runs/s over {done} runs "
+        f"(profiled, slower than unprofiled); {seen['transactions'] / done:.1f} transactions per run "
+        f"({seen['write_transactions'] / done:.1f} write, BEGIN IMMEDIATE)\n"
     )
     pstats.Stats(profiler).strip_dirs().sort_stats("cumulative").print_stats(top)
 
@@ -234,68 +264,79 @@ def dbos_worker(spec: dict) -> dict:
     def one_step_sync(x: int) -> int:
         return add_one_sync(x)
 
-    warmup = spec["warmup"]
+    warmup, window = spec["warmup"], spec["window"]
 
-    async def run_async(mode: str, runs: int) -> float:
+    async def run_async(mode: str, runs: int) -> tuple[int, float]:
         for i in range(warmup):
             assert await (await DBOS.start_workflow_async(one_step_async, i)).get_result() == i + 1
-        begin = time.perf_counter()
-        if mode == "seq":
-            for i in range(runs):
-                handle = await DBOS.start_workflow_async(one_step_async, i)
-                assert await handle.get_result() == i + 1
-        else:
-            handles = [await DBOS.start_workflow_async(one_step_async, i) for i in range(runs)]
-            results = await asyncio.gather(*(h.get_result() for h in handles))
-            assert results == [i + 1 for i in range(runs)]
-        return runs / (time.perf_counter() - begin)
+        count, begin = 0, time.perf_counter()
+        while True:
+            batch = range(count, count + runs)
+            if mode == "seq":
+                for i in batch:
+                    handle = await DBOS.start_workflow_async(one_step_async, i)
+                    assert await handle.get_result() == i + 1
+            else:
+                handles = [await DBOS.start_workflow_async(one_step_async, i) for i in batch]
+                results = await asyncio.gather(*(h.get_result() for h in handles))
+                assert results == [i + 1 for i in batch]
+            count += runs
+            elapsed = time.perf_counter() - begin
+            if elapsed >= window:
+                return count, elapsed
 
-    def run_sync(mode: str, runs: int) -> float:
+    def run_sync(mode: str, runs: int) -> tuple[int, float]:
         for i in range(warmup):
             assert DBOS.start_workflow(one_step_sync, i).get_result() == i + 1
-        begin = time.perf_counter()
-        if mode == "seq":
-            for i in range(runs):
-                assert DBOS.start_workflow(one_step_sync, i).get_result() == i + 1
-        else:
-            handles = [DBOS.start_workflow(one_step_sync, i) for i in range(runs)]
-            assert [h.get_result() for h in handles] == [i + 1 for i in range(runs)]
-        return runs / (time.perf_counter() - begin)
+        count, begin = 0, time.perf_counter()
+        while True:
+            batch = range(count, count + runs)
+            if mode == "seq":
+                for i in batch:
+                    assert DBOS.start_workflow(one_step_sync, i).get_result() == i + 1
+            else:
+                handles = [DBOS.start_workflow(one_step_sync, i) for i in batch]
+                assert [h.get_result() for h in handles] == [i + 1 for i in batch]
+            count += runs
+            elapsed = time.perf_counter() - begin
+            if elapsed >= window:
+                return count, elapsed
 
-    out: dict[str, Any] = {"rates": {}, "pragmas": {}}
-    for setting in spec["settings"]:
-        for form in spec["forms"]:
-            for mode in MODES:
-                with scratch(f"dbos-{setting}") as tmp:
-                    path = tmp / "dbos.sqlite"
-                    if setting in ("wal", "wal_normal"):
-                        conn = sqlite3.connect(path)  # WAL is persistent in the file
-                        mode_set = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                        conn.close()
-                        assert mode_set == "wal", mode_set
-                    normal_sync["on"] = setting == "wal_normal"
-                    dbos = DBOS(
-                        config={
-                            "name": "duro-bench",
-                            "system_database_url": f"sqlite:///{path}",
-                            "log_level": "WARNING",
-                            "console_log_level": "WARNING",
-                        }
-                    )
-                    try:
-                        DBOS.launch()
-                        engine = dbos._sys_db.engine
-                        with engine.connect() as conn:
-                            journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
-                            sync = conn.exec_driver_sql("PRAGMA synchronous").scalar()
-                        expected = "delete" if setting == "default" else "wal"
-                        assert journal == expected, (setting, journal)
-                        out["pragmas"][setting] = {"journal_mode": journal, "synchronous": int(sync)}
-                        runs = spec["runs"][setting]
-                        rate = asyncio.run(run_async(mode, runs)) if form == "async" else run_sync(mode, runs)
-                    finally:
-                        DBOS.destroy()
-                    out["rates"][f"{setting}/{form}/{mode}"] = rate
+    out: dict[str, Any] = {"rates": {}, "pragmas": {}, "windows": {}}
+    for setting, form, mode in spec["cases"]:
+        with scratch(f"dbos-{setting}") as tmp:
+            path = tmp / "dbos.sqlite"
+            if setting in ("wal", "wal_normal"):
+                conn = sqlite3.connect(path)  # WAL is persistent in the file
+                mode_set = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                conn.close()
+                assert mode_set == "wal", mode_set
+            normal_sync["on"] = setting == "wal_normal"
+            dbos = DBOS(
+                config={
+                    "name": "duro-bench",
+                    "system_database_url": f"sqlite:///{path}",
+                    "log_level": "WARNING",
+                    "console_log_level": "WARNING",
+                }
+            )
+            try:
+                DBOS.launch()
+                engine = dbos._sys_db.engine
+                with engine.connect() as conn:
+                    journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+                    sync = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+                expected = "delete" if setting == "default" else "wal"
+                assert journal == expected, (setting, journal)
+                out["pragmas"][setting] = {"journal_mode": journal, "synchronous": int(sync)}
+                runs = spec["runs"][setting]
+                count, elapsed = (
+                    asyncio.run(run_async(mode, runs)) if form == "async" else run_sync(mode, runs)
+                )
+            finally:
+                DBOS.destroy()
+            out["rates"][f"{setting}/{form}/{mode}"] = count / elapsed
+            out["windows"][f"{setting}/{form}/{mode}"] = {"n": count, "seconds": elapsed}
     normal_sync["on"] = False
     return out
 
@@ -317,6 +358,15 @@ def run_dbos_repeat(spec: dict) -> dict:
 # -- driver ----------------------------------------------------------------------------------------
 
 
+def rotated(cases: list, rnd: int, rounds: int) -> list:
+    """Round ``rnd``'s order: the list rotated by ceil(len / rounds) x rnd (as bench/ab.py), so each
+    case leads once and no case always follows the same one."""
+    if not cases:
+        return cases
+    shift = (-(-len(cases) // max(1, rounds)) * rnd) % len(cases)
+    return cases[shift:] + cases[:shift]
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -332,7 +382,15 @@ def git_commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=1000, help="workflow runs per timed case (default 1000)")
+    parser.add_argument(
+        "--runs", type=int, default=1000, help="workflow runs per batch of a timed case (default 1000)"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=2.0,
+        help="seconds each timed case measures at least, in whole batches (default 2; 0: one batch)",
+    )
     parser.add_argument(
         "--repeats", type=int, default=3, help="repeats per case; medians reported (default 3)"
     )
@@ -340,10 +398,12 @@ def main(argv: list[str] | None = None) -> int:
         "--ref-runs",
         type=int,
         default=400,
-        help="runs per timed case for the DBOS reference setting (default journal)",
+        help="runs per batch for the DBOS reference setting (default journal; default 400)",
     )
     parser.add_argument("--warmup", type=int, default=20, help="untimed runs before each timed case")
-    parser.add_argument("--floor-rows", type=int, default=20000, help="inserts per raw-floor repeat")
+    parser.add_argument(
+        "--floor-rows", type=int, default=20000, help="inserts per batch of a raw-floor sample (20000)"
+    )
     parser.add_argument(
         "--dbos-settings",
         default=",".join(DBOS_SETTINGS),
@@ -368,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         print("DBOS-RESULT " + json.dumps(dbos_worker(json.loads(args.dbos_worker))), flush=True)
         return 0
     if args.profile:
-        profile_duro(args.runs, args.warmup, args.profile)
+        profile_duro(args.runs, args.warmup, args.profile, args.window)
         return 0
 
     peer_installed = _peer_available()
@@ -381,56 +441,73 @@ def main(argv: list[str] | None = None) -> int:
     assert set(settings) <= set(DBOS_SETTINGS) and set(forms) <= set(DBOS_FORMS), "unknown DBOS setting/form"
 
     samples: dict[str, list[float]] = {}
+    windows: dict[str, list[dict]] = {}  # case -> [{"n": operations, "seconds": measured}] per sample
     pragmas: dict[str, Any] = {}
 
-    def add(case: str, value: float) -> None:
+    def add(case: str, value: float, n: int, seconds: float) -> None:
         samples.setdefault(case, []).append(value)
+        windows.setdefault(case, []).append({"n": n, "seconds": seconds})
+        print(f"  {case:<28} {value:>9,.0f}/s  (n {n}, {seconds:.2f} s)", file=sys.stderr, flush=True)
 
     duro_cases: list[tuple[str, str | None, str]] = [
-        (f"duro/{label}/{mode}", sync, mode)
-        for label, sync in (("default", None), ("full", "FULL"))
-        for mode in MODES
+        ("floor/normal", "NORMAL", "-"),
+        ("floor/full", "FULL", "-"),
+        ("duro/starts", None, "-"),
+        *(
+            (f"duro/{label}/{mode}", sync, mode)
+            for label, sync in (("default", None), ("full", "FULL"))
+            for mode in MODES
+        ),
     ]
+    dbos_cases = [(s, f, m) for s in settings for f in forms for m in MODES]
     started = time.perf_counter()
 
-    def run_duro(odd: bool) -> None:
-        add("floor/normal", bench_floor(args.floor_rows, "NORMAL"))
-        add("floor/full", bench_floor(args.floor_rows, "FULL"))
-        add("duro/starts", asyncio.run(bench_duro_starts(args.runs, args.warmup)))
-        for case, sync, mode in duro_cases[::-1] if odd else duro_cases:
-            rate, seen = asyncio.run(bench_duro_e2e(args.runs, args.warmup, sync, mode))
-            add(case, rate)
-            pragmas[case.rsplit("/", 1)[0]] = seen
+    def run_duro(rnd: int) -> None:
+        for case, sync, mode in rotated(duro_cases, rnd, args.repeats):
+            if case.startswith("floor/"):
+                add(case, *bench_floor(args.floor_rows, str(sync), args.window))
+            elif case == "duro/starts":
+                add(case, *asyncio.run(bench_duro_starts(args.runs, args.warmup, args.window)))
+            else:
+                rate, seen, timing = asyncio.run(
+                    bench_duro_e2e(args.runs, args.warmup, sync, mode, window=args.window)
+                )
+                add(case, rate, timing["n"], timing["seconds"])
+                pragmas[case.rsplit("/", 1)[0]] = seen
 
-    def run_dbos() -> None:
+    def run_dbos(rnd: int) -> None:
         nonlocal have_dbos, peer_error
         runs = {s: args.ref_runs if s == "default" else args.runs for s in settings}
+        spec = {
+            "runs": runs,
+            "warmup": args.warmup,
+            "window": args.window,
+            "cases": rotated(dbos_cases, rnd, args.repeats),
+        }
         try:
-            result = run_dbos_repeat(
-                {"runs": runs, "warmup": args.warmup, "settings": settings, "forms": forms}
-            )
+            result = run_dbos_repeat(spec)
         except RuntimeError as err:  # report duro's figures anyway
             print(f"DBOS peer skipped from now on: {err}", file=sys.stderr)
             peer_error, have_dbos = str(err), False
             return
         for case, rate in result["rates"].items():
-            add(f"dbos/{case}", rate)
+            add(f"dbos/{case}", rate, result["windows"][case]["n"], result["windows"][case]["seconds"])
         for setting, seen in result["pragmas"].items():
             pragmas[f"dbos/{setting}"] = seen
 
-    for rep in range(args.repeats):
-        print(f"round {rep + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
-        odd = rep % 2 == 1
+    for rnd in range(args.repeats):
+        print(f"round {rnd + 1}/{args.repeats} ...", file=sys.stderr, flush=True)
+        odd = rnd % 2 == 1
         if odd and have_dbos:
-            run_dbos()
-        run_duro(odd)
+            run_dbos(rnd)
+        run_duro(rnd)
         if not odd and have_dbos:
-            run_dbos()
+            run_dbos(rnd)
     wall = time.perf_counter() - started
 
     med = {case: median(values) for case, values in samples.items()}
 
-    # like with like: the same mode (seq / conc), the same durability, both async, the same runs
+    # like with like: the same mode (seq / conc), the same durability, both async, the same batch and window
     headline: dict[str, dict[str, Any]] = {}
     ratios: dict[str, float] = {}
     for label, peer in LIKE_FOR_LIKE:
@@ -464,12 +541,14 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "warmup": args.warmup,
             "floor_rows": args.floor_rows,
+            "window": args.window,
             "dbos_settings": settings if peer_installed else [],
             "dbos_forms": forms if peer_installed else [],
         },
         "wall_seconds": wall,
         "pragmas": pragmas,
         "samples": samples,
+        "windows": windows,
         "medians": med,
         "headline": headline,
         "ratios": ratios,
@@ -515,17 +594,15 @@ def print_table(report: dict) -> None:
         f"sqlite {report['machine']['sqlite']}  duro {report['duro_commit']}  dbos {report['dbos_version']}"
     )
     print(
-        f"runs={report['params']['runs']} (DBOS reference settings: {report['params']['ref_runs']}) "
+        f"batches: runs={report['params']['runs']} (DBOS reference settings: {report['params']['ref_runs']}) "
+        f"floor rows={report['params']['floor_rows']}; windows >= {report['params']['window']} s; "
         f"repeats={report['params']['repeats']}  "
         f"(wall {report['wall_seconds']:.0f}s)\n"
     )
-    params = report["params"]
-    rows = [("system", "setting", "variant", "median/s", "samples/s", "n")]
+    rows = [("system", "setting", "variant", "median/s", "samples/s", "n (median)")]
 
     def count(case: str) -> str:
-        if case.startswith("floor"):
-            return str(params["floor_rows"])
-        return str(params["ref_runs"] if case.startswith("dbos/default") else params["runs"])
+        return f"{statistics.median(w['n'] for w in report['windows'][case]):,.0f}"
 
     def fmt(values: list[float]) -> str:
         return " ".join(f"{v:,.0f}" for v in values)
@@ -559,7 +636,7 @@ def print_table(report: dict) -> None:
         if i == 0:
             print("  ".join("-" * w for w in widths))
     print("\n* = in the headline (like with like); runs/s = end-to-end workflows per second")
-    print("\nheadline, like with like (same mode, same durability, both async, same runs):")
+    print("\nheadline, like with like (same mode, same durability, both async, same batch and window):")
     for key, h in head.items():
         ratio = f"{h['ratio']:6.2f}x" if "ratio" in h else "  (no DBOS figure)"
         theirs = f"{h['dbos_runs_per_s']:,.0f}" if "dbos_runs_per_s" in h else "-"

@@ -2,10 +2,11 @@
 
 Run it from the repo root:
 
-    .venv/bin/python bench/quota.py                         # defaults: --starts 2000 --repeats 3
+    .venv/bin/python bench/quota.py                         # defaults: --window 2 --starts 2000 --repeats 3
     .venv/bin/python bench/quota.py --json /tmp/duro-quota.json
     .venv/bin/python bench/quota.py --no-postgres           # SQLite only
     .venv/bin/python bench/quota.py --profile               # one client's start loop under cProfile
+    .venv/bin/python bench/quota.py --no-postgres --window 0.5 --starts 200 --repeats 1   # a smoke run
 
 Every case runs on a fresh database (a new SQLite file in its own temporary directory; a new
 PostgreSQL database on one server started for the run with tests/support/pgserver.py). Clients are
@@ -13,8 +14,13 @@ separate OS processes (multiprocessing, 'spawn' context), kept alive across case
 clients set up (connect, create the schema, one untimed warm-up transaction on a key of their own),
 then meet at a barrier. A case's wall time runs from the barrier's release (the earliest client
 clock read just after it) to the last client done (perf_counter is system-wide monotonic on Linux,
-so clocks of different processes compare); rate = total operations / wall time. The total
-(``--starts``) is split across the clients.
+so clocks of different processes compare); rate = total operations / wall time.
+
+Timed windows (issue 15): ``--starts`` is a BATCH, split across the clients; each client repeats its
+share of the batch until ``--window`` seconds (default 2) have passed on its own clock since the
+barrier, so a case lasts at least the window, and the rate is every client's operations over the
+wall time above. ``--window 0`` runs one batch (the count-sized method before issue 15). Each
+sample records its operations (``n``) and the batch (``batch``) beside ``rate`` and ``wall``.
 
 Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:
 
@@ -22,12 +28,15 @@ Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:
             ``await engine.start("bench.turn", i, concurrency=Concurrency(key=..., limit=10**9))``:
             every start is admitted, so this is the admission path (count + insert, one transaction).
             Keys: all clients on one key ("same"), or each client on its own key ("own"); with one
-            client the two are the same case, measured once.
+            client the two are the same case, measured once; or "many" (many tenants): a client's
+            batch spreads over batch / 8 keys, so each key ends with at most 8 active runs, and each
+            batch takes a fresh set of keys, however long the window. On "same" and "own" the key's
+            active runs grow with the window, as they grew with --starts (and as in bench/ab.py).
 - floor     the same driver bare: stdlib sqlite3 ``BEGIN IMMEDIATE; INSERT; COMMIT`` (WAL,
             synchronous=NORMAL, busy timeout 30 s, as duro's connections), psycopg 3 one INSERT per
             transaction (BEGIN; INSERT; COMMIT), into a 3-column table with a text primary key.
-            It runs FLOOR_FACTOR (5) times the operations of the other cases: 2,000 bare inserts
-            last about 40 ms, too short to measure steadily.
+            Its batch is FLOOR_FACTOR (5) times the other cases' (a count-sized floor of 2,000 bare
+            inserts lasted about 40 ms, too short to measure steadily; the window now sees to that).
 - statements (SQLite) duro's own statements for an admitted quota-checked start (BEGIN IMMEDIATE;
             the existing-run SELECT; the count; the full INSERT; COMMIT) through bare sqlite3 on
             duro's schema, many keys: the ceiling of a start on this schema, whatever the code.
@@ -40,7 +49,7 @@ Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:
 After each case the store is checked (rows created, starts admitted or rejected).
 
 Repeats are interleaved (round 1 runs every case, then round 2, ...), the case list rotated from one
-round to the next; the table shows medians. Sizes are counts: windows of at least 2 s are bench/ab.py's.
+round to the next (by repeats / cases x round); the table shows medians.
 The target: a quota-checked start at no less than half the floor on SQLite.
 """
 
@@ -84,7 +93,9 @@ BARRIER_TIMEOUT = 300.0
 # -- client processes ------------------------------------------------------------------------------
 
 
-async def _duro_client(url: str, key: str, limit: int, n: int, barrier: Any, expect_reject: bool) -> dict:
+async def _duro_client(
+    url: str, key: str, limit: int, n: int, barrier: Any, expect_reject: bool, window: float = 0.0
+) -> dict:
     from duro import Concurrency, ConcurrencyLimitError, Engine
 
     engine = Engine(url)
@@ -95,21 +106,33 @@ async def _duro_client(url: str, key: str, limit: int, n: int, barrier: Any, exp
             WORKFLOW, -1, concurrency=Concurrency(key=f"warmup:{uuid.uuid4().hex}", limit=ADMIT_LIMIT)
         )
         if key is not None and key.startswith("rotate:"):
-            # many tenants: each key ends with at most ROTATE_ACTIVE active runs, as under a real quota
+            # many tenants: each key ends with at most ROTATE_ACTIVE active runs, as under a real quota;
+            # every batch takes a fresh set of keys, so a longer window does not fill the keys further
             _, prefix, count = key.split(":")
-            quotas = [Concurrency(key=f"{prefix}:{j}", limit=limit) for j in range(int(count))]
+
+            def quotas_of(batch: int) -> list[Any]:
+                return [Concurrency(key=f"{prefix}:{batch}:{j}", limit=limit) for j in range(int(count))]
         else:
-            quotas = [Concurrency(key=key, limit=limit) if key is not None else None]
-        started = rejected = 0
+            same = [Concurrency(key=key, limit=limit) if key is not None else None]
+
+            def quotas_of(batch: int) -> list[Any]:
+                return same
+
+        started = rejected = batch = 0
         barrier.wait(BARRIER_TIMEOUT)
         begin = time.perf_counter()
-        for i in range(n):
-            try:
-                await engine.start(WORKFLOW, i, concurrency=quotas[i % len(quotas)])
-                started += 1
-            except ConcurrencyLimitError:
-                rejected += 1
-        end = time.perf_counter()
+        while True:
+            quotas = quotas_of(batch)
+            for i in range(started + rejected, started + rejected + n):
+                try:
+                    await engine.start(WORKFLOW, i, concurrency=quotas[i % len(quotas)])
+                    started += 1
+                except ConcurrencyLimitError:
+                    rejected += 1
+            batch += 1
+            end = time.perf_counter()
+            if end - begin >= window:
+                break
     finally:
         engine.close()
     if expect_reject and started:
@@ -119,7 +142,7 @@ async def _duro_client(url: str, key: str, limit: int, n: int, barrier: Any, exp
     return {"begin": begin, "end": end, "started": started, "rejected": rejected}
 
 
-def _floor_sqlite_client(path: str, n: int, barrier: Any) -> dict:
+def _floor_sqlite_client(path: str, n: int, barrier: Any, window: float = 0.0) -> dict:
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -130,20 +153,27 @@ def _floor_sqlite_client(path: str, n: int, barrier: Any) -> dict:
         conn.execute(sql, (uuid.uuid4().hex, "-1", -1))
         conn.execute("COMMIT")
         barrier.wait(BARRIER_TIMEOUT)
-        begin = time.perf_counter()
-        for i in range(n):
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(sql, (uuid.uuid4().hex, str(i), i))
-            conn.execute("COMMIT")
-        end = time.perf_counter()
+        count, begin = 0, time.perf_counter()
+        while True:
+            for i in range(count, count + n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(sql, (uuid.uuid4().hex, str(i), i))
+                conn.execute("COMMIT")
+            count += n
+            end = time.perf_counter()
+            if end - begin >= window:
+                break
     finally:
         conn.close()
-    return {"begin": begin, "end": end, "started": n, "rejected": 0}
+    return {"begin": begin, "end": end, "started": count, "rejected": 0}
 
 
-def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys: int) -> dict:
+def _statements_sqlite_client(
+    path: str, n: int, barrier: Any, prefix: str, keys: int, window: float = 0.0
+) -> dict:
     """duro's own statements for an admitted quota-checked start, through bare sqlite3 on duro's
-    schema: the ceiling of any start on this schema, whatever the code around it."""
+    schema: the ceiling of any start on this schema, whatever the code around it. Batches of ``n``
+    until ``window``; each batch on a fresh set of ``keys`` keys, as the duro client's."""
     from duro.store._queries import QUERIES as _HOT_SQL
     from duro.store._tables import ACTIVE_SQL
 
@@ -154,9 +184,9 @@ def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys
         conn.execute("PRAGMA busy_timeout=30000")
         count = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = ? AND status IN {ACTIVE_SQL}"
 
-        def start(i: int) -> None:
+        def start(i: int, batch: int) -> None:
             run_id = f"{prefix}-{i}"
-            key = f"{prefix}:{i % keys}"
+            key = f"{prefix}:{batch}:{i % keys}"
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_HOT_SQL["select_run"], {"id": run_id}).fetchone()
             conn.execute(count, (key,)).fetchone()
@@ -184,18 +214,23 @@ def _statements_sqlite_client(path: str, n: int, barrier: Any, prefix: str, keys
             )
             conn.execute("COMMIT")
 
-        start(-1)
+        start(-1, 0)
         barrier.wait(BARRIER_TIMEOUT)
-        begin = time.perf_counter()
-        for i in range(n):
-            start(i)
-        end = time.perf_counter()
+        done, batch, begin = 0, 0, time.perf_counter()
+        while True:
+            for i in range(done, done + n):
+                start(i, batch)
+            done += n
+            batch += 1
+            end = time.perf_counter()
+            if end - begin >= window:
+                break
     finally:
         conn.close()
-    return {"begin": begin, "end": end, "started": n, "rejected": 0}
+    return {"begin": begin, "end": end, "started": done, "rejected": 0}
 
 
-def _floor_pg_client(dsn: str, n: int, barrier: Any) -> dict:
+def _floor_pg_client(dsn: str, n: int, barrier: Any, window: float = 0.0) -> dict:
     import psycopg
 
     with psycopg.connect(dsn) as conn:  # not autocommit: the first statement opens a transaction
@@ -203,12 +238,16 @@ def _floor_pg_client(dsn: str, n: int, barrier: Any) -> dict:
         conn.execute(sql, (uuid.uuid4().hex, "-1", -1))
         conn.commit()
         barrier.wait(BARRIER_TIMEOUT)
-        begin = time.perf_counter()
-        for i in range(n):
-            conn.execute(sql, (uuid.uuid4().hex, str(i), i))
-            conn.commit()
-        end = time.perf_counter()
-    return {"begin": begin, "end": end, "started": n, "rejected": 0}
+        count, begin = 0, time.perf_counter()
+        while True:
+            for i in range(count, count + n):
+                conn.execute(sql, (uuid.uuid4().hex, str(i), i))
+                conn.commit()
+            count += n
+            end = time.perf_counter()
+            if end - begin >= window:
+                break
+    return {"begin": begin, "end": end, "started": count, "rejected": 0}
 
 
 def _client_main(index: int, tasks: Any, results: Any, barriers: dict[int, Any]) -> None:
@@ -227,16 +266,22 @@ def _client_main(index: int, tasks: Any, results: Any, barriers: dict[int, Any])
             if kind == "duro":
                 out = asyncio.run(
                     _duro_client(
-                        task["url"], task["key"], task["limit"], task["n"], barrier, task["expect_reject"]
+                        task["url"],
+                        task["key"],
+                        task["limit"],
+                        task["n"],
+                        barrier,
+                        task["expect_reject"],
+                        task["window"],
                     )
                 )
             elif kind == "floor_sqlite":
-                out = _floor_sqlite_client(task["path"], task["n"], barrier)
+                out = _floor_sqlite_client(task["path"], task["n"], barrier, task["window"])
             elif kind == "floor_pg":
-                out = _floor_pg_client(task["dsn"], task["n"], barrier)
+                out = _floor_pg_client(task["dsn"], task["n"], barrier, task["window"])
             elif kind == "statements_sqlite":
                 out = _statements_sqlite_client(
-                    task["path"], task["n"], barrier, task["prefix"], task["keys"]
+                    task["path"], task["n"], barrier, task["prefix"], task["keys"], task["window"]
                 )
             else:
                 raise ValueError(f"unknown task {kind!r}")
@@ -261,12 +306,12 @@ class Clients:
         for proc in self.procs:
             proc.start()
 
-    def run(self, tasks: list[dict]) -> list[dict]:
+    def run(self, tasks: list[dict], window: float) -> list[dict]:
         """Send one task to each of the first len(tasks) clients; their results in client order."""
         parties = len(tasks)
         barrier = self.barriers[parties]
         for i, task in enumerate(tasks):
-            self.queues[i].put({**task, "parties": parties})
+            self.queues[i].put({**task, "parties": parties, "window": window})
         outs: dict[int, dict] = {}
         errors = []
         while len(outs) + len(errors) < parties:
@@ -299,9 +344,11 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def _rate(outs: list[dict], total: int) -> tuple[float, float]:
+def _rate(outs: list[dict]) -> tuple[float, float, int]:
+    """(operations / wall, wall, operations): the wall from the earliest begin to the last end."""
     wall = max(o["end"] for o in outs) - min(o["begin"] for o in outs)
-    return total / wall, wall
+    total = sum(o["started"] + o["rejected"] for o in outs)
+    return total / wall, wall, total
 
 
 ROTATE_ACTIVE = 8
@@ -369,8 +416,17 @@ class Stores(_support.Stores):
 
 
 def run_case(
-    clients: Clients, stores: Stores, store: str, kind: str, n_clients: int, keys: str, total: int
+    clients: Clients,
+    stores: Stores,
+    store: str,
+    kind: str,
+    n_clients: int,
+    keys: str,
+    total: int,
+    window: float,
 ) -> dict:
+    """One sample: ``total`` is the batch (split across the clients), each client repeating its share
+    until ``window`` seconds have passed on its clock."""
     if kind == "floor":
         total *= FLOOR_FACTOR
     parts = _split(total, n_clients)
@@ -425,8 +481,9 @@ def run_case(
                 }
                 for n in parts
             ]
-        outs = clients.run(tasks)
-        rate, wall = _rate(outs, total)
+        outs = clients.run(tasks, window)
+        batch = total
+        rate, wall, total = _rate(outs)
         # Check what the case left in the store.
         if kind == "floor":
             found = stores.query(store, db, "SELECT count(*) FROM floor")
@@ -449,7 +506,7 @@ def run_case(
                 store, db, "SELECT count(*) FROM duro_runs WHERE concurrency_key = 'tenant:full'"
             )
             assert found == FULL_LIMIT and sum(o["rejected"] for o in outs) == total, (found, total)
-    return {"rate": rate, "wall": wall}
+    return {"rate": rate, "wall": wall, "n": total, "batch": batch}
 
 
 def case_list(stores_: list[str]) -> list[tuple[str, str, int, str]]:
@@ -665,7 +722,14 @@ def main() -> None:
         "--starts",
         type=int,
         default=2000,
-        help="starts (or transactions) per case, split across the clients (default 2000)",
+        help="starts (or transactions) per batch, split across the clients; each client repeats its "
+        "share until the window has passed (default 2000)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=2.0,
+        help="seconds each client of a case measures at least, in whole batches (default 2; 0: one batch)",
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="repeats per case, median reported (default 3)"
@@ -693,11 +757,11 @@ def main() -> None:
         for r in range(args.repeats):
             shift = (r * max(1, len(cases) // max(1, args.repeats))) % len(cases)
             for case in cases[shift:] + cases[:shift]:  # rotated between rounds
-                sample = run_case(clients, Stores(pg), *case, args.starts)
+                sample = run_case(clients, Stores(pg), *case, args.starts, args.window)
                 results.setdefault(case, []).append(sample)
                 print(
                     f"round {r + 1}/{args.repeats}  {case[0]:10} {case[1]:8} clients={case[2]} keys={case[3]:4} "
-                    f"{sample['rate']:>9,.0f}/s  ({sample['wall']:.3f} s)",
+                    f"{sample['rate']:>9,.0f}/s  (n {sample['n']}, {sample['wall']:.3f} s)",
                     flush=True,
                 )
     finally:
@@ -708,8 +772,8 @@ def main() -> None:
     main_table, rej_table, rows = report(results, stores_)
     total = time.perf_counter() - wall_begin
     print(
-        f"\n{args.starts} operations per case split across the clients, medians of {args.repeats}; "
-        f"{total:.0f} s wall\n"
+        f"\nbatches of {args.starts} operations per case split across the clients, repeated for windows "
+        f">= {args.window} s; medians of {args.repeats}; {total:.0f} s wall\n"
     )
     print(main_table)
     if "sqlite" in stores_:
@@ -729,7 +793,12 @@ def main() -> None:
         args.json.write_text(
             json.dumps(
                 {
-                    "args": {"starts": args.starts, "repeats": args.repeats, "postgres": pg is not None},
+                    "args": {
+                        "starts": args.starts,
+                        "repeats": args.repeats,
+                        "postgres": pg is not None,
+                        "window": args.window,
+                    },
                     "environment": env,
                     "wall_seconds": total,
                     "target": f"duro / floor >= {TARGET} on SQLite",
