@@ -210,8 +210,11 @@ class RunContext:
             _current.inside_step.reset(token)
 
     def _call_if_owned(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """In a step thread: the body, unless the worker's lease ran out since the run checked it."""
-        if not self.runtime.lease.owns_runs():
+        """In a step thread: the body, unless the worker's lease ran out since the run checked it,
+        or the run was lost meanwhile. Both are checked: a worker that finds itself taken over drops
+        its runs (each one's ``fatal`` set) and then renews its lease by joining again, so a thread
+        that reaches this point only after that sees a good lease, and must see the lost run too."""
+        if self.fatal is not None or not self.runtime.lease.owns_runs():
             return _LAPSED
         return spec.fn(*args, **kwargs)
 
