@@ -125,7 +125,6 @@ class Worker:
         self._schedules_changed = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._schedule_task: asyncio.Task[None] | None = None
-        self._started = False
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
         self._claim_pending = False
         self._run_notice_queued = False  # a "run" notice is on its way from the listener to the loop
@@ -217,7 +216,7 @@ class Worker:
         finally:
             self.live.pop(run.id, None)
             self.notify_done(run.id)
-            if self._started and self.registry.is_serial(run.workflow):
+            if self.heartbeat.running and self.registry.is_serial(run.workflow):
                 self.wake()  # the next run of a serial workflow may start
 
     async def _leave_queues_of_cancelled(self, run_id: str) -> None:
@@ -233,8 +232,7 @@ class Worker:
     # -- the loop --------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.heartbeat.join()
-        self._started = True
+        await self.heartbeat.join()  # running from here until halted (Heartbeat.running)
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
         self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
@@ -271,7 +269,7 @@ class Worker:
 
     async def stop(self) -> None:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
-        if not self._started:
+        if not self.heartbeat.running:
             return
         await self._halt("shutdown")
         try:
@@ -286,7 +284,6 @@ class Worker:
 
     async def _halt(self, reason: str) -> None:
         """Cancel every run task and background loop of this worker and wait for them to stop."""
-        self._started = False
         self.heartbeat.running = False  # a run confirming its lease stops waiting
         self._listening.set()  # the listener thread ends within its 0.1 s wait
         listener, self._listener = self._listener, None
@@ -402,7 +399,7 @@ class Worker:
         kind = message[0]
         if kind == "run":
             self._run_notice_queued = False  # later notices reach the loop again (see _deliver)
-        if not self._started:
+        if not self.heartbeat.running:
             return
         if kind == "run":  # for this namespace: _deliver let no other through
             self._wake_for_claims()

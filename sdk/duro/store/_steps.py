@@ -93,8 +93,8 @@ class Steps:
         match command:
             case RecordStep(run_id, owner, step, run_status, wake_at, now):
                 return write_step(self.db, conn, run_id, owner, step, run_status, wake_at, now)
-            case FinishRun(run_id, owner, status, output, error, now):
-                return self._finish(conn, run_id, owner, status, output, error, now)
+            case FinishRun():
+                return self._finish(conn, command)
             case TakeSignal():
                 return self.signals.take(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
@@ -132,9 +132,8 @@ class Steps:
                             sent.append(
                                 (send_step(db, conn, run_id, owner, step, now, status, wake_at), None)
                             )
-                        case FinishRun(run_id, owner, status, output, error, now):
-                            finish = self._send_finish(conn, run_id, owner, status, output, error, now)
-                            sent.append((finish, (run_id, status)))
+                        case FinishRun():
+                            sent.append((self._send_finish(conn, command), (command.run_id, command.status)))
                         case _:
                             raise TypeError(f"{type(command).__name__} is not batched on PostgreSQL")
             if any(cursor.rowcount != 1 for cursor, _ in sent):
@@ -191,18 +190,10 @@ class Steps:
                 db.run_many(conn, upsert_steps_sql(shape), rows)
         return [command.run_id in stored for command in commands]
 
-    def _send_finish(
-        self,
-        conn: Connection,
-        run_id: str,
-        owner: str | None,
-        status: str,
-        output: str | None,
-        error: str | None,
-        now: int,
-    ) -> Any:
-        """End the run if ``owner`` still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
+    def _send_finish(self, conn: Connection, command: FinishRun) -> Any:
+        """End the run if its owner still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
         (on PostgreSQL its row is the run's parent id)."""
+        run_id, owner, status, output, error, now = command
         params = {
             "id": run_id,
             "owner": owner,
@@ -213,22 +204,13 @@ class Steps:
         }
         return self.db.run(conn, "finish_run", params)
 
-    def _finish(
-        self,
-        conn: Connection,
-        run_id: str,
-        owner: str | None,
-        status: str,
-        output: str | None,
-        error: str | None,
-        now: int,
-    ) -> bool:
-        result = self._send_finish(conn, run_id, owner, status, output, error, now)
+    def _finish(self, conn: Connection, command: FinishRun) -> bool:
+        result = self._send_finish(conn, command)
         if result.rowcount != 1:
             return False
         if self.db.dialect == "postgresql":
             # Only a parent waits on a run's end in another process (a client's result() polls):
             # NOTIFY serializes committing transactions, so a top-level run's end sends none.
             if result.fetchone()[0] is not None:
-                self.db.notify(conn, ["done", run_id, status])
+                self.db.notify(conn, ["done", command.run_id, command.status])
         return True
