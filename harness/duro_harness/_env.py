@@ -157,7 +157,7 @@ class DuroEnv:
             self._database_url(),
             workspace=self._workspace(),
             clock=self.clock,
-            options=WorkerOptions(poll_interval=None),
+            options=WorkerOptions(poll_interval=None, unload_after=None),
         )
         hooks = engine_hooks(engine)  # how the harness drives the engine (duro._hooks.EngineHooks)
         hooks.inline_store = True  # deterministic: the loop does all the work (see _clock.settle)

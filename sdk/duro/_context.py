@@ -11,29 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from . import _current
+from . import _children, _current
 from ._batching import Pending
 from ._clock import ms_to_datetime
-from ._definitions import TERMINAL_STATUS_VALUES, Concurrency, StepSpec
+from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
 from ._errors import (
-    ChildWorkflowError,
-    ConcurrencyLimitError,
     DuroError,
     NonDeterminismError,
-    RunCancelled,
-    RunIdConflictError,
 )
 from ._replay import History
 from ._runtime import LostRun, Runtime
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
-from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal
+from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal, Waiting
 
+T = TypeVar("T")
 _JSON = Codec(None)
 _LAPSED = object()  # a sync step not started: the lease ran out before its thread got to it
 
@@ -52,6 +50,8 @@ class RunContext:
         # run that did not take while it slept (another worker owns it: LostRun; the store failed)
         self.fatal: BaseException | None = None
         self._asleep = False
+        self.parked: Waiting | None = None  # what the run waits for while it waits (see park)
+        self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
         self.task: asyncio.Task[None] | None = None  # the task executing the run (set by its worker)
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
@@ -125,6 +125,19 @@ class RunContext:
             await lease.confirm()
             if self.fatal is not None:
                 raise self.fatal
+
+    async def park(self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None) -> T:
+        """Wait for ``wake`` parked: the run's wait is written and checked, and nothing but ``wake``
+        moves it on, so its worker may unload it here (see ``duro._residency``) and replay it when
+        the wait ends. ``kind``, ``key`` and ``due_at`` say what ends it (see ``store.Waiting``)."""
+        self.parked = Waiting(self.run_id, kind, key, due_at)
+        residency = self.runtime.residency
+        residency.park(self)
+        try:
+            return await wake
+        finally:
+            self.parked = None
+            residency.unpark(self)
 
     def checkpoint(self, point: str) -> None:
         """A named point of the run's work, for the harness (it may crash the box here)."""
@@ -252,14 +265,16 @@ class RunContext:
             )
         assert rec.wake_at is not None
         self._asleep = True
+        self.unsettled = recorded
         try:
-            await self._sleep_until(rec.wake_at)
+            await self.park(self._sleep_until(rec.wake_at), "sleep", None, rec.wake_at)
         except asyncio.CancelledError:
             if self.fatal is not None:
                 raise self.fatal from None
             raise
         finally:
             self._asleep = False
+            self.unsettled = None
         if recorded is not None and not recorded.took and await recorded.outcome() is not True:
             raise LostRun(self.run_id)
         await self.resume()  # a run taken over while we slept stops here: our lease ran out first
@@ -338,7 +353,9 @@ class RunContext:
                     )
                     await self.resume()
                     return None
-                await self.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at)
+                await self.park(
+                    self.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at), "signal", name, rec.wake_at
+                )
                 waiter.clear()
         finally:
             self.runtime.wakeups.signals.drop((self.run_id, name), waiter)
@@ -353,127 +370,20 @@ class RunContext:
         self.recorded(taken)
         return True, _JSON.load(taken.result)
 
-    # -- children --------------------------------------------------------------------------------
+    # -- children (see _children) ------------------------------------------------------------
 
     async def child(
         self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
     ) -> Any:
         """Start a child run and wait (``blocked``) for its result; a failed, cancelled or refused child
         raises :class:`ChildWorkflowError` with the reason as its cause."""
-        spec = self.runtime.registry.spec_for(wf)
-        seq, rec = self.take_seq("child", spec.name)
-        if rec is not None and rec.status == "completed":
-            return spec.output.load(rec.result)
-        if rec is not None and rec.status == "failed":
-            raise restore_error(rec.error)
-        if rec is None:
-            child_id = run_id or f"{self.run_id}.{seq}"
-            rec = StepRecord(
-                seq, "child", spec.name, "waiting", self._now(), detail=dump_json({"run_id": child_id})
-            )
-            await self._start_child_run(spec, inp, child_id, concurrency, rec)
-        child_id = json.loads(rec.detail or "{}")["run_id"]
-        waiter = self.runtime.wakeups.done.add(child_id)
-        try:
-            while True:
-                child = await self.runtime.gateway.call(self.runtime.gateway.store.get_run, child_id)
-                if child is not None and child.status in TERMINAL_STATUS_VALUES:
-                    break
-                await waiter.wait()
-                waiter.clear()
-        finally:
-            self.runtime.wakeups.done.drop(child_id, waiter)
-        if child.status == "completed":
-            await self.write(
-                StepRecord(
-                    seq,
-                    "child",
-                    spec.name,
-                    "completed",
-                    rec.started_at,
-                    self._now(),
-                    result=child.output,
-                    detail=rec.detail,
-                ),
-                "running",
-            )
-            await self.resume()
-            return spec.output.load(child.output)
-        cause = restore_error(child.error) if child.error else RunCancelled(child_id)
-        err = ChildWorkflowError(
-            child_id,
-            spec.name,
-            cause if isinstance(cause, Exception) else None,
-            f"child run {child_id!r} of workflow {spec.name!r} {child.status}"
-            + (f": {cause}" if str(cause) else ""),
-        )
-        await self.write(
-            StepRecord(
-                seq,
-                "child",
-                spec.name,
-                "failed",
-                rec.started_at,
-                self._now(),
-                error=describe_error(err),
-                detail=rec.detail,
-            ),
-            "running",
-        )
-        await self.resume()
-        raise err
+        return await _children.child(self, wf, inp, run_id, concurrency)
 
     async def start_child(
         self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Concurrency | None = None
     ) -> Any:
         """Start a child run without waiting; returns its :class:`RunHandle`."""
-        spec = self.runtime.registry.spec_for(wf)
-        seq, rec = self.take_seq("start_child", spec.name)
-        if rec is not None and rec.status == "failed":
-            raise restore_error(rec.error)
-        if rec is None:
-            child_id = run_id or f"{self.run_id}.{seq}"
-            now = self._now()
-            rec = StepRecord(
-                seq,
-                "start_child",
-                spec.name,
-                "completed",
-                now,
-                now,
-                result=dump_json(child_id),
-                detail=dump_json({"run_id": child_id}),
-            )
-            await self._start_child_run(spec, inp, child_id, concurrency, rec)
-        return self.runtime.handle(json.loads(rec.detail or "{}")["run_id"])
-
-    async def _start_child_run(
-        self, spec: Any, inp: Any, child_id: str, concurrency: Concurrency | None, rec: StepRecord
-    ) -> None:
-        try:
-            await self.runtime.starter.start(
-                spec, inp, run_id=child_id, concurrency=concurrency, parent=self.own(rec)
-            )
-        except Fenced:
-            raise LostRun(self.run_id) from None
-        except (ConcurrencyLimitError, RunIdConflictError) as refused:
-            err = ChildWorkflowError(
-                child_id, spec.name, refused, f"child run of workflow {spec.name!r} was refused: {refused}"
-            )
-            await self.write(
-                StepRecord(
-                    rec.seq,
-                    rec.kind,
-                    spec.name,
-                    "failed",
-                    rec.started_at,
-                    self._now(),
-                    error=describe_error(err),
-                    detail=rec.detail,
-                )
-            )
-            raise err from refused
-        self.recorded(rec)
+        return await _children.start_child(self, wf, inp, run_id, concurrency)
 
     # -- limits (the class form's ctx offers every durable helper) -------------------------------
 

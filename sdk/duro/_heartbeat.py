@@ -23,6 +23,16 @@ from ._lease import OwnLease, Watch
 log = logging.getLogger("duro")
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Heartbeat:
     def __init__(
         self,
@@ -167,3 +177,15 @@ class Heartbeat:
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next beat
                 store_trouble("the heartbeat", err)
             await self._clock.sleep_until(now + self.lease_ms // 3)
+
+    async def reap_local_dead(self) -> None:
+        """Remove the rows of workers of this host whose process is gone (their runs go back at once,
+        without waiting a lease for them)."""
+        gateway = self._gateway
+        dead = [
+            wid
+            for wid, pid in await gateway.call(gateway.store.local_workers, self._host)
+            if wid != self.worker_id and not _process_alive(pid)
+        ]
+        for worker_id in dead:
+            await gateway.call(gateway.store.remove_worker, worker_id, self._clock.now_ms())

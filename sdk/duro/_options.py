@@ -18,15 +18,32 @@ class WorkerOptions:
     to claim, other processes' changes); ``None``: never (one process alone on its store, e.g.
     under a simulated clock: the worker acts on local wake-ups only). ``worker_id``: the worker's
     row in the store (default: host, pid and a random suffix).
+
+    Waiting costs nothing (see ``duro._residency``): ``max_resident_runs`` bounds the runs a
+    worker holds in memory (executing or waiting; over it, the longest idle waiting runs are
+    unloaded and replayed when their wait ends); ``max_concurrent_runs`` bounds the runs it
+    executes at once (it claims due work in batches of its free capacity; a start beyond it is
+    left to the store, due at once, for whichever worker has room first); ``unload_after``: a
+    run waiting on a signal, a slot or a child stays in memory this long before it is unloaded,
+    and a sleep that ends later than this from now is unloaded at once (``None``: only over
+    ``max_resident_runs``, as the harness runs).
     """
 
     poll_interval: Duration | None = "1s"
     lease: Duration = "30s"
     worker_id: str | None = None
+    max_resident_runs: int = 10_000
+    max_concurrent_runs: int = 1_000
+    unload_after: Duration | None = "5s"
 
     def __post_init__(self) -> None:
         self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
         self.lease_ms  # noqa: B018
+        self.unload_after_ms  # noqa: B018
+        for name in ("max_resident_runs", "max_concurrent_runs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DuroError(f"WorkerOptions.{name} must be a positive int, got {value!r}")
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not 0 < len(self.worker_id) <= 200
         ):
@@ -36,6 +53,11 @@ class WorkerOptions:
     def poll_interval_ms(self) -> int | None:
         """The poll interval in milliseconds (``None``: no periodic pass)."""
         return None if self.poll_interval is None else max(1, to_ms(self.poll_interval, "poll_interval"))
+
+    @property
+    def unload_after_ms(self) -> int | None:
+        """``unload_after`` in milliseconds (``None``: waiting runs stay until the bound)."""
+        return None if self.unload_after is None else to_ms(self.unload_after, "unload_after")
 
     @property
     def lease_ms(self) -> int:

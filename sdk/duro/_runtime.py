@@ -24,6 +24,18 @@ class LostRun(BaseException):
     """Internal: this worker may no longer write the run (cancelled, or another worker took it)."""
 
 
+class Unloaded(LostRun):
+    """Internal: the worker unloaded this parked run from memory (it is replayed when its wait ends)."""
+
+
+class Residency(Protocol):
+    """Where a run tells its worker it parks at a wait and leaves it (duro._residents.Residents)."""
+
+    def park(self, ctx: Any) -> None: ...
+
+    def unpark(self, ctx: Any) -> None: ...
+
+
 class Lease(Protocol):
     """The worker's lease on the runs it executes (duro._worker.Worker)."""
 
@@ -67,3 +79,4 @@ class Runtime:
     step_executor: Executor
     handle: Callable[[str], Any]  # the RunHandle of a run id (start_child returns one)
     slots: SlotPort
+    residency: Residency

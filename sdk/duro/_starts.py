@@ -29,6 +29,8 @@ class Launcher(Protocol):
 
     def launch(self, run: RunRecord, fresh: bool = False) -> None: ...
 
+    def has_room(self) -> bool: ...
+
     def wake(self) -> None: ...
 
 
@@ -83,7 +85,9 @@ class Starter:
         quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
         worker = self.worker
         # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
-        owner = worker.id if worker is not None and not spec.remote and not spec.serial else None
+        # Beyond the worker's capacity (max_concurrent_runs), the run is left to the store, due now.
+        local = worker is not None and not spec.remote and not spec.serial
+        owner = worker.id if local and worker is not None and worker.has_room() else None
         new = NewRun(
             id=run_id or self._new_run_id(),
             namespace=self._namespace,
@@ -104,7 +108,7 @@ class Starter:
         if worker is not None:
             if owner is not None:
                 worker.launch(record, fresh=True)
-            elif spec.serial:
+            elif spec.serial or local:
                 worker.wake()
         return record, True
 

@@ -41,6 +41,9 @@ class Waiters(Generic[K]):
     def keys(self) -> list[K]:
         return list(self._events)
 
+    def __contains__(self, key: K) -> bool:
+        return bool(self._events.get(key))
+
     def __bool__(self) -> bool:
         return bool(self._events)
 

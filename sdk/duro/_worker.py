@@ -9,8 +9,9 @@ ownership, so a worker that lost a run changes nothing; and a worker whose own l
 executes no code of any run until a heartbeat has gone through again (``RunContext.resume``), so a
 worker that lost a run never runs its code again.
 
-Runs wait in memory (a sleeping run is a suspended coroutine); the store holds enough to replay
-them anywhere. Wakeups are local events; what other processes did (a run to claim, a slot handed
+A waiting run stays in memory for a while (a parked coroutine) and is then unloaded: the store holds
+enough to replay it anywhere, and its ``due_at`` says when (see ``_residents``). Due work is claimed
+in due order, in batches of the worker's free capacity. Wakeups are local events; what other processes did (a run to claim, a slot handed
 to one of our waiters, a signal, a child finished, a run cancelled) arrives through the store's
 ``listen`` (PostgreSQL ``LISTEN/NOTIFY``) at once, and through the poll pass (every
 ``poll_interval``) when a notification is lost.
@@ -42,7 +43,8 @@ from ._heartbeat import Heartbeat
 from ._hooks import EngineHooks
 from ._options import WorkerOptions
 from ._registry import Registry
-from ._runtime import LostRun, Runtime
+from ._residents import Residents
+from ._runtime import LostRun, Runtime, Unloaded
 from ._schedules import Schedules
 from ._serde import describe_error
 from ._starts import Starter
@@ -53,16 +55,6 @@ from .store import Claim, FinishRun, RunRecord, settle_sleeps
 T = TypeVar("T")
 log = logging.getLogger("duro")
 CLAIM_BATCH_S = 0.02  # announced runs are claimed in batches at most this often (see _wake_for_claims)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Worker:
@@ -103,6 +95,9 @@ class Worker:
         self.wakeups = Wakeups(clock)  # runs parked on a signal, and waits for a run's end
         self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
         self.lease_ms = options.lease_ms
+        self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake)
+        self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
+        self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
         self.heartbeat = Heartbeat(
             self.id, namespace, self.host, self.lease_ms, clock, gateway, self.drop_all, self.wake
         )
@@ -119,6 +114,7 @@ class Worker:
             step_executor=self.step_executor,
             handle=handle,
             slots=RunLimits(workspace, self.slots, gateway, events, self.wakeups),
+            residency=self.residents,
         )
         self._limits_task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
@@ -140,6 +136,8 @@ class Worker:
 
     def notify_signal(self, run_id: str, name: str) -> None:
         self.wakeups.signals.notify((run_id, name))
+        if run_id not in self.live:
+            self.wake()  # unloaded: the store has it due now
 
     def notify_done(self, run_id: str) -> None:
         self.wakeups.done.notify(run_id)
@@ -151,6 +149,7 @@ class Worker:
                 ctx.cancel_reason = "cancelled"
                 ctx.task.cancel()
             self.notify_done(run_id)
+        self.wake()  # a parent unloaded while it waits for one of them is due now
 
     def schedules_changed(self) -> None:
         self._schedules_changed.set()
@@ -160,6 +159,10 @@ class Worker:
         self._wakeup.set()
 
     # -- executing -------------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether this worker may execute one more run now (``max_concurrent_runs``)."""
+        return self.residents.room() > 0
 
     def launch(self, run: RunRecord, fresh: bool = False) -> None:
         """Execute ``run`` (owned by this worker) in a task of its own; ``fresh``: it has no history."""
@@ -194,7 +197,7 @@ class Worker:
             output = spec.dump_output(result)
             self.hooks.checkpoint("run.finishing", run.id)
             if await self.gateway.progress.write(
-                FinishRun(run.id, self.id, "completed", output, None, now())
+                FinishRun(run.id, self.id, "completed", output, None, now(), run.parent_id)
             ):
                 self.events.publish("run.completed", run.id, now(), run.workflow)
         except (LostRun, EngineCrash):
@@ -209,15 +212,19 @@ class Worker:
             cause = ctx.fatal if ctx.fatal is not None else err
             ended = now()
             if await self.gateway.progress.write(
-                FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended)
+                FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended, run.parent_id)
             ):
                 self.events.publish("run.failed", run.id, ended, run.workflow, error=type(cause).__name__)
                 await self.limits.leave_queues([run.id], ended)
         finally:
             self.live.pop(run.id, None)
-            self.notify_done(run.id)
-            if self.heartbeat.running and self.registry.is_serial(run.workflow):
-                self.wake()  # the next run of a serial workflow may start
+            self.residents.parked.pop(run.id, None)
+            if not isinstance(ctx.fatal, Unloaded):
+                self.notify_done(run.id)
+                if run.parent_id is not None and run.parent_id not in self.live:
+                    self.wake()  # its parent, unloaded while it waited, is due now
+            if self.heartbeat.running and (self.residents.backlog or self.registry.is_serial(run.workflow)):
+                self.wake()  # room for due work left in the store; the next run of a serial workflow
 
     async def _leave_queues_of_cancelled(self, run_id: str) -> None:
         """A run cancelled from elsewhere (a client engine, which may not know the project's limits,
@@ -271,8 +278,10 @@ class Worker:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
         if not self.heartbeat.running:
             return
+        waits = self.residents.parked_waits()  # handed back as unloaded: due when their waits end
         await self._halt("shutdown")
         try:
+            await self.residents.give_up(waits)
             await self.db(self.store.remove_worker, self.id, self.clock.now_ms())
         except DuroError:
             pass
@@ -296,6 +305,7 @@ class Worker:
         tasks += [task for task in background if task is not None]
         for task in tasks:
             task.cancel()
+        self.residents.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.heartbeat.stop()  # a beat in flight gives its connection back before the pool closes
         self.step_executor.shutdown(wait=False, cancel_futures=True)
@@ -332,7 +342,10 @@ class Worker:
                 await self.tick(full)
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: the next pass
                 store_trouble("the claim pass", err)
-            await self.wakeups.wait_for(self._wakeup.wait(), None if poll_ms is None else full_due)
+            deadline = None if poll_ms is None else full_due
+            if self._next_due is not None and not self.residents.backlog:  # due work ahead: wake for it
+                deadline = self._next_due if deadline is None else min(deadline, self._next_due)
+            await self.wakeups.wait_for(self._wakeup.wait(), deadline)
 
     async def tick(self, full: bool = True) -> None:
         """One pass: heartbeat, reap dead local workers, claim runs, poll other processes' changes
@@ -344,19 +357,28 @@ class Worker:
         if not heartbeat.owns_runs():
             await heartbeat.confirm()  # claim nothing while our own lease is in doubt
         if full:
-            await self._reap_local_dead()
+            await self.heartbeat.reap_local_dead()
+        residents = self.residents
+        if residents.retry_pending():
+            await residents.give_up(())
         condemned = heartbeat.watch.condemned(self._monotonic())
-        claimed = await self.db(
-            self.store.claim_runs,
-            Claim(
-                worker_id=self.id,
-                namespace=self.namespace,
-                workflows=self.registry.local_names(),
-                now=now,
-                serial=self.registry.serial_names(),
-                condemned=condemned,
-            ),
+        room = residents.room()
+        claim = Claim(
+            worker_id=self.id,
+            namespace=self.namespace,
+            workflows=self.registry.local_names(),
+            now=now,
+            limit=room,
+            serial=self.registry.serial_names(),
+            condemned=condemned,
+            orphans=full,
         )
+        claimed = await self.db(self.store.claim_runs, claim) if room or condemned or full else []
+        residents.backlog = room == 0 or len(claimed) == room  # more may be due: claim again when room frees
+        if not residents.backlog:
+            due = await self.db(self.store.next_due, claim) if claim.workflows else None
+            # one still due now was not claimable (taken meanwhile): the poll pass looks again
+            self._next_due = due if due is None or due > now else None
         for worker, _ in condemned:
             heartbeat.watch.forget(worker)
         if condemned:
@@ -378,6 +400,8 @@ class Worker:
             await asyncio.gather(*stale, return_exceptions=True)
         for run in claimed:
             self.launch(run, fresh=run.fresh)
+        if claimed:
+            residents.make_room()
         if full:
             await self._poll_remote_changes()
             self.full_passes += 1
@@ -412,8 +436,7 @@ class Worker:
             if message[2] == "cancelled" and message[1] in self.live:
                 self.notify_cancelled([message[1]])
             self.notify_done(str(message[1]))
-            if self.registry.serial_names():
-                self.wake()  # the next run of a serial workflow may start
+            self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
         elif kind == "sched":
             self.schedules_changed()
         elif kind == "limits":
@@ -450,15 +473,6 @@ class Worker:
                     ctx.fatal = LostRun(run_id)
                 if ctx.task is not None:
                     ctx.task.cancel()
-
-    async def _reap_local_dead(self) -> None:
-        dead = [
-            wid
-            for wid, pid in await self.db(self.store.local_workers, self.host)
-            if wid != self.id and not _process_alive(pid)
-        ]
-        for worker_id in dead:
-            await self.db(self.store.remove_worker, worker_id, self.clock.now_ms())
 
     async def _poll_remote_changes(self) -> None:
         signals = self.wakeups.signals

@@ -87,26 +87,23 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     with first._engine.begin() as conn:  # back to schema 3's layout
         claim = [SCHEMA_3_CLAIM_INDEX] if first.dialect == "postgresql" else []
         for index, old, table, columns in SCHEMA_3_INDEXES + claim:
-            conn.execute(sa.text(f"DROP INDEX {index}"))
+            conn.execute(sa.text(f"DROP INDEX IF EXISTS {index}"))
             conn.execute(sa.text(f"CREATE INDEX {old} ON {table} ({columns})"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '3' WHERE key = 'schema_version'"))
     assert "WHERE" not in _index_definition(first, "duro_runs_quota").upper()
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 4
+    assert second.schema_version() == SCHEMA_VERSION == 5
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
     assert "waiting" in _index_definition(second, "duro_slots_run")
-    if second.dialect == "postgresql":
-        assert "pending" in _index_definition(second, "duro_runs_active")
-        with second._engine.connect() as conn:
-            assert not conn.execute(
-                sa.text("SELECT count(*) FROM pg_indexes WHERE indexname = 'duro_runs_claim'")
-            ).scalar()
-    else:
-        assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
+    assert "owner IS NULL" in _index_definition(second, "duro_runs_due")  # schema 5 (see below)
+    with second._engine.connect() as conn:
+        table = "pg_indexes WHERE indexname" if second.dialect == "postgresql" else "sqlite_master WHERE name"
+        for gone in ("duro_runs_claim", "duro_runs_active"):
+            assert not conn.execute(sa.text(f"SELECT count(*) FROM {table} = '{gone}'")).scalar()
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
     assert second.get_run("child").parent_id == "parent"
     second.close()
@@ -159,22 +156,57 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
     store.close()
 
 
-def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fresh_ones(store):
-    """On PostgreSQL the claim's candidates come from duro_runs_active (unfinished runs in creation
-    order; its status condition has the index's literal values), not from every run of the
-    namespace; on SQLite (one process, rare claims) from an index, never a table scan. A run taken
-    from pending is ``fresh`` (never executed: its worker reads no history)."""
+def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
+    """A version-4 database (no ``due_at``): every unfinished run becomes due at once, the runs of
+    owners with no row go back, the claims' old indexes give way to duro_runs_due and
+    duro_runs_owner, and finished runs stay out of the due index."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.register_worker("w-alive", "default", "h", 1, 1)
+    first.insert_run(NewRun("held", "default", "wf", "1", "{}", "w-alive", 1), None)
+    first.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "w-gone", 2), None)
+    first.insert_run(NewRun("pending", "default", "wf", "1", "{}", None, 3), None)
+    first.insert_run(NewRun("done", "default", "wf", "1", "{}", None, 4), None)
+    with first._engine.begin() as conn:  # back to schema 4's layout
+        conn.execute(sa.text("UPDATE duro_runs SET status = 'completed' WHERE id = 'done'"))
+        for index in ("duro_runs_due", "duro_runs_owner"):
+            conn.execute(sa.text(f"DROP INDEX {index}"))
+        if first.dialect == "postgresql":
+            conn.execute(sa.text("CREATE INDEX duro_runs_active ON duro_runs (namespace, created_at, id)"))
+        else:
+            conn.execute(sa.text("CREATE INDEX duro_runs_claim ON duro_runs (namespace, status, owner)"))
+        conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN due_at"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '4' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 5
+    with second._engine.connect() as conn:
+        rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
+    assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}
+    assert second.get_run("orphan").owner is None and second.get_run("held").owner == "w-alive"
+    claimed = second.claim_runs(Claim("w-alive", "default", ["wf"], now=10))
+    assert sorted(run.id for run in claimed) == ["orphan", "pending"]
+    assert "owner IS NOT NULL" in _index_definition(second, "duro_runs_owner")
+    second.close()
+
+
+def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones(store):
+    """The claim's candidates come from duro_runs_due (unowned runs with a due time, in due order),
+    never from every run of the namespace: a million runs asleep until next week are outside what
+    it reads. A run taken from pending is ``fresh`` (never executed: its worker reads no history);
+    a run whose owner has no row is taken only once its runs are handed back (``orphans``)."""
     for i in range(3):
         store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
     store.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
     statements: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
-        if "ORDER BY duro_runs.created_at" in statement:  # the candidates (PostgreSQL: inside the UPDATE)
+        if "ORDER BY duro_runs.due_at" in statement:  # the candidates (PostgreSQL: inside the UPDATE)
             statements.append((statement, parameters))
 
     sa.event.listen(store._engine, "before_cursor_execute", capture)
-    claimed = store.claim_runs(Claim("w1", "default", ["wf"], now=10))
+    claimed = store.claim_runs(Claim("w1", "default", ["wf"], now=10, orphans=True))
     sa.event.remove(store._engine, "before_cursor_execute", capture)
     assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
     # taken from pending: nothing to replay; the dead worker's run: its history must be read
@@ -194,7 +226,5 @@ def test_a_claim_reads_unfinished_runs_through_their_partial_index_and_tells_fre
             # a 4-row table: make the planner show its index
             conn.connection.driver_connection.execute("SET enable_seqscan = off")
             plan = store.db.run_text(conn, "EXPLAIN " + candidates, params).fetchall()
-    if store.dialect == "postgresql":
-        assert any("duro_runs_active" in str(row) for row in plan), plan
-    else:  # SQLite searches the namespace's runs in creation order, as before schema 4
-        assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan
+    assert any("duro_runs_due" in str(row) for row in plan), plan
+    assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan

@@ -42,6 +42,7 @@ def _context(lease: _Lease) -> RunContext:
         step_executor=None,  # type: ignore[arg-type]
         handle=lambda run_id: None,
         slots=None,  # type: ignore[arg-type]
+        residency=None,  # type: ignore[arg-type]
     )
     run = RunRecord(
         "r", "default", "wf", "1", "running", None, None, None, [], None, None, None, "w", None, 0, 0, None

@@ -146,7 +146,9 @@ class RunLimits:
                     ctx.recorded(failed)
                     await ctx.resume()
                     raise error
-                await self._wakeups.wait_for(waiter.wait(), rec.wake_at)
+                await ctx.park(
+                    self._wakeups.wait_for(waiter.wait(), rec.wake_at), "slot", slot_id, rec.wake_at
+                )
                 waiter.clear()
                 news = local.news(slot_id)
                 taken = news is not None and news.state == "busy"  # only a local hand-over makes ours busy

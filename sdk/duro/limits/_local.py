@@ -10,7 +10,7 @@ for it writes the step completed in its own transaction, so the run wakes holdin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .._clock import Clock
 from .._config import Workspace
@@ -37,6 +37,9 @@ class LocalSlots:
         self._news: dict[str, SlotRow] = {}  # rows delivered with a wake-up
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
+        # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
+        # unloaded, and the store has it due now (its worker sets this to its claim pass)
+        self.on_absent: Callable[[], None] = lambda: None
 
     # -- waiting runs ----------------------------------------------------------------------------
 
@@ -59,7 +62,10 @@ class LocalSlots:
         (they need not read it again)."""
         if row is not None and slot_id in self._takers:
             self._news[slot_id] = row
-        self._waiters.notify(slot_id)
+        if slot_id in self._waiters:
+            self._waiters.notify(slot_id)
+        elif row is None or row.state != "waiting":
+            self.on_absent()
 
     def notify(self, rows: Iterable[SlotRow]) -> None:
         """Wake the local runs waiting on these slots (granted, expired...)."""

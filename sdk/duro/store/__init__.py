@@ -11,6 +11,8 @@ from ._commands import (
     RequestSlot,
     SlotOutcome,
     TakeSignal,
+    Unload,
+    Waiting,
 )
 from ._protocol import Store
 from ._records import (
@@ -40,6 +42,8 @@ __all__ = [
     "RequestSlot",
     "SlotOutcome",
     "TakeSignal",
+    "Unload",
+    "Waiting",
     "Claim",
     "NewRun",
     "QuotaCheck",

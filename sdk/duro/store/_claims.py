@@ -32,8 +32,11 @@ class Claims:
         statements = claim_sql(db.dialect, bool(claim.serial))
         with db.write() as conn:
             with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
-                for worker, stamp in claim.condemned:
-                    db.run(conn, "condemn", {"id": worker, "stamp": stamp})
+                for worker, stamp in claim.condemned:  # its runs go back, each due as it was
+                    if db.run(conn, "condemn", {"id": worker, "stamp": stamp}).fetchall():
+                        db.run(conn, "hand_back", {"id": worker})
+                if claim.orphans:
+                    db.run(conn, "hand_back_orphans", {})
                 for name in sorted(claim.serial):
                     db.lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
                 taken = db.run_text(conn, statements[0], params)
@@ -45,3 +48,14 @@ class Claims:
                 return []
             rows = db.run_text(conn, statements[1], {**params, "ids": list(was)}).fetchall()
             return [to_run(row)._replace(fresh=was[row[0]] == "pending") for row in rows]
+
+    def next_due(self, claim: Claim) -> int | None:
+        """The earliest due time of a run ``claim`` could take (``None``: none is due ever)."""
+        params = {
+            "namespace": claim.namespace,
+            "workflows": list(claim.workflows),
+            "serial": list(claim.serial),
+        }
+        with self.db.single_read() as conn:
+            row = self.db.run_in(conn, "next_run_due", params).fetchone()
+            return None if row is None or row[0] is None else int(row[0])

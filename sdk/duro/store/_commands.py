@@ -52,6 +52,7 @@ class FinishRun(NamedTuple):
     output: str | None
     error: str | None
     now: int
+    parent: str | None = None  # the run's parent, if any: its wait for this run is over (due now)
 
 
 class TakeSignal(NamedTuple):
@@ -119,7 +120,30 @@ class ReleaseSlot(NamedTuple):
     hand_over: Mapping[str, OwnStep] = _NOBODY
 
 
-Command = RecordStep | FinishRun | TakeSignal | RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
+class Waiting(NamedTuple):
+    """What a parked run waits for (see :class:`Unload`): ``kind`` is ``sleep`` (a timer: a sleep
+    or a retry's delay), ``signal`` (``key`` its name), ``slot`` (``key`` the slot's id) or
+    ``child`` (``key`` the child run's id); ``due_at`` when the wait ends by itself (its timer or
+    timeout; ``None``: it does not)."""
+
+    run_id: str
+    kind: str
+    key: str | None
+    due_at: int | None
+
+
+class Unload(NamedTuple):
+    """``owner`` gives up runs parked in its memory: each is unowned and falls due when its wait
+    ends, or at once if what it waits for happened already (checked in the same statement as the
+    hand-back, so a signal, a slot or a child's end committed at any moment is never missed).
+    Result: the ids of the runs given up (a run no longer ``owner``'s, or finished, is left as it is)."""
+
+    owner: str
+    waits: tuple[Waiting, ...]
+    now: int
+
+
+Command = RecordStep | FinishRun | TakeSignal | RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot | Unload
 SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 
 

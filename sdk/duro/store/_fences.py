@@ -28,6 +28,16 @@ def step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
     }
 
 
+WAITING_STATUSES = ("suspended", "blocked")
+
+
+def due_for(status: str, wake_at: int | None, now: int) -> int | None:
+    """When a run written with ``status`` (and timer ``wake_at``) at ``now`` falls due if nobody
+    holds it: a waiting run when its timer ends (never, with no timer: what it waits for makes it
+    due), any other at once (see ``_tables.Run.due_at``)."""
+    return wake_at if status in WAITING_STATUSES else now
+
+
 def send_fence(
     db: Connector,
     conn: Connection,
@@ -44,7 +54,14 @@ def send_fence(
     return db.run(
         conn,
         "fence_status",
-        {"id": run_id, "owner": owner, "now": now, "status": status, "wake_at": wake_at},
+        {
+            "id": run_id,
+            "owner": owner,
+            "now": now,
+            "status": status,
+            "wake_at": wake_at,
+            "due_at": due_for(status, wake_at, now),
+        },
     )
 
 

@@ -25,6 +25,7 @@ from ._commands import (
     RequestSlot,
     SlotOutcome,
     TakeSignal,
+    Unload,
 )
 from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 
@@ -112,7 +113,9 @@ class Store(Protocol):
     def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload
     def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
-    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
+    @overload
+    def apply(self, command: Unload) -> list[str]: ...
+    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
         """Apply one command in a transaction of its own (see :mod:`._commands` for each result)."""
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
@@ -201,5 +204,10 @@ class Store(Protocol):
         """(worker id, pid) of the workers registered from ``host``."""
 
     def claim_runs(self, claim: Claim) -> list[RunRecord]:
-        """Delete the rows of ``claim.condemned`` whose stamp is unchanged, then take unfinished runs
-        with no owner or an owner without a row, oldest first, in one transaction."""
+        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (handing their runs back),
+        then take up to ``claim.limit`` unowned unfinished runs that are due, in due order, in one
+        transaction."""
+
+    def next_due(self, claim: Claim) -> int | None:
+        """The earliest due time of a run ``claim`` could take (its namespace and workflows; a serial
+        workflow's pending run excepted, see ``claim_runs``), or ``None``."""

@@ -102,6 +102,12 @@ def _upsert(table: str, columns: tuple[str, ...], key: str, kept: int) -> str:
     )
 
 
+# an unload: ``{due}`` is the run's due time as the kind of its wait decides it
+_UNLOAD = (
+    "UPDATE duro_runs SET owner = NULL, due_at = {due} "
+    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}"
+)
+
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
 QUERIES: dict[str, str] = {
@@ -115,24 +121,27 @@ QUERIES: dict[str, str] = {
     "notify": f"SELECT pg_notify('{NOTIFY_CHANNEL}', payload) FROM unnest(CAST(:payloads AS text[])) AS payload",
     # -- runs --------------------------------------------------------------------------------------
     "select_run": f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE id = :id",
-    "insert_run": f"INSERT INTO duro_runs ({_list(RUN_COLUMNS)}) VALUES ({_list(RUN_COLUMNS, ':')})",
+    # a new run is due at once (``due_at``: see _tables.Run)
+    "insert_run": f"INSERT INTO duro_runs ({_list(RUN_COLUMNS)}, due_at) "
+    f"VALUES ({_list(RUN_COLUMNS, ':')}, :created_at)",
     "run_statuses": "SELECT id, status FROM duro_runs WHERE id IN (:ids)",
     "run_in_namespace": "SELECT id FROM duro_runs WHERE id = :id AND namespace = :namespace",
     "cancel_run": "UPDATE duro_runs SET status = 'cancelled', error = :error, ended_at = :now, updated_at = :now, "
-    f"wake_at = NULL WHERE id = :id AND status IN {ACTIVE_SQL}",
+    f"wake_at = NULL, due_at = NULL WHERE id = :id AND status IN {ACTIVE_SQL}",
     "active_children": f"SELECT id FROM duro_runs WHERE parent_id = :id AND status IN {ACTIVE_SQL}",
     # -- a run's progress, fenced on its owner and on its not having finished -------------------
     "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
-    "fence_status": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at "
+    "fence_status": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at, due_at = :due_at "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "upsert_step": _upsert("duro_steps", STEP_COLUMNS, "run_id, seq", 2),
     "finish_run": "UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
-    f"updated_at = :now, wake_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
+    f"updated_at = :now, wake_at = NULL, due_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "select_steps": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
     # a batch of step records (SQLite, see _steps): who owns the runs, then one executemany per kind
     "owners": f"SELECT id, owner, status FROM duro_runs WHERE id IN (:ids) AND status IN {ACTIVE_SQL}",
-    "move_run": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at WHERE id = :id",
-    "time_run": "UPDATE duro_runs SET updated_at = :now, wake_at = :wake_at WHERE id = :id",
+    "move_run": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at, due_at = :due_at "
+    "WHERE id = :id",
+    "time_run": "UPDATE duro_runs SET updated_at = :now, wake_at = :wake_at, due_at = :due_at WHERE id = :id",
     "touch_run": "UPDATE duro_runs SET updated_at = :now WHERE id = :id",
     # -- signals -----------------------------------------------------------------------------------
     "run_status": "SELECT status FROM duro_runs WHERE id = :id",
@@ -165,6 +174,10 @@ QUERIES: dict[str, str] = {
     "delete_worker": "DELETE FROM duro_workers WHERE id = :id RETURNING namespace",
     # handing a worker's runs back is bookkeeping, not a change to the run: updated_at stays
     "hand_back": f"UPDATE duro_runs SET owner = NULL WHERE owner = :id AND status IN {ACTIVE_SQL}",
+    # runs whose owner has no row (a worker that went on starting runs after it was condemned, and
+    # died before it joined again): handed back as their owner's would have been (duro_runs_owner)
+    "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
+    "AND owner NOT IN (SELECT id FROM duro_workers)",
     # a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock
     # that stepped back, still change it: a watcher sees only whether it changed)
     "beat": "UPDATE duro_workers SET heartbeat_at = max(heartbeat_at + 1, :now) WHERE id = :id "
@@ -175,7 +188,34 @@ QUERIES: dict[str, str] = {
     "list_workers": f"SELECT {_list(WORKER_COLUMNS)} FROM duro_workers ORDER BY started_at",
     "local_workers": "SELECT id, pid FROM duro_workers WHERE host = :host",
     # -- claims (the rule itself: see claim_sql) ---------------------------------------------------
-    "condemn": "DELETE FROM duro_workers WHERE id = :id AND heartbeat_at = :stamp",
+    "condemn": "DELETE FROM duro_workers WHERE id = :id AND heartbeat_at = :stamp RETURNING id",
+    # -- due work (see _tables.Run.due_at) ---------------------------------------------------------
+    # the earliest instant an unowned run the worker may claim falls due (duro_runs_due in due order:
+    # the first row that fits; a serial workflow's pending runs are woken by their predecessor's end)
+    "next_run_due": "SELECT due_at FROM duro_runs WHERE namespace = :namespace AND owner IS NULL "
+    "AND due_at IS NOT NULL AND workflow IN (:workflows) AND NOT (workflow IN (:serial) AND status = 'pending') "
+    "ORDER BY due_at LIMIT 1",
+    # what a run waits for happened: it is due now (an earlier due time stays; updated_at stays too,
+    # it is not a change to the run, and settle_sleeps reads it)
+    "nudge": f"UPDATE duro_runs SET due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} "
+    "AND (due_at IS NULL OR due_at > :now)",
+    "nudge_parent": f"UPDATE duro_runs SET due_at = :now WHERE id = (SELECT parent_id FROM duro_runs "
+    f"WHERE id = :id) AND status IN {ACTIVE_SQL} AND (due_at IS NULL OR due_at > :now)",
+    # a worker unloads a parked run (see _commands.Unload): it gives the run up, due when its wait
+    # ends; due now if what it waits for happened already (the check is in the same statement)
+    "unload_sleep": _UNLOAD.format(due=":due_at"),
+    "unload_signal": _UNLOAD.format(
+        due="CASE WHEN EXISTS (SELECT 1 FROM duro_signals WHERE run_id = :id AND name = :key "
+        "AND consumed_seq IS NULL) THEN :now ELSE :due_at END"
+    ),
+    "unload_slot": _UNLOAD.format(
+        due="CASE WHEN EXISTS (SELECT 1 FROM duro_slots WHERE id = :key AND state <> 'waiting') "
+        "THEN :now ELSE :due_at END"
+    ),
+    "unload_child": _UNLOAD.format(
+        due=f"CASE WHEN EXISTS (SELECT 1 FROM duro_runs AS child WHERE child.id = :key "
+        f"AND child.status NOT IN {ACTIVE_SQL}) THEN :now ELSE :due_at END"
+    ),
     # -- limits and slots (see _slots) -------------------------------------------------------------
     "limit_insert": "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
     "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
@@ -255,15 +295,18 @@ def list_runs_sql(filters: tuple[str, ...]) -> str:
 
 
 # The claim rule, once, for both databases. Claimable: unfinished runs of the claimer's namespace and
-# workflows with no owner, or whose owner has no row (the condemned workers' rows are deleted just
-# before, in the same transaction: see _claims), oldest first. With serial workflows, a pending run
-# of one starts only when no other run of it is active and it is the oldest pending one; the rest
-# wait (pending) in creation order.
+# workflows with no owner that are due (``due_at``, see _tables.Run: pending and running runs are due
+# from when they were written; a waiting run when its wait ends), in due order, read through the
+# partial index duro_runs_due (unowned runs with a due time only: a million runs asleep until next
+# week cost a claim nothing). A dead worker's runs are handed back when it is condemned (see
+# _claims), in the same transaction. With serial workflows, a pending run of one starts only when no
+# other run of it is active and it is the oldest pending one; the rest wait (pending) in creation
+# order.
 _CLAIMABLE = (
     "SELECT duro_runs.id, duro_runs.status AS was FROM duro_runs "
-    f"WHERE duro_runs.namespace = :namespace AND duro_runs.status IN {ACTIVE_SQL} "
-    "AND duro_runs.workflow IN (:workflows) "
-    "AND (duro_runs.owner IS NULL OR duro_runs.owner NOT IN (SELECT id FROM duro_workers))"
+    "WHERE duro_runs.namespace = :namespace AND duro_runs.owner IS NULL AND duro_runs.due_at IS NOT NULL "
+    f"AND duro_runs.due_at <= :now AND duro_runs.status IN {ACTIVE_SQL} "
+    "AND duro_runs.workflow IN (:workflows)"
 )
 _SERIAL = (
     " AND NOT (duro_runs.workflow IN (:serial) AND duro_runs.status = 'pending' AND ("
@@ -273,7 +316,7 @@ _SERIAL = (
     "AND other.workflow = duro_runs.workflow AND other.status = 'pending' "
     "ORDER BY other.created_at, other.id LIMIT 1)))"
 )
-_OLDEST_FIRST = " ORDER BY duro_runs.created_at, duro_runs.id LIMIT :limit"
+_DUE_FIRST = " ORDER BY duro_runs.due_at, duro_runs.id LIMIT :limit"
 # Claiming changes a run's record (and updated_at) only when it starts it: taking up a run handed
 # back or left by a dead worker is bookkeeping.
 _CLAIMING = (
@@ -292,7 +335,7 @@ def claim_sql(dialect: str, serial: bool) -> tuple[str, ...]:
     skips the rows another is claiming). SQLite: the candidates, then the update of their ids
     (SQLite's RETURNING cannot name an UPDATE's FROM; under ``BEGIN IMMEDIATE`` nothing changes in
     between)."""
-    candidates = _CLAIMABLE + (_SERIAL if serial else "") + _OLDEST_FIRST
+    candidates = _CLAIMABLE + (_SERIAL if serial else "") + _DUE_FIRST
     returning = f"RETURNING {_list(RUN_COLUMNS, 'duro_runs.')}"
     if dialect == "postgresql":
         return (

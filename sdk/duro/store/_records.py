@@ -117,6 +117,8 @@ class Claim:
     # workers the claimer judged dead, with the heartbeat stamp it saw (see duro._lease.Watch): each
     # row is deleted, if its stamp is still that one, before the runs are taken
     condemned: Sequence[tuple[str, int]] = ()
+    # hand back the runs of owners that have no row first (a worker's full pass asks: see _queries)
+    orphans: bool = False
 
 
 def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:

@@ -211,6 +211,7 @@ class Runs:
             if found is None:
                 raise DuroError(f"run {run_id!r} does not exist; list runs with engine.list_runs()")
             cancelled: list[str] = []
+            db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
             frontier = [run_id]
             while frontier:
                 current = frontier.pop()

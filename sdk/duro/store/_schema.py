@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._errors import DuroError
-from ._tables import SCHEMA_VERSION, metadata
+from ._tables import ACTIVE_SQL, SCHEMA_VERSION, metadata
 
 
 class Connector(Protocol):
@@ -47,7 +47,25 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
         *(["duro_runs_active"] if dialect == "postgresql" else []),
         dropped=["duro_runs_claim"] if dialect == "postgresql" else [],
     ),
+    # 4 -> 5: due work (see _tables.Run.due_at). Every unfinished run is due at once, and the runs of
+    # workers that have no row any more go back: each is replayed once, and waits from there.
+    4: lambda conn, dialect: _add_due_at(conn),
 }
+
+
+def _add_due_at(conn: Connection) -> None:
+    if "due_at" not in {column["name"] for column in sa.inspect(conn).get_columns("duro_runs")}:
+        conn.execute(sa.text("ALTER TABLE duro_runs ADD COLUMN due_at BIGINT"))
+    conn.execute(sa.text(f"UPDATE duro_runs SET due_at = updated_at WHERE status IN {ACTIVE_SQL}"))
+    conn.execute(
+        sa.text(
+            "UPDATE duro_runs SET owner = NULL WHERE owner IS NOT NULL "
+            "AND owner NOT IN (SELECT id FROM duro_workers)"
+        )
+    )
+    _recreate_indexes(
+        conn, "duro_runs_due", "duro_runs_owner", dropped=["duro_runs_claim", "duro_runs_active"]
+    )
 
 
 def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:

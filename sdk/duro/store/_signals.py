@@ -30,6 +30,7 @@ class Signals:
                     f"runs that have not finished"
                 )
             db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
+            db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due
             db.notify(conn, ["signal", run_id, name])
 
     def take(self, conn: Connection, command: TakeSignal) -> StepRecord | None:

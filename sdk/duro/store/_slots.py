@@ -120,6 +120,11 @@ class Slots:
         self.db.notify(
             conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
         )
+        # a waiter unloaded from memory is due now: its slot came, or its wait timed out
+        woken = {row.run_id for row in decision.granted}
+        woken.update(row.run_id for row in decision.writes if row.state == "timed_out")
+        for run_id in sorted(r for r in woken if r is not None):
+            self.db.run(conn, "nudge", {"id": run_id, "now": now})
 
     def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: OwnStep | None) -> None:
         """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one

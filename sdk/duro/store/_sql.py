@@ -30,6 +30,7 @@ from ._commands import (
     RequestSlot,
     SlotOutcome,
     TakeSignal,
+    Unload,
 )
 from ._connection import Connector
 from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
@@ -211,9 +212,11 @@ class SqlStore:
     def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload
     def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
-    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
+    @overload
+    def apply(self, command: Unload) -> list[str]: ...
+    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
         """Apply one command in a transaction of its own (see ``Store.apply``)."""
-        result: bool | StepRecord | SlotOutcome | None = self._steps.apply(command)
+        result: bool | StepRecord | SlotOutcome | list[str] | None = self._steps.apply(command)
         return result
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
@@ -311,3 +314,6 @@ class SqlStore:
 
     def claim_runs(self, claim: Claim) -> list[RunRecord]:
         return self._claims.claim(claim)
+
+    def next_due(self, claim: Claim) -> int | None:
+        return self._claims.next_due(claim)

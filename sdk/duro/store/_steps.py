@@ -23,9 +23,10 @@ from ._commands import (
     ReleaseSlot,
     RequestSlot,
     TakeSignal,
+    Unload,
 )
 from ._connection import Connector
-from ._fences import send_step, write_step
+from ._fences import due_for, send_step, write_step
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord
 from ._signals import Signals
@@ -99,6 +100,23 @@ class Steps:
                 return self.signals.take(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
                 return self.slots.command(conn, command)
+            case Unload():
+                return self._unload(conn, command)
+
+    def _unload(self, conn: Connection, command: Unload) -> list[str]:
+        """See :class:`Unload`: one statement per run, by the kind of its wait."""
+        given_up = []
+        for wait in command.waits:
+            params = {
+                "id": wait.run_id,
+                "owner": command.owner,
+                "key": wait.key,
+                "due_at": wait.due_at,
+                "now": command.now,
+            }
+            if self.db.run(conn, f"unload_{wait.kind}", params).rowcount == 1:
+                given_up.append(wait.run_id)
+        return given_up
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
         if self.db.dialect == "postgresql":
@@ -134,6 +152,8 @@ class Steps:
                             )
                         case FinishRun():
                             sent.append((self._send_finish(conn, command), (command.run_id, command.status)))
+                            if command.parent is not None:
+                                db.run(conn, "nudge", {"id": command.parent, "now": command.now})
                         case _:
                             raise TypeError(f"{type(command).__name__} is not batched on PostgreSQL")
             if any(cursor.rowcount != 1 for cursor, _ in sent):
@@ -179,9 +199,9 @@ class Steps:
                 if status is None:
                     touched.append((now, run_id))
                 elif status == was:
-                    timed.append((now, wake_at, run_id))
+                    timed.append((now, wake_at, due_for(status, wake_at, now), run_id))
                 else:
-                    moved.append((now, status, wake_at, run_id))
+                    moved.append((now, status, wake_at, due_for(status, wake_at, now), run_id))
             for name, rows in (("move_run", moved), ("time_run", timed), ("touch_run", touched)):
                 if rows:
                     db.run_many(conn, QUERIES[name], rows)
@@ -193,7 +213,7 @@ class Steps:
     def _send_finish(self, conn: Connection, command: FinishRun) -> Any:
         """End the run if its owner still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
         (on PostgreSQL its row is the run's parent id)."""
-        run_id, owner, status, output, error, now = command
+        run_id, owner, status, output, error, now, _ = command
         params = {
             "id": run_id,
             "owner": owner,
@@ -208,6 +228,8 @@ class Steps:
         result = self._send_finish(conn, command)
         if result.rowcount != 1:
             return False
+        if command.parent is not None:  # the parent's wait for this run is over
+            self.db.run(conn, "nudge", {"id": command.parent, "now": command.now})
         if self.db.dialect == "postgresql":
             # Only a parent waits on a run's end in another process (a client's result() polls):
             # NOTIFY serializes committing transactions, so a top-level run's end sends none.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -62,19 +62,24 @@ class Meta(DuroTable, table=True):
 
 
 class Run(DuroTable, table=True):
-    """One workflow run. ``owner`` is the worker executing it; ``wake_at`` its next timer, if any."""
+    """One workflow run. ``owner`` is the worker executing it (or holding it while it waits);
+    ``wake_at`` its next timer, if any.
+
+    ``due_at`` is when a worker must take the run up if nobody holds it: a pending or running run
+    from when it was last written; a waiting run (``suspended``, ``blocked``, or unloaded from a
+    slot's queue) when its wait ends (its timer, or NULL when it waits with no time limit), or at
+    once when what it waits for happens (a signal, a slot handed to it, its child's end: the writer
+    of that event sets it); NULL for a finished run.
+    """
 
     __tablename__ = "duro_runs"
     __table_args__ = (
-        # The runs a claim looks at. PostgreSQL (several workers, claims on every announced start):
-        # unfinished runs in the order a claim takes them (schema 4; with the index on (namespace,
-        # status, owner), PostgreSQL read claims' candidates in creation order through duro_runs_list,
-        # finished runs included). SQLite keeps the narrower index: its one process claims rarely,
-        # and the wider key cost its starts up to a tenth.
-        Index("duro_runs_claim", "namespace", "status", "owner").ddl_if(dialect="sqlite"),
-        Index(
-            "duro_runs_active", "namespace", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")
-        ).ddl_if(dialect="postgresql"),
+        # The runs a claim looks at (schema 5): unowned runs with a due time, in due order. A run
+        # executing or held by a worker is outside it, and so is a run that waits with no time
+        # (a signal, a child): a million runs asleep or parked cost a claim one index probe.
+        Index("duro_runs_due", "namespace", "due_at", "id", **_where("owner IS NULL AND due_at IS NOT NULL")),
+        # the runs a worker holds: handed back at once when it stops or is found dead (schema 5)
+        Index("duro_runs_owner", "owner", **_where("owner IS NOT NULL")),
         # partial: a start without a quota or a parent writes neither (schema 4; each was about a
         # tenth of a start's SQLite time)
         Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),
@@ -98,6 +103,7 @@ class Run(DuroTable, table=True):
     created_at: int = _ms(nullable=False)
     updated_at: int = _ms(nullable=False)
     ended_at: int | None = _ms(nullable=True)
+    due_at: int | None = _ms(nullable=True)
 
 
 class Step(DuroTable, table=True):
