@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from duro_harness import DuroEnv
+from duro_harness.plugin import _find_project
 from tests.support.pgserver import PgServer, start_server
 
 pytest_plugins = ["pytester"]
@@ -47,3 +51,17 @@ def postgres_url(pg_server: PgServer) -> Iterator[str]:
 def database_url(request: pytest.FixtureRequest) -> str:
     """Each test using it runs on a fresh SQLite file and on a fresh database of the real PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture(params=["resident", "unloaded"])
+def duro_env(request: pytest.FixtureRequest) -> Any:
+    """The harness plugin's ``duro_env``, twice: waiting runs resident (the harness's default), and
+    every waiting run unloaded at once and replayed from the store when its wait ends
+    (``max_resident_runs=0``, what a production worker does with runs that wait long): a test
+    passes only if both take the same course."""
+    marker = request.node.get_closest_marker("duro")
+    options = dict(marker.kwargs) if marker is not None else {}
+    project = options.pop("project", None)
+    project = Path(request.config.rootpath) / project if project is not None else _find_project(request)
+    options.setdefault("max_resident_runs", 0 if request.param == "unloaded" else 10_000)
+    return DuroEnv(project=project, **options)

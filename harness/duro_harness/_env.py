@@ -71,6 +71,7 @@ class DuroEnv:
         start: datetime | str | None = None,
         config: Mapping[str, Any] | None = None,
         directory: str | Path | None = None,
+        max_resident_runs: int = 10_000,
     ) -> None:
         self.project_dir = None if project is None else Path(project).resolve()
         self.start_instant = _instant(start) if start is not None else DEFAULT_START
@@ -82,6 +83,11 @@ class DuroEnv:
                 f"only 'limits' can be overridden"
             )
         self._directory = None if directory is None else Path(directory)
+        # 0: every waiting run leaves memory at once and is replayed from the store when its wait
+        # ends, as a production worker does with runs that wait long (see WorkerOptions)
+        self.options = WorkerOptions(
+            poll_interval=None, unload_after=None, max_resident_runs=max_resident_runs
+        )
         self._memory_name = f"duro-harness-{next(_ENVIRONMENTS)}"
         self._keeper: sqlite3.Connection | None = None  # keeps the in-memory store alive across restarts
         self.clock = SimulatedClock(self.start_instant)
@@ -157,7 +163,7 @@ class DuroEnv:
             self._database_url(),
             workspace=self._workspace(),
             clock=self.clock,
-            options=WorkerOptions(poll_interval=None, unload_after=None),
+            options=self.options,
         )
         hooks = engine_hooks(engine)  # how the harness drives the engine (duro._hooks.EngineHooks)
         hooks.inline_store = True  # deterministic: the loop does all the work (see _clock.settle)
@@ -343,7 +349,10 @@ async def simulated(
     start: datetime | str | None = None,
     config: Mapping[str, Any] | None = None,
     directory: str | Path | None = None,
+    max_resident_runs: int = 10_000,
 ) -> Any:
     """``async with simulated("path/to/project") as env:`` — the harness without pytest."""
-    async with DuroEnv(project, start=start, config=config, directory=directory) as env:
+    async with DuroEnv(
+        project, start=start, config=config, directory=directory, max_resident_runs=max_resident_runs
+    ) as env:
         yield env

@@ -21,7 +21,7 @@ class WorkerOptions:
 
     Waiting costs nothing (see ``duro._residency``): ``max_resident_runs`` bounds the runs a
     worker holds in memory (executing or waiting; over it, the longest idle waiting runs are
-    unloaded and replayed when their wait ends); ``max_concurrent_runs`` bounds the runs it
+    unloaded and replayed when their wait ends; 0: every waiting run at once); ``max_concurrent_runs`` bounds the runs it
     executes at once (it claims due work in batches of its free capacity; a start beyond it is
     left to the store, due at once, for whichever worker has room first); ``unload_after``: a
     run waiting on a signal, a slot or a child stays in memory this long before it is unloaded,
@@ -40,10 +40,10 @@ class WorkerOptions:
         self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
         self.lease_ms  # noqa: B018
         self.unload_after_ms  # noqa: B018
-        for name in ("max_resident_runs", "max_concurrent_runs"):
+        for name, least in (("max_resident_runs", 0), ("max_concurrent_runs", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise DuroError(f"WorkerOptions.{name} must be a positive int, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise DuroError(f"WorkerOptions.{name} must be an int of at least {least}, got {value!r}")
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str) or not 0 < len(self.worker_id) <= 200
         ):

@@ -10,6 +10,7 @@ window, then goes on from the next window after now (no backfill of every missed
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import re
@@ -23,10 +24,11 @@ from croniter import croniter
 from ._clock import Clock, datetime_to_ms, ms_to_datetime
 from ._definitions import Concurrency
 from ._errors import DuroError
-from ._gateway import StoreGateway
+from ._gateway import StoreGateway, store_trouble
 from ._registry import Registry
 from ._serde import Codec
 from ._starts import Starter
+from ._wakeups import Wakeups
 from .store import ScheduleRecord
 
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
@@ -201,3 +203,21 @@ class Schedules:
                 run_id, error = None, str(err)
             await gateway.call(store.record_schedule_outcome, namespace, rec.name, now, run_id, error)
         return await gateway.call(store.next_schedule_due, namespace, names)
+
+
+async def fire_schedules(
+    schedules: Schedules, wakeups: Wakeups, changed: asyncio.Event, poll_ms: int | None
+) -> None:
+    """A worker's schedule loop: fire due schedule windows; sleep until the next one, a change
+    (``changed``), or the periodic pass."""
+    clock = wakeups.clock
+    while True:
+        changed.clear()
+        try:
+            next_due = await schedules.fire_due()
+        except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
+            store_trouble("the schedules pass", err)
+            next_due = clock.now_ms() + 1000
+        now = clock.now_ms()
+        deadlines = [d for d in (next_due, None if poll_ms is None else now + poll_ms) if d is not None]
+        await wakeups.wait_for(changed.wait(), min(deadlines) if deadlines else None)

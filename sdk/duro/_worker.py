@@ -45,12 +45,12 @@ from ._options import WorkerOptions
 from ._registry import Registry
 from ._residents import Residents
 from ._runtime import LostRun, Runtime, Unloaded
-from ._schedules import Schedules
+from ._schedules import Schedules, fire_schedules
 from ._serde import describe_error
 from ._starts import Starter
 from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
-from .store import Claim, FinishRun, RunRecord, settle_sleeps
+from .store import Adopter, Claim, FinishRun, RunRecord, settle_sleeps
 
 T = TypeVar("T")
 log = logging.getLogger("duro")
@@ -97,6 +97,8 @@ class Worker:
         self.lease_ms = options.lease_ms
         self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake)
         self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
+        self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
+        self.slots.on_adopted = self._take_up
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
         self.heartbeat = Heartbeat(
             self.id, namespace, self.host, self.lease_ms, clock, gateway, self.drop_all, self.wake
@@ -159,6 +161,18 @@ class Worker:
         self._wakeup.set()
 
     # -- executing -------------------------------------------------------------------------------
+
+    def _adopter(self) -> Adopter | None:
+        local = self.registry.local_names()
+        return (
+            Adopter(self.id, self.namespace, tuple(local))
+            if self.heartbeat.running and self.has_room()
+            else None
+        )
+
+    def _take_up(self, runs: tuple[RunRecord, ...]) -> None:
+        for run in runs:
+            self.launch(run)
 
     def has_room(self) -> bool:
         """Whether this worker may execute one more run now (``max_concurrent_runs``)."""
@@ -242,7 +256,12 @@ class Worker:
         await self.heartbeat.join()  # running from here until halted (Heartbeat.running)
         loop = asyncio.get_running_loop()
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
-        self._schedule_task = loop.create_task(self._schedule_loop(), name=f"duro-schedules-{self.id}")
+        self._schedule_task = loop.create_task(
+            fire_schedules(
+                self.schedules, self.wakeups, self._schedules_changed, self.options.poll_interval_ms
+            ),
+            name=f"duro-schedules-{self.id}",
+        )
         self.heartbeat.start()
         if self.workspace.limits:
             self._limits_task = loop.create_task(self.slots.expire_loop(), name=f"duro-limits-{self.id}")
@@ -309,20 +328,6 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.heartbeat.stop()  # a beat in flight gives its connection back before the pool closes
         self.step_executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _schedule_loop(self) -> None:
-        """Fire due schedule windows; sleep until the next one, a change, or the periodic pass."""
-        poll_ms = self.options.poll_interval_ms
-        while True:
-            self._schedules_changed.clear()
-            try:
-                next_due = await self.schedules.fire_due()
-            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
-                store_trouble("the schedules pass", err)
-                next_due = self.clock.now_ms() + 1000
-            now = self.clock.now_ms()
-            deadlines = [d for d in (next_due, None if poll_ms is None else now + poll_ms) if d is not None]
-            await self.wakeups.wait_for(self._schedules_changed.wait(), min(deadlines) if deadlines else None)
 
     async def _loop(self) -> None:
         """A full pass every poll interval; in between, a wakeup (runs announced by a start, here or
@@ -407,10 +412,6 @@ class Worker:
             self.full_passes += 1
 
     # -- the lease: see Heartbeat -----------------------------------------------------------------
-
-    def owns_runs(self) -> bool:
-        """Whether our lease is good now: no other worker can have taken our runs."""
-        return self.heartbeat.owns_runs()
 
     def drop_all(self) -> int:
         """Stop every run this worker executes, at once (see ``notify_lost``); how many there were."""

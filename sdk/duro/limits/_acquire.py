@@ -171,14 +171,23 @@ class RunLimits:
         step = StepRecord(
             seq, "release", "release_slot", "completed", now, now, detail=json.dumps({"slot_id": slot_id})
         )
+        local = self._local
         outcome: SlotOutcome = await ctx.apply(
             ReleaseSlot(
-                self._workspace.limits, slot_id, now, "release", ctx.own(step), self._local.hand_over()
+                self._workspace.limits,
+                slot_id,
+                now,
+                "release",
+                ctx.own(step),
+                local.hand_over(),
+                local.adopter() if local.hand_over_locally else None,
             )
         )
         released = outcome.released
         ctx.recorded(outcome.step or step)
-        self._local.notify(outcome.granted)
+        if outcome.adopted:
+            local.on_adopted(outcome.adopted)
+        local.notify(outcome.granted)
         if released:
             self._events.publish("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
         return SlotRelease(released)

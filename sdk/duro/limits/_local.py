@@ -18,7 +18,7 @@ from .._gateway import StoreGateway, store_trouble
 from .._hooks import EngineHooks
 from .._slots import SWEEP_MS, SlotRow
 from .._wakeups import Waiters, Wakeups
-from ..store import OwnStep
+from ..store import Adopter, OwnStep, RunRecord
 
 
 class LocalSlots:
@@ -40,6 +40,10 @@ class LocalSlots:
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
         # unloaded, and the store has it due now (its worker sets this to its claim pass)
         self.on_absent: Callable[[], None] = lambda: None
+        # the worker that takes up an unloaded head a release of this process hands a slot to (None:
+        # none now, e.g. no room), and what it does with the runs it took (see store.Adopter)
+        self.adopter: Callable[[], Adopter | None] = lambda: None
+        self.on_adopted: Callable[[tuple[RunRecord, ...]], None] = lambda runs: None
 
     # -- waiting runs ----------------------------------------------------------------------------
 
@@ -76,6 +80,12 @@ class LocalSlots:
     def news(self, slot_id: str) -> SlotRow | None:
         """The row a local decision delivered with the last wake-up of ``slot_id``'s waiter, once."""
         return self._news.pop(slot_id, None)
+
+    @property
+    def hand_over_locally(self) -> bool:
+        """Whether a release here hands slots straight to this process's runs (off in the harness's
+        crash tests of the confirming path)."""
+        return self._hooks.hand_over_locally
 
     def hand_over(self) -> Mapping[str, OwnStep]:
         """The runs parked here with their hook steps, for a release to hand a freed slot to."""

@@ -1,6 +1,7 @@
 """Storage: the SQLModel schema, the narrow store protocol, and the SQL implementation."""
 
 from ._commands import (
+    Adopter,
     Command,
     ConfirmSlot,
     FinishRun,
@@ -32,6 +33,7 @@ from ._tables import SCHEMA_VERSION
 from ._urls import DEFAULT_SQLITE_URL, parse_database_url
 
 __all__ = [
+    "Adopter",
     "Command",
     "ConfirmSlot",
     "FinishRun",

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from .._config import LimitConfig
 from .._slots import SlotRow
-from ._records import StepRecord
+from ._records import RunRecord, StepRecord
 
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
 
@@ -110,7 +110,8 @@ class ReleaseSlot(NamedTuple):
     their hook steps. A head among them takes its slot at once, busy, its hook step written
     completed in this transaction (fenced on its own run), so it wakes holding the slot with nothing
     to confirm; any other head is reserved. Result: :class:`SlotOutcome` (``row``: the slot, or
-    ``None`` if unknown; ``released``; ``granted``)."""
+    ``None`` if unknown; ``released``; ``granted``; ``adopted``). ``adopt``: the releasing worker
+    also takes up heads unloaded from memory (see :class:`Adopter`)."""
 
     configs: Mapping[str, LimitConfig]
     slot_id: str
@@ -118,6 +119,18 @@ class ReleaseSlot(NamedTuple):
     reason: str = "release"
     hook: OwnStep | None = None
     hand_over: Mapping[str, OwnStep] = _NOBODY
+    adopt: Adopter | None = None
+
+
+class Adopter(NamedTuple):
+    """A worker that takes up a queue's head unloaded from memory (see ``ReleaseSlot.adopt``): a head
+    whose run is unowned, of ``namespace`` and one of ``workflows``, becomes ``owner``'s with its
+    slot busy and its hook step written completed, all in the release's transaction; the worker
+    replays it (``SlotOutcome.adopted``), and it finds the slot its own with nothing to confirm."""
+
+    owner: str
+    namespace: str
+    workflows: tuple[str, ...]
 
 
 class Waiting(NamedTuple):
@@ -156,3 +169,4 @@ class SlotOutcome(NamedTuple):
     step: StepRecord | None = None
     released: bool = False
     granted: tuple[SlotRow, ...] = ()
+    adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)

@@ -225,6 +225,11 @@ QUERIES: dict[str, str] = {
     "{clock} FROM duro_limits WHERE name = :name",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
+    # a release's adopter takes up a queue's head unloaded from memory (see _commands.Adopter)
+    "adopt_run": f"UPDATE duro_runs SET owner = :owner, due_at = :now WHERE id = :id AND owner IS NULL "
+    f"AND namespace = :namespace AND status IN {ACTIVE_SQL} AND workflow IN (:workflows) "
+    f"RETURNING {_list(RUN_COLUMNS)}",
+    "select_step": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id AND seq = :seq",
     "slot_select": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
     "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "

@@ -22,11 +22,12 @@ from sqlalchemy.engine import Connection
 from .. import _slots as rules
 from .._config import LimitConfig
 from .._slots import Decision, LimitView, SlotRow
-from ._commands import ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
+from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector
 from ._fences import send_step, write_step
 from ._queries import SLOT_COLUMNS
-from ._records import Fenced
+from ._records import Fenced, RunRecord, StepRecord
+from ._runs import to_run
 
 
 @dataclass(frozen=True)
@@ -141,14 +142,22 @@ class Slots:
             raise Fenced(hook.run_id)
 
     def _hand_out(
-        self, conn: Connection, decision: Decision, now: int, takers: Mapping[str, OwnStep] | None = None
-    ) -> Decision:
+        self,
+        conn: Connection,
+        decision: Decision,
+        now: int,
+        takers: Mapping[str, OwnStep] | None = None,
+        adopter: Adopter | None = None,
+    ) -> list[RunRecord]:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
 
         ``takers``: the waiters parked in the calling process, by slot id, with their hook steps. A
         head among them takes its slot at once: its hook step is written completed here (fenced on
-        its run, like any write of that run), so it wakes holding the slot with nothing to confirm."""
+        its run, like any write of that run), so it wakes holding the slot with nothing to confirm.
+        ``adopter``: a head whose run was unloaded from memory is taken up by it the same way (see
+        ``Adopter``); the runs it took are returned."""
+        adopted: list[RunRecord] = []
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
@@ -158,15 +167,41 @@ class Slots:
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
             taken = set()
             hooks: Mapping[str, OwnStep] = takers or {}
-            for row in rules.next_grants(decision, heads) if hooks else ():
+            for row in rules.next_grants(decision, heads) if hooks or adopter else ():
                 hook = hooks.get(row.id)
+                if hook is None and adopter is not None:
+                    hook = self._adopt(conn, row, adopter, now, adopted)
                 if hook is None:
                     continue
                 done = hook.step._replace(status="completed", ended_at=now, result=_slot_json(row))
                 if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
             rules.hand_out(decision, heads, now, frozenset(taken))
-        return decision
+        return adopted
+
+    def _adopt(
+        self, conn: Connection, row: SlotRow, adopter: Adopter, now: int, adopted: list[RunRecord]
+    ) -> OwnStep | None:
+        """Take up the run of queue head ``row`` for ``adopter`` if nobody holds it (unloaded while it
+        waits); its hook step, as it waits, to be written completed with the slot."""
+        if row.run_id is None:
+            return None
+        params = {
+            "id": row.run_id,
+            "owner": adopter.owner,
+            "namespace": adopter.namespace,
+            "workflows": list(adopter.workflows),
+            "now": now,
+        }
+        taken = self.db.run_in(conn, "adopt_run", params).fetchone()
+        if taken is None:
+            return None
+        seq = int(row.id.rsplit(".", 1)[1])
+        step = self.db.run(conn, "select_step", {"run_id": row.run_id, "seq": seq}).fetchone()
+        if step is None:
+            return None
+        adopted.append(to_run(taken))
+        return OwnStep(row.run_id, adopter.owner, StepRecord(*step))
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
         found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
@@ -274,7 +309,7 @@ class Slots:
             row = self._slot(conn, command.slot_id) or row  # again, under the limit's lock
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
-        self._hand_out(conn, decision, now, command.hand_over)
+        adopted = self._hand_out(conn, decision, now, command.hand_over, command.adopt)
         if hook is not None:
             hook = OwnStep(
                 hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
@@ -287,6 +322,7 @@ class Slots:
             None if hook is None else hook.step,
             released=released,
             granted=tuple(decision.granted),
+            adopted=tuple(adopted),
         )
 
     def slots_leave(
@@ -395,7 +431,8 @@ class Slots:
                 "set_capacity" if field == "capacity" else "set_max_hold",
                 {"name": config.name, "value": value, "now": now},
             )
-            decision = self._hand_out(conn, Decision(self._view(conn, config, now)), now)
+            decision = Decision(self._view(conn, config, now))
+            self._hand_out(conn, decision, now)
             self._apply(conn, decision, now)
             self.db.notify(conn, ["limits"])
             return decision.granted
