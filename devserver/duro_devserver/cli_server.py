@@ -30,6 +30,28 @@ _POLL = click.option(
     help="The fallback pass for work that no wakeup announced.",
 )
 _WORKER_ID = click.option("--worker-id", default=None, help="Default: host-pid-random.")
+_MAX_RESIDENT = click.option(
+    "--max-resident-runs",
+    default=WorkerOptions.max_resident_runs,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Runs held in memory at most (executing or waiting); the longest idle waiting runs "
+    "beyond it are unloaded and replayed when their wait ends.",
+)
+_MAX_CONCURRENT = click.option(
+    "--max-concurrent-runs",
+    default=WorkerOptions.max_concurrent_runs,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Runs executed at once at most; due work beyond it waits in the store.",
+)
+_UNLOAD_AFTER = click.option(
+    "--unload-after",
+    default=WorkerOptions.unload_after,
+    show_default=True,
+    help="How long a run waiting on a signal, a slot or a child stays in memory; a sleep "
+    "longer than this leaves memory at once.",
+)
 _PROJECT = click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
 _HOST = click.option(
     "--host",
@@ -199,17 +221,33 @@ def add_commands(main: click.Group) -> None:
     @_LEASE
     @_POLL
     @_WORKER_ID
+    @_MAX_RESIDENT
+    @_MAX_CONCURRENT
+    @_UNLOAD_AFTER
     def worker(
-        directory: Path, database_url: str | None, lease: str, poll_interval: str, worker_id: str | None
+        directory: Path,
+        database_url: str | None,
+        lease: str,
+        poll_interval: str,
+        worker_id: str | None,
+        max_resident_runs: int,
+        max_concurrent_runs: int,
+        unload_after: str,
     ) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
         try:
             open_store(database_url or _default_url(root))
+            options = WorkerOptions(
+                lease=lease,
+                poll_interval=poll_interval,
+                worker_id=worker_id,
+                max_resident_runs=max_resident_runs,
+                max_concurrent_runs=max_concurrent_runs,
+                unload_after=unload_after,
+            )
             engine = Engine.from_project(
-                root,
-                database_url=database_url or _default_url(root),
-                options=WorkerOptions(lease=lease, poll_interval=poll_interval, worker_id=worker_id),
+                root, database_url=database_url or _default_url(root), options=options
             )
             asyncio.run(_work(engine))
         except DuroError as err:
