@@ -57,5 +57,6 @@ class Claims:
             "serial": list(claim.serial),
         }
         with self.db.single_read() as conn:
-            row = self.db.run_in(conn, "next_run_due", params).fetchone()
+            name = "next_run_due_serial" if claim.serial else "next_run_due"
+            row = self.db.run_in(conn, name, params).fetchone()
             return None if row is None or row[0] is None else int(row[0])

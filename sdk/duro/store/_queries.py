@@ -102,6 +102,10 @@ def _upsert(table: str, columns: tuple[str, ...], key: str, kept: int) -> str:
     )
 
 
+_NEXT_DUE = (
+    "SELECT due_at FROM duro_runs WHERE namespace = :namespace AND owner IS NULL AND due_at IS NOT NULL "
+    "AND workflow IN (:workflows){serial} ORDER BY due_at LIMIT 1"
+)
 # an unload: ``{due}`` is the run's due time as the kind of its wait decides it
 _UNLOAD = (
     "UPDATE duro_runs SET owner = NULL, due_at = {due} "
@@ -192,9 +196,8 @@ QUERIES: dict[str, str] = {
     # -- due work (see _tables.Run.due_at) ---------------------------------------------------------
     # the earliest instant an unowned run the worker may claim falls due (duro_runs_due in due order:
     # the first row that fits; a serial workflow's pending runs are woken by their predecessor's end)
-    "next_run_due": "SELECT due_at FROM duro_runs WHERE namespace = :namespace AND owner IS NULL "
-    "AND due_at IS NOT NULL AND workflow IN (:workflows) AND NOT (workflow IN (:serial) AND status = 'pending') "
-    "ORDER BY due_at LIMIT 1",
+    "next_run_due": _NEXT_DUE.format(serial=""),
+    "next_run_due_serial": _NEXT_DUE.format(serial=" AND NOT (workflow IN (:serial) AND status = 'pending')"),
     # what a run waits for happened: it is due now (an earlier due time stays; updated_at stays too,
     # it is not a change to the run, and settle_sleeps reads it)
     "nudge": f"UPDATE duro_runs SET due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} "
