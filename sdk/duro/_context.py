@@ -147,7 +147,8 @@ class RunContext:
 
     async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
-            spec.signature.bind(*args, **kwargs)
+            if kwargs or len(args) != spec.arity:
+                spec.signature.bind(*args, **kwargs)
         except TypeError as err:
             raise DuroError(
                 f"step {spec.name!r} called with wrong arguments ({err}); its signature is "

@@ -109,6 +109,18 @@ class StepSpec:
     retry_delay_ms: int
     signature: inspect.Signature
     output: Codec
+    # the one call shape that needs no Signature.bind to be known good (15 us a call, replays
+    # included): this many positional arguments and no keywords; -1 when the signature has defaults,
+    # keyword-only or variadic parameters
+    arity: int = -1
+
+
+def _plain_arity(signature: inspect.Signature) -> int:
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = signature.parameters.values()
+    if all(p.kind in plain and p.default is inspect.Parameter.empty for p in params):
+        return len(signature.parameters)
+    return -1
 
 
 def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry_delay: Duration) -> StepSpec:
@@ -128,6 +140,7 @@ def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry
         retry_delay_ms=to_ms(retry_delay, f"step {fn.__qualname__!r} retry_delay"),
         signature=inspect.signature(fn),
         output=Codec(hints.get("return", inspect.Parameter.empty)),
+        arity=_plain_arity(inspect.signature(fn)),
     )
 
 

@@ -1,0 +1,107 @@
+"""What a wake costs when the run left memory: the replay of its history (issue 16).
+
+A run makes ``--calls`` durable calls (async steps returning small JSON values), then sleeps; the
+benchmark times its wake: from the sleep's end (the simulated clock moved past it) to the run's
+completion, for many runs at once, in one process on an SQLite file:
+
+- resident   the run stayed in memory: its coroutine resumes (``max_resident_runs`` large);
+- unloaded   it left memory when it slept (``max_resident_runs=0``): the wake is a claim, a read of
+             its steps, a replay of ``--calls`` recorded calls through the workflow code, then the
+             same end as the resident run.
+
+The difference per run is what replay costs; its part in the unloaded wake says whether replay
+dominates. Rounds alternate the two forms (noisy shared machine: medians). The store is called
+inline, as under the harness, so what is timed is duro's own work and SQLite's, not thread hops.
+
+    .venv/bin/python bench/replay.py                       # --calls 100 --runs 200 --rounds 5
+    .venv/bin/python bench/replay.py --json bench/results/replay.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from duro import Engine, WorkerOptions, sleep, step, workflow
+from duro.testing import run_store_inline
+from duro_harness import SimulatedClock
+
+_REAL = (time.perf_counter,)  # freezegun is not started here, but keep real time explicit
+
+
+@step
+async def work(i: int) -> dict:
+    return {"i": i, "ok": True}
+
+
+@workflow(name="bench.replayed")
+async def replayed(calls: int) -> int:
+    for i in range(calls):
+        await work(i)
+    await sleep("1h")
+    return calls
+
+
+async def one_round(resident: bool, calls: int, runs: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = SimulatedClock(datetime(2030, 1, 1, tzinfo=UTC))
+        options = WorkerOptions(
+            poll_interval=None, unload_after=None, max_resident_runs=10**6 if resident else 0
+        )
+        engine = Engine(f"sqlite:///{Path(tmp) / 'r.db'}", clock=clock, options=options)
+        run_store_inline(engine)
+        async with engine:
+            engine.register(replayed)
+            handles = [await engine.start(replayed, calls) for _ in range(runs)]
+            await clock.advance(0)
+            assert engine.worker is not None and len(engine.worker.live) == (runs if resident else 0)
+            began = _REAL[0]()
+            await clock.advance("1h")
+            elapsed = _REAL[0]() - began
+            assert [await h.status() for h in handles] == ["completed"] * runs
+    return {"ms_per_wake": elapsed * 1000 / runs}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    samples: dict[str, list[float]] = {"resident": [], "unloaded": []}
+    for rnd in range(args.rounds):
+        order = ("resident", "unloaded") if rnd % 2 == 0 else ("unloaded", "resident")
+        for form in order:
+            result = await one_round(form == "resident", args.calls, args.runs)
+            samples[form].append(result["ms_per_wake"])
+    resident, unloaded = (statistics.median(samples[f]) for f in ("resident", "unloaded"))
+    summary = {
+        "calls": args.calls,
+        "runs": args.runs,
+        "rounds": args.rounds,
+        "resident_ms_per_wake": resident,
+        "unloaded_ms_per_wake": unloaded,
+        "replay_ms_per_wake": unloaded - resident,
+        "replay_share_of_unloaded_wake": (unloaded - resident) / unloaded,
+        "samples": samples,
+    }
+    print(
+        f"wake of a run with {args.calls} recorded calls ({args.runs} runs, median of {args.rounds} rounds): "
+        f"resident {resident:.3f} ms, unloaded {unloaded:.3f} ms, replay {unloaded - resident:.3f} ms "
+        f"({100 * summary['replay_share_of_unloaded_wake']:.0f}% of the unloaded wake)"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
