@@ -33,7 +33,10 @@ from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, 
 
 T = TypeVar("T")
 _JSON = Codec(None)
-_LAPSED = object()  # a sync step not started: the lease ran out before its thread got to it
+_LAPSED = object()
+# a retry's delay at least this long is recorded (a waiting step), so that the run may leave memory
+# while it waits; a shorter one stays in memory, where it costs less than the write
+RECORDED_RETRY_MS = 1000  # a sync step not started: the lease ran out before its thread got to it
 
 
 class RunContext:
@@ -161,6 +164,9 @@ class RunContext:
             raise restore_error(rec.error)
         started = self._now()
         attempt = 0
+        if rec is not None and rec.status == "waiting" and rec.wake_at is not None:
+            started, attempt = rec.started_at, int(json.loads(rec.detail or "{}").get("attempts", 0))
+            await self._retry_wait(rec)  # a retry's delay, recorded before the run left memory
         while True:
             attempt += 1
             await self.resume()
@@ -172,7 +178,21 @@ class RunContext:
             except Exception as err:
                 if attempt <= spec.retries and not isinstance(err, DuroError):
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
-                    await self._sleep_until(self._now() + delay)
+                    if delay < RECORDED_RETRY_MS:
+                        await self._sleep_until(self._now() + delay)
+                        continue
+                    due = self._now() + delay
+                    waiting = StepRecord(
+                        seq,
+                        "step",
+                        spec.name,
+                        "waiting",
+                        started,
+                        wake_at=due,
+                        detail=dump_json({"attempts": attempt}),
+                    )
+                    await self.write(waiting, "suspended", due)
+                    await self._retry_wait(waiting)
                     continue
                 await self.write(
                     StepRecord(
@@ -200,6 +220,16 @@ class RunContext:
                 )
             )
             return value
+
+    async def _retry_wait(self, waiting: StepRecord) -> None:
+        """A retry's delay, recorded as the step ``waiting`` until its time with the attempts made
+        so far (``suspended``): the run may leave memory meanwhile and comes back to the next attempt."""
+        assert waiting.wake_at is not None
+        await self.park(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at)
+        if not await self._gateway.progress.write(
+            RecordStep(self.run_id, self.owner, None, "running", None, self._now())
+        ):
+            raise LostRun(self.run_id)
 
     async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _current.inside_step.set(spec.name)

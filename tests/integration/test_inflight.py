@@ -321,3 +321,32 @@ async def test_an_event_wait_is_unloaded_after_unload_after_of_real_idleness(sql
         assert handle.id not in engine.worker.live
         await handle.signal("answer", "late")
         assert await handle.result(timeout="10s") == "late"
+
+
+async def test_a_retry_delay_is_recorded_and_the_run_leaves_memory_until_the_next_attempt(database_url):
+    attempts: list[int] = []
+
+    @step(retries=2, retry_delay="1m")
+    async def flaky(n: int) -> int:
+        attempts.append(n)
+        if len(attempts) < 3:
+            raise RuntimeError("not yet")
+        return n
+
+    @workflow
+    async def job(n: int) -> int:
+        return await flaky(n)
+
+    clock = SimulatedClock(START)
+    async with engine_on(database_url, clock) as engine:
+        handle = await job.start(4)
+        await clock.advance(0)
+        assert handle.id not in engine.worker.live and attempts == [4]
+        steps = await handle.steps()
+        assert (steps[0].status, steps[0].detail) == ("waiting", {"attempts": 1})
+        assert row(engine, handle.id)["due_at"] == clock.now_ms() + 60_000
+        await clock.advance("1m")
+        assert attempts == [4, 4]  # the second attempt, after a replay; the third waits 2 minutes
+        await clock.advance("2m")
+        assert await handle.result() == 4
+    assert attempts == [4, 4, 4]
