@@ -327,12 +327,16 @@ def _handoffs(events: list[tuple[str, float]]) -> list[float]:
     return out
 
 
-async def case_latency_queue(url: str, poll: str, handoffs: int, window: float = 0.0) -> dict:
+async def case_latency_queue(
+    url: str, poll: str, handoffs: int, window: float = 0.0, max_resident_runs: int = 10_000
+) -> dict:
     """Rounds of (a holder, a queue of ``handoffs`` one-shot waiters behind it, the holder releases)
-    until the rounds' hand-off time (the holder's release to the last grant) adds up to ``window``."""
+    until the rounds' hand-off time (the holder's release to the last grant) adds up to ``window``.
+    ``max_resident_runs=0``: every waiter leaves memory while it queues (bench/handover.py)."""
     lat: list[float] = []
     measured, rnd = 0.0, 0
-    async with Engine(url, workspace=workspace(1), options=WorkerOptions(poll_interval=poll)) as engine:
+    options = WorkerOptions(poll_interval=poll, max_resident_runs=max_resident_runs)
+    async with Engine(url, workspace=workspace(1), options=options) as engine:
         engine.register(cycler)
         engine.register(holder)
         await _warm(engine)
