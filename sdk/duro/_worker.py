@@ -100,6 +100,7 @@ class Worker:
         self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
         self.slots.on_adopted = self._take_up
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
+        self._swept = 0  # when runs of owners with no row were last handed back (once a lease)
         self.heartbeat = Heartbeat(
             self.id, namespace, self.host, self.lease_ms, clock, gateway, self.drop_all, self.wake
         )
@@ -163,12 +164,9 @@ class Worker:
     # -- executing -------------------------------------------------------------------------------
 
     def _adopter(self) -> Adopter | None:
-        local = self.registry.local_names()
-        return (
-            Adopter(self.id, self.namespace, tuple(local))
-            if self.heartbeat.running and self.has_room()
-            else None
-        )
+        if not (self.heartbeat.running and self.has_room()):
+            return None
+        return Adopter(self.id, self.namespace, tuple(self.registry.local_names()))
 
     def _take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:
@@ -376,9 +374,11 @@ class Worker:
             limit=room,
             serial=self.registry.serial_names(),
             condemned=condemned,
-            orphans=full,
+            orphans=full and now - self._swept >= self.lease_ms,
         )
-        claimed = await self.db(self.store.claim_runs, claim) if room or condemned or full else []
+        claimed = await self.db(self.store.claim_runs, claim) if room or condemned or claim.orphans else []
+        if claim.orphans:
+            self._swept = now
         residents.backlog = room == 0 or len(claimed) == room  # more may be due: claim again when room frees
         if not residents.backlog:
             due = await self.db(self.store.next_due, claim) if claim.workflows else None

@@ -228,3 +228,18 @@ def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones
             plan = store.db.run_text(conn, "EXPLAIN " + candidates, params).fetchall()
     assert any("duro_runs_due" in str(row) for row in plan), plan
     assert not any(str(row[-1]).startswith("SCAN duro_runs") for row in plan), plan
+
+
+def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
+    """A stopping or condemned worker's runs, and runs whose owner has no row, are found through
+    duro_runs_owner (unfinished owned runs only): a worker's past runs never slow them."""
+    from duro.store._queries import QUERIES
+
+    store.insert_run(NewRun("held", "default", "wf", "1", "{}", "w1", 1), None)
+    with store._engine.connect() as conn:
+        if store.dialect == "postgresql":
+            conn.connection.driver_connection.execute("SET enable_seqscan = off")
+        for name, params in (("hand_back", {"id": "w1"}), ("hand_back_orphans", {})):
+            explain = "EXPLAIN QUERY PLAN " if store.dialect == "sqlite" else "EXPLAIN "
+            plan = store.db.run_text(conn, explain + QUERIES[name], params).fetchall()
+            assert any("duro_runs_owner" in str(row) for row in plan), (name, plan)

@@ -78,8 +78,9 @@ class Run(DuroTable, table=True):
         # executing or held by a worker is outside it, and so is a run that waits with no time
         # (a signal, a child): a million runs asleep or parked cost a claim one index probe.
         Index("duro_runs_due", "namespace", "due_at", "id", **_where("owner IS NULL AND due_at IS NOT NULL")),
-        # the runs a worker holds: handed back at once when it stops or is found dead (schema 5)
-        Index("duro_runs_owner", "owner", **_where("owner IS NOT NULL")),
+        # the unfinished runs a worker holds: handed back at once when it stops or is found dead
+        # (schema 5; a finished run leaves it, so a worker's past runs never slow a hand-back)
+        Index("duro_runs_owner", "owner", **_where(f"owner IS NOT NULL AND status IN {ACTIVE_SQL}")),
         # partial: a start without a quota or a parent writes neither (schema 4; each was about a
         # tenth of a start's SQLite time)
         Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),
