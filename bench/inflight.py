@@ -27,16 +27,22 @@ duro, per store (``--stores sqlite,postgres``):
              PostgreSQL ``COPY`` then ``VACUUM ANALYZE`` (what autovacuum would do soon after).
 3. loaded    a worker started on that store (time to its ``duro_workers`` row), settled
              ``--settle`` seconds: RSS, peak, CPU while idle.
-4. kill      ``--due`` runs more are written the same way, due at ``--due-lead`` s from now, spread
-             over ``--due-spread`` s; at once the worker is SIGKILLed and a new one started. Measured
-             from the store (poll every 20 ms, then the runs' own ``ended_at``): the new worker's
-             start to its row, the kill (and the restart) to the first due run completed, and each
-             due run's lateness = ``ended_at`` - its wake time (p50, p99, max). The new worker's RSS
-             after it settled.
+4. kill      two groups of timed runs are written the same way around a planned kill instant K
+             (0.5 s ahead): ``--due`` runs due from K + ``--due-lead`` s (3), spread over
+             ``--due-spread`` s (the new worker is up by then: timer precision after a restart), and
+             ``--overdue`` runs due at K + ``--overdue-lead`` s (0.5; within 0.1 s: already late when
+             the new worker comes up, so this measures the recovery itself). At K the worker is
+             SIGKILLed and a new one started at once. From the store (polled every 20 ms, then the
+             runs' own ``ended_at``): the new worker's start to its row; per group the kill to the
+             first and last run done and each run's lateness = ``ended_at`` - its wake time (p50,
+             p99, max); the new worker's RSS after it settled.
 5. starts    a fresh store and a worker; this script's client (``Engine(url)`` never entered,
-             ``register_remote("napper")``, ``--clients`` coroutines) starts ``--starts`` runs. Rate =
-             runs / (the last run's suspension, its ``updated_at`` in the store - the first start);
-             the client's own start rate; the worker's RSS peak (sampled, and VmHWM) and after.
+             ``register_remote("napper")``, ``--clients`` coroutines; ``--client-procs`` > 1 splits
+             them over processes) starts ``--starts`` runs. Rate = runs / (the last run's
+             suspension, its ``updated_at`` in the store - the first start); the client's own start
+             rate; the worker's RSS before, peak (sampled, and VmHWM) and after; and, sampled every
+             quarter second from the store, the peak number of runs owned, ``running`` and ``pending`` (to
+             compare with ``max_concurrent_runs`` / ``max_resident_runs``).
 
 DBOS Transact (unless ``--no-dbos``), per store: the same workflow as a ``@DBOS.workflow`` (async,
 ``DBOS.sleep_async(7 days)``), on its SQLite system database (WAL + synchronous=NORMAL, duro's
@@ -44,14 +50,17 @@ durability) or the same PostgreSQL server (``system_database_url``). DBOS is a p
 singleton, so each DBOS process is this script (``--dbos-child``), ``application_version`` pinned:
 
 6. first     launch (RSS settled: idle), then ``DBOS.start_workflow_async`` x ``--dbos-starts``
-             (``--clients`` coroutines): rate = N / (every ``DBOS.sleep`` checkpoint in
-             ``operation_outputs`` - the first start); RSS with them pending, settled. Then ``--due``
-             workflows that sleep until ``--due-lead`` s from now (spread as above), and SIGKILL.
+             (``--dbos-clients`` coroutines): rate = N / (every ``DBOS.sleep`` checkpoint in
+             ``operation_outputs`` - the first start); RSS with them pending, settled. Then the two
+             groups of timed workflows as in 4 (``DBOS.sleep_async`` until their wake time; the kill
+             instant K is planned 1 s + 10 ms per workflow ahead, to leave time to start them), and
+             SIGKILL at K.
 7. restart   a new process on the same database: ``DBOS.launch()``'s duration, a probe (a new one-step
              workflow, start to result) right after it, the time until every pending workflow was
              re-executed up to its sleep again (DBOS recovers by re-enqueueing each pending workflow
-             and running it from the start: counted in the process), the due workflows' lateness
-             (``completed_at`` - wake time) and the kill to the first one done, RSS after.
+             and running it from the start: counted in the process), per group of timed workflows
+             the kill to the first and last done and their lateness (``completed_at`` - wake time),
+             RSS after.
 
 Every wait is bounded (``--phase-timeout``, ``--dbos-timeout``); a phase that runs out is reported as
 "did not finish in X s" with how far it got. ``--quick`` shrinks everything for a smoke run (20,000
@@ -189,6 +198,40 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, proc_status(self.pid).get("VmRSS", 0.0))
+
+
+class StoreSampler:
+    """Samples, every ``every`` seconds (0.25) in a thread on its own connection, how many runs a worker
+    holds in the store (``owner`` set) and how many are ``running`` / ``pending``: the peaks."""
+
+    def __init__(self, kind: str, info: dict, every: float = 0.25) -> None:
+        self.kind, self.info, self.every = kind, info, every
+        self.peak = {"owned": 0, "running": 0, "pending": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        db = Db(self.kind, self.info)
+        try:
+            while not self._stop.is_set():
+                owned, running, pending = db.all(
+                    "SELECT count(*) FILTER (WHERE owner IS NOT NULL), "
+                    "count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'pending') "
+                    "FROM duro_runs"
+                )[0]
+                for key, value in (("owned", owned), ("running", running), ("pending", pending)):
+                    self.peak[key] = max(self.peak[key], int(value or 0))
+                self._stop.wait(self.every)
+        finally:
+            db.close()
+
+    def __enter__(self) -> StoreSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def settle(pid: int, seconds: float, check: Callable[[], None]) -> dict[str, float]:
@@ -703,7 +746,7 @@ def duro_starts(kind: str, stores: _support.Stores, args: argparse.Namespace) ->
             with worker(project, info["url"], "starts", args) as w:
                 w.wait_registered(db, args.phase_timeout)
                 before = settle(w.pid, min(2.0, args.settle), w.check)
-                with RssSampler(w.pid) as sampler:
+                with RssSampler(w.pid) as sampler, StoreSampler(kind, info) as held:
                     started = (
                         asyncio.run(client_starts(info["url"], n, args.clients))
                         if args.client_procs <= 1
@@ -739,6 +782,9 @@ def duro_starts(kind: str, stores: _support.Stores, args: argparse.Namespace) ->
         "hwm_mib": hwm,
         "rss_after_mib": after["rss_mib"],
         "cpu_pct_after": after["cpu_pct"],
+        "peak_owned_runs": held.peak["owned"],
+        "peak_running_runs": held.peak["running"],
+        "peak_pending_runs": held.peak["pending"],
     }
     if suspended >= n and last is not None:
         seconds = (last - started["first_start_ms"]) / 1000
@@ -1182,6 +1228,16 @@ TABLE: list[tuple[str, str, Callable[[dict], Any], str]] = [
         ".1f",
     ),
     ("duro", "  worker RSS after, settled (MiB)", lambda d: d["starts"]["rss_after_mib"], ".1f"),
+    (
+        "duro",
+        "  peak runs owned / 'running' / pending (store)",
+        lambda d: (
+            d["starts"]["peak_owned_runs"],
+            d["starts"]["peak_running_runs"],
+            d["starts"]["peak_pending_runs"],
+        ),
+        ",d",
+    ),
     ("dbos", "DBOS: workflows started (N)", lambda d: d["n"], ",d"),
     ("dbos", "  start -> all sleeping (workflows/s)", lambda d: d["rate"], ",.0f"),
     ("dbos", "  starts/s", lambda d: d["starts_per_s"], ",.0f"),
@@ -1205,7 +1261,9 @@ def print_table(report: dict) -> None:
     p = report["params"]
     print(
         f"\n{report['date']}  cpus={report['machine']['cpus']}  python {report['machine']['python']}  "
-        f"duro {report['duro_commit']}  dbos {report['dbos_version']}  (wall {report['wall_seconds']:.0f} s)"
+        f"duro {report['duro_commit']}  dbos {report['dbos_version']}  (wall {report['wall_seconds']:.0f} s)\n"
+        f"load average (1/5/15 min) at start {fmt(tuple(report['machine']['load_avg_at_start']), '.1f')}, "
+        f"at end {fmt(tuple(report['machine']['load_avg_at_end']), '.1f')} (a shared machine)"
     )
     print(
         f"sleepers={p['sleepers']:,}  due={p['due']} (lead {p['due_lead']} s, spread {p['due_spread']} s)  "
@@ -1367,6 +1425,7 @@ def main(argv: list[str] | None = None) -> int:
                     report["duro"][label][phase] = {"error": str(err)}
                     log(f"  failed: {err}")
                 report["duro"][label][phase]["wall_seconds"] = time.perf_counter() - began
+                report["duro"][label][phase]["load_avg_after"] = os.getloadavg()
             if have_dbos:
                 log(f"dbos {kind} ...")
                 began = time.perf_counter()
@@ -1376,10 +1435,12 @@ def main(argv: list[str] | None = None) -> int:
                     report["dbos"][label] = {"n": args.dbos_starts, "error": str(err)}
                     log(f"  failed: {err}")
                 report["dbos"][label]["wall_seconds"] = time.perf_counter() - began
+                report["dbos"][label]["load_avg_after"] = os.getloadavg()
     finally:
         if pg is not None:
             pg.destroy()
     report["wall_seconds"] = time.perf_counter() - wall
+    report["machine"]["load_avg_at_end"] = os.getloadavg()
     print_table(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")

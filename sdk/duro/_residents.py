@@ -58,6 +58,7 @@ class Residents:
         self._flushing: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._retry: list[Waiting] = []  # given up in memory, not yet in the store
+        self._leaving: set[str] = set()  # parked runs chosen to leave memory, until they unpark
 
     # -- the port a run reaches ----------------------------------------------------------------
 
@@ -77,12 +78,19 @@ class Residents:
 
     def unpark(self, ctx: RunContext) -> None:
         self.parked.pop(ctx.run_id, None)
+        self._leaving.discard(ctx.run_id)  # woke (or was stopped): no longer on its way out
+
+    def leaves_at_once(self, due_at: int) -> bool:
+        now = self.clock.now_ms()
+        return rules.unload_at_once(rules.Parked("", 0, "sleep", due_at), now, self.unload_after_ms)
 
     # -- capacity ------------------------------------------------------------------------------
 
     def executing(self) -> int:
-        """Runs in memory that are not parked: executing, or between two waits."""
-        return len(self.live) - len(self.parked)
+        """Runs in memory that are not parked (executing, or between two waits), and parked runs on
+        their way out: until a run is out, it holds its memory, so it counts against
+        ``max_concurrent_runs`` (what a worker claims while its unloads lag stays bounded)."""
+        return len(self.live) - len(self.parked) + len(self._leaving)
 
     def room(self) -> int:
         """How many more runs this worker may start executing now."""
@@ -119,6 +127,7 @@ class Residents:
         if not run_ids:
             return
         self._chosen.update(dict.fromkeys(run_ids))
+        self._leaving.update(run_ids)
         if self._flushing is None:
             self._flushing = asyncio.get_running_loop().create_task(self._flush(), name="duro-unload")
 

@@ -35,6 +35,9 @@ class Residency(Protocol):
 
     def unpark(self, ctx: Any) -> None: ...
 
+    def leaves_at_once(self, due_at: int) -> bool:
+        """Whether a sleep until ``due_at`` would leave memory as soon as it parks."""
+
 
 class Lease(Protocol):
     """The worker's lease on the runs it executes (duro._worker.Worker)."""

@@ -104,19 +104,19 @@ class Steps:
                 return self._unload(conn, command)
 
     def _unload(self, conn: Connection, command: Unload) -> list[str]:
-        """See :class:`Unload`: one statement per run, by the kind of its wait."""
-        given_up = []
-        for wait in command.waits:
-            params = {
-                "id": wait.run_id,
-                "owner": command.owner,
-                "key": wait.key,
-                "due_at": wait.due_at,
-                "now": command.now,
-            }
-            if self.db.run(conn, f"unload_{wait.kind}", params).rowcount == 1:
-                given_up.append(wait.run_id)
-        return given_up
+        """See :class:`Unload`: one statement per run, by the kind of its wait (pipelined)."""
+        sent = []
+        with self.db.pipeline(conn):  # on PostgreSQL one round trip for all of them
+            for wait in command.waits:
+                params = {
+                    "id": wait.run_id,
+                    "owner": command.owner,
+                    "key": wait.key,
+                    "due_at": wait.due_at,
+                    "now": command.now,
+                }
+                sent.append((wait.run_id, self.db.run(conn, f"unload_{wait.kind}", params)))
+        return [run_id for run_id, cursor in sent if cursor.rowcount == 1]
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
         if self.db.dialect == "postgresql":
