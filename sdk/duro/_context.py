@@ -308,13 +308,18 @@ class RunContext:
         assert rec.wake_at is not None
         self._asleep = True
         self.unsettled = recorded
+        self.parked = Waiting(self.run_id, "sleep", None, rec.wake_at)  # see park (written out: hot)
+        residency = self.runtime.residency
+        residency.park(self)
         try:
-            await self.park(self._sleep_until(rec.wake_at), "sleep", None, rec.wake_at)
+            await self._sleep_until(rec.wake_at)
         except asyncio.CancelledError:
             if self.fatal is not None:
                 raise self.fatal from None
             raise
         finally:
+            self.parked = None
+            residency.unpark(self)
             self._asleep = False
             self.unsettled = None
         if recorded is not None and not recorded.took and await recorded.outcome() is not True:

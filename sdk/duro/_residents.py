@@ -48,6 +48,7 @@ class Residents:
         self.max_concurrent = options.max_concurrent_runs
         self.unload_after_ms = options.unload_after_ms
         self.clock = clock
+        self._now, self._monotonic = clock.now_ms, clock.monotonic_ms  # read at every park: bound once
         self.gateway = gateway
         self.live = live
         self._wake = wake  # the worker's loop: capacity freed, or runs given up (some due now)
@@ -65,24 +66,29 @@ class Residents:
     def park(self, ctx: RunContext) -> None:
         wait = ctx.parked
         assert wait is not None
-        parked = rules.Parked(ctx.run_id, self.clock.monotonic_ms(), wait.kind, wait.due_at)
+        parked = rules.Parked(ctx.run_id, self._monotonic(), wait.kind, wait.due_at)
         self.parked[ctx.run_id] = parked
         if self.backlog:
             self._wake()  # one more run may execute now
-        if rules.unload_at_once(parked, self.clock.now_ms(), self.unload_after_ms):
+        after = self.unload_after_ms
+        if after is not None and rules.unload_at_once(parked, self._now(), after):
             self._choose([ctx.run_id])
         elif len(self.live) > self.max_resident:
             self.make_room()
-        elif self._timer is None and self.unload_after_ms is not None:
+        elif self._timer is None and after is not None:
             self._arm()
 
     def unpark(self, ctx: RunContext) -> None:
-        self.parked.pop(ctx.run_id, None)
-        self._leaving.discard(ctx.run_id)  # woke (or was stopped): no longer on its way out
+        run_id = ctx.run_id
+        self.parked.pop(run_id, None)
+        if self._leaving:
+            self._leaving.discard(run_id)  # woke (or was stopped): no longer on its way out
 
     def leaves_at_once(self, due_at: int) -> bool:
-        now = self.clock.now_ms()
-        return rules.unload_at_once(rules.Parked("", 0, "sleep", due_at), now, self.unload_after_ms)
+        """Whether a sleep until ``due_at`` that parks now leaves memory at once (the rule:
+        ``_residency.unload_at_once``, written out: every sleep asks)."""
+        after = self.unload_after_ms
+        return after is not None and due_at - self._now() > after
 
     # -- capacity ------------------------------------------------------------------------------
 

@@ -121,8 +121,11 @@ class Slots:
         self.db.notify(
             conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
         )
-        # a waiter unloaded from memory is due now: its slot came, or its wait timed out
-        woken = {row.run_id for row in decision.granted}
+        # a waiter that may have left memory is due now: its slot was reserved for it, or its wait
+        # timed out (a slot granted at once is its caller's own; one handed over in this process
+        # went to a run parked here, and a run unloaded meanwhile finds it when it is handed back:
+        # see _steps.Unload)
+        woken = {row.run_id for row in decision.granted if row.state == "reserved"}
         woken.update(row.run_id for row in decision.writes if row.state == "timed_out")
         for run_id in sorted(r for r in woken if r is not None):
             self.db.run(conn, "nudge", {"id": run_id, "now": now})
