@@ -54,6 +54,7 @@ from .store import Adopter, Claim, FinishRun, RunRecord, settle_sleeps
 
 T = TypeVar("T")
 log = logging.getLogger("duro")
+CLAIM_BATCH = 100  # runs a claim takes at most (more room: the next batch at once; workers share a backlog)
 CLAIM_BATCH_S = 0.02  # announced runs are claimed in batches at most this often (see _wake_for_claims)
 
 
@@ -371,7 +372,7 @@ class Worker:
             namespace=self.namespace,
             workflows=self.registry.local_names(),
             now=now,
-            limit=room,
+            limit=min(room, CLAIM_BATCH),
             serial=self.registry.serial_names(),
             condemned=condemned,
             orphans=full and now - self._swept >= self.lease_ms,
@@ -380,10 +381,11 @@ class Worker:
         if claim.orphans:
             self._swept = now
         residents.backlog = room == 0 or len(claimed) == room  # more may be due: claim again when room frees
-        if not residents.backlog:
+        if room > len(claimed) == claim.limit:
+            self.wake()  # a full batch, and room for more: the next batch at once
+        elif not residents.backlog:
             due = await self.db(self.store.next_due, claim) if claim.workflows else None
-            # one still due now was not claimable (taken meanwhile): the poll pass looks again
-            self._next_due = due if due is None or due > now else None
+            self._next_due = due if due is None or due > now else None  # due now: taken meanwhile
         for worker, _ in condemned:
             heartbeat.watch.forget(worker)
         if condemned:
