@@ -42,6 +42,7 @@ class Residents:
         gateway: StoreGateway,
         live: dict[str, RunContext],
         wake: Callable[[], None],
+        room_freed: Callable[[], None],
     ) -> None:
         self.worker_id = worker_id
         self.max_resident = options.max_resident_runs
@@ -51,7 +52,8 @@ class Residents:
         self._now, self._monotonic = clock.now_ms, clock.monotonic_ms  # read at every park: bound once
         self.gateway = gateway
         self.live = live
-        self._wake = wake  # the worker's loop: capacity freed, or runs given up (some due now)
+        self._wake = wake  # the worker's loop: runs given up (some due now)
+        self._room_freed = room_freed  # the worker's claims, batched: a parked run freed capacity
         self.parked: dict[str, rules.Parked] = {}  # in the order they parked: the longest idle first
         self.unloaded = 0  # runs given up so far (for tests and benchmarks)
         self.backlog = False  # due work was left in the store for want of capacity
@@ -69,7 +71,7 @@ class Residents:
         parked = rules.Parked(ctx.run_id, self._monotonic(), wait.kind, wait.due_at)
         self.parked[ctx.run_id] = parked
         if self.backlog:
-            self._wake()  # one more run may execute now
+            self._room_freed()  # one more run may execute now
         after = self.unload_after_ms
         if after is not None and rules.unload_at_once(parked, self._now(), after):
             self._choose([ctx.run_id])

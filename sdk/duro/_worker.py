@@ -96,7 +96,7 @@ class Worker:
         self.wakeups = Wakeups(clock)  # runs parked on a signal, and waits for a run's end
         self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
         self.lease_ms = options.lease_ms
-        self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake)
+        self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
         self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
         self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
         self.slots.on_adopted = self._take_up
@@ -173,6 +173,10 @@ class Worker:
         for run in runs:
             self.launch(run)
 
+    def room_freed(self) -> None:
+        """Claim due work left for want of room: batched (CLAIM_BATCH_S); at once with no poll pass."""
+        self.wake() if self.options.poll_interval_ms is None else self._wake_for_claims()
+
     def has_room(self) -> bool:
         """Whether this worker may execute one more run now (``max_concurrent_runs``)."""
         return self.residents.room() > 0
@@ -218,7 +222,7 @@ class Worker:
         except asyncio.CancelledError:
             if ctx.cancel_reason != "cancelled":
                 raise  # engine shutdown: the run stays unfinished and is recovered later
-            await self._leave_queues_of_cancelled(run.id)
+            await self.limits.leave_queues_of_cancelled(run.id)
         except RunCancelled:
             pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
@@ -236,18 +240,10 @@ class Worker:
                 self.notify_done(run.id)
                 if run.parent_id is not None and run.parent_id not in self.live:
                     self.wake()  # its parent, unloaded while it waited, is due now
-            if self.heartbeat.running and (self.residents.backlog or self.registry.is_serial(run.workflow)):
-                self.wake()  # room for due work left in the store; the next run of a serial workflow
-
-    async def _leave_queues_of_cancelled(self, run_id: str) -> None:
-        """A run cancelled from elsewhere (a client engine, which may not know the project's limits,
-        so could not take it out of their queues) leaves them here: a dead waiter must not hold up
-        the queue. When the canceller did it already, nothing is left to leave (the hook step keeps
-        the run's own end time, whoever closes it)."""
-        try:
-            await self.limits.leave_queues([run_id])
-        except Exception as err:  # noqa: BLE001 - the store out of reach: the waiter times out in the end
-            store_trouble("taking a cancelled run out of the limits' queues", err)
+            if self.heartbeat.running and self.registry.is_serial(run.workflow):
+                self.wake()  # the next run of a serial workflow
+            elif self.heartbeat.running and self.residents.backlog:
+                self.room_freed()
 
     # -- the loop --------------------------------------------------------------------------------
 

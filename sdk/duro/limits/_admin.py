@@ -12,7 +12,7 @@ from .._clock import Clock, ms_to_datetime
 from .._config import LimitConfig, Workspace, check_capacity, check_max_hold
 from .._durations import Duration, format_ms
 from .._errors import ConfigError, DuroError
-from .._gateway import StoreGateway
+from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
 from .._text import NUL
 from ..store import OwnStep, ReleaseSlot
@@ -55,6 +55,16 @@ class Limits:
                 self._clock.now_ms() if now is None else now,
             )
             self._notify(granted)
+
+    async def leave_queues_of_cancelled(self, run_id: str) -> None:
+        """A run cancelled from elsewhere (a client engine, which may not know the project's limits,
+        so could not take it out of their queues) leaves them here, in its worker: a dead waiter
+        must not hold up the queue. When the canceller did it already, nothing is left to leave (the
+        hook step keeps the run's own end time, whoever closes it)."""
+        try:
+            await self.leave_queues([run_id])
+        except Exception as err:  # noqa: BLE001 - the store out of reach: the waiter times out in the end
+            store_trouble("taking a cancelled run out of the limits' queues", err)
 
     async def list(self) -> builtins.list[LimitInfo]:
         """Every declared limit: capacity and max hold (declared, overridden, effective) and counts."""
