@@ -100,10 +100,10 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
     assert "waiting" in _index_definition(second, "duro_slots_run")
     assert "owner IS NULL" in _index_definition(second, "duro_runs_due")  # schema 5 (see below)
-    with second._engine.connect() as conn:
-        table = "pg_indexes WHERE indexname" if second.dialect == "postgresql" else "sqlite_master WHERE name"
-        for gone in ("duro_runs_claim", "duro_runs_active"):
-            assert not conn.execute(sa.text(f"SELECT count(*) FROM {table} = '{gone}'")).scalar()
+    if second.dialect == "postgresql":  # unfinished runs by status, for lists of active runs
+        assert "pending" in _index_definition(second, "duro_runs_active")
+    else:
+        assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
     assert second.count_active("tenant:a", ("pending", "running"), None) == 1
     assert second.get_run("child").parent_id == "parent"
     second.close()
@@ -158,8 +158,8 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
 
 def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     """A version-4 database (no ``due_at``): every unfinished run becomes due at once, the runs of
-    owners with no row go back, the claims' old indexes give way to duro_runs_due and
-    duro_runs_owner, and finished runs stay out of the due index."""
+    owners with no row go back, duro_runs_due and duro_runs_owner are made, and finished runs stay
+    out of the due index."""
     first = SqlStore(database_url)
     first.create_schema()
     first.register_worker("w-alive", "default", "h", 1, 1)
@@ -171,10 +171,6 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
         conn.execute(sa.text("UPDATE duro_runs SET status = 'completed' WHERE id = 'done'"))
         for index in ("duro_runs_due", "duro_runs_owner"):
             conn.execute(sa.text(f"DROP INDEX {index}"))
-        if first.dialect == "postgresql":
-            conn.execute(sa.text("CREATE INDEX duro_runs_active ON duro_runs (namespace, created_at, id)"))
-        else:
-            conn.execute(sa.text("CREATE INDEX duro_runs_claim ON duro_runs (namespace, status, owner)"))
         conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN due_at"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '4' WHERE key = 'schema_version'"))
     first.close()
@@ -231,8 +227,9 @@ def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones
 
 
 def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
-    """A stopping or condemned worker's runs, and runs whose owner has no row, are found through
-    duro_runs_owner (unfinished owned runs only): a worker's past runs never slow them."""
+    """A stopping or condemned worker's runs, and runs whose owner has no row, are found through an
+    index of unfinished runs (duro_runs_owner: unfinished owned runs): a worker's past runs never
+    slow them."""
     from duro.store._queries import QUERIES
 
     store.insert_run(NewRun("held", "default", "wf", "1", "{}", "w1", 1), None)
@@ -242,4 +239,8 @@ def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
         for name, params in (("hand_back", {"id": "w1"}), ("hand_back_orphans", {})):
             explain = "EXPLAIN QUERY PLAN " if store.dialect == "sqlite" else "EXPLAIN "
             plan = store.db.run_text(conn, explain + QUERIES[name], params).fetchall()
-            assert any("duro_runs_owner" in str(row) for row in plan), (name, plan)
+            # an index of unfinished runs only (PostgreSQL's planner may take duro_runs_active)
+            assert any("duro_runs_owner" in str(row) or "duro_runs_active" in str(row) for row in plan), (
+                name,
+                plan,
+            )

@@ -63,9 +63,7 @@ def _add_due_at(conn: Connection) -> None:
             "AND owner NOT IN (SELECT id FROM duro_workers)"
         )
     )
-    _recreate_indexes(
-        conn, "duro_runs_due", "duro_runs_owner", dropped=["duro_runs_claim", "duro_runs_active"]
-    )
+    _recreate_indexes(conn, "duro_runs_due", "duro_runs_owner")
 
 
 def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:

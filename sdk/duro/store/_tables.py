@@ -74,6 +74,12 @@ class Run(DuroTable, table=True):
 
     __tablename__ = "duro_runs"
     __table_args__ = (
+        # Unfinished runs by status: lists of active runs (Studio, list_runs with a status filter)
+        # read them here, not through every finished run (schema 4's claim indexes, kept for that)
+        Index("duro_runs_claim", "namespace", "status", "owner").ddl_if(dialect="sqlite"),
+        Index(
+            "duro_runs_active", "namespace", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")
+        ).ddl_if(dialect="postgresql"),
         # The runs a claim looks at (schema 5): unowned runs with a due time, in due order. A run
         # executing or held by a worker is outside it, and so is a run that waits with no time
         # (a signal, a child): a million runs asleep or parked cost a claim one index probe.
