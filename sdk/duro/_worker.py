@@ -102,7 +102,7 @@ class Worker:
         self.slots.on_adopted = self._take_up
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
         self._swept = 0  # when runs of owners with no row were last handed back (once a lease)
-        self._statuses_read = -1000  # when the statuses of the runs held here were last read
+        self._statuses_read = -1000  # when the poll pass last read the held runs' statuses
         self.heartbeat = Heartbeat(
             self.id, namespace, self.host, self.lease_ms, clock, gateway, self.drop_all, self.wake
         )
@@ -485,10 +485,8 @@ class Worker:
             for slot_id, state in states.items():
                 if state != "waiting":
                     self.slots.notify_slot(slot_id)
-        watched = set(self.wakeups.done.keys())
-        if (
-            now := self._monotonic()
-        ) - self._statuses_read >= 1000:  # every held run's, once a second at most
+        watched, now = set(self.wakeups.done.keys()), self._monotonic()
+        if now - self._statuses_read >= 500:  # the held runs' statuses, twice a second at most
             self._statuses_read, watched = now, watched | set(self.live)
         if watched:
             statuses = await self.db(self.store.run_statuses, watched)
