@@ -282,6 +282,7 @@ class RunContext:
         seq, rec = self.take_seq("sleep", "sleep")
         if rec is not None and rec.status == "completed":
             return
+        residency = self.runtime.residency
         recorded: Pending | None = None
         if rec is None:
             started = self._now()
@@ -295,7 +296,7 @@ class RunContext:
             self._emit(
                 "step.waiting", self.run_id, started, self.workflow, seq=seq, step_kind="sleep", name="sleep"
             )
-            if self.runtime.residency.leaves_at_once(started + ms):
+            if residency.leaves_at_once(started + ms):
                 # It will leave memory at once: its record must be in first, and until it is the run
                 # counts as executing, so a worker's capacity bounds what it claims while its
                 # commits lag (without this, PostgreSQL under a burst of starts let a worker hold
@@ -309,7 +310,6 @@ class RunContext:
         self._asleep = True
         self.unsettled = recorded
         self.parked = Waiting(self.run_id, "sleep", None, rec.wake_at)  # see park (written out: hot)
-        residency = self.runtime.residency
         residency.park(self)
         try:
             await self._sleep_until(rec.wake_at)

@@ -33,7 +33,7 @@ class WorkerOptions:
     lease: Duration = "30s"
     worker_id: str | None = None
     max_resident_runs: int = 10_000
-    max_concurrent_runs: int = 1_000
+    max_concurrent_runs: int = 250
     unload_after: Duration | None = "5s"
 
     def __post_init__(self) -> None:

@@ -68,23 +68,25 @@ class Residents:
     def park(self, ctx: RunContext) -> None:
         wait = ctx.parked
         assert wait is not None
-        parked = rules.Parked(ctx.run_id, self._monotonic(), wait.kind, wait.due_at)
-        self.parked[ctx.run_id] = parked
+        run_id = ctx.run_id
+        parked = self.parked[run_id] = rules.Parked(run_id, self._monotonic(), wait.kind, wait.due_at)
         if self.backlog:
             self._room_freed()  # one more run may execute now
         after = self.unload_after_ms
-        if after is not None and rules.unload_at_once(parked, self._now(), after):
-            self._choose([ctx.run_id])
+        if after is None:  # the harness: only over max_resident_runs
+            if len(self.live) > self.max_resident:
+                self.make_room()
+        elif rules.unload_at_once(parked, self._now(), after):
+            self._choose([run_id])
         elif len(self.live) > self.max_resident:
             self.make_room()
-        elif self._timer is None and after is not None:
+        elif self._timer is None:
             self._arm()
 
     def unpark(self, ctx: RunContext) -> None:
-        run_id = ctx.run_id
-        self.parked.pop(run_id, None)
+        self.parked.pop(ctx.run_id, None)
         if self._leaving:
-            self._leaving.discard(run_id)  # woke (or was stopped): no longer on its way out
+            self._leaving.discard(ctx.run_id)  # woke (or was stopped): no longer on its way out
 
     def leaves_at_once(self, due_at: int) -> bool:
         """Whether a sleep until ``due_at`` that parks now leaves memory at once (the rule:

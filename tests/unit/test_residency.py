@@ -70,7 +70,7 @@ def test_worker_options_defaults():
     options = WorkerOptions()
     assert (options.max_resident_runs, options.max_concurrent_runs, options.unload_after_ms) == (
         10_000,
-        1_000,
+        250,
         5_000,
     )
     assert WorkerOptions(unload_after=None, max_resident_runs=0).unload_after_ms is None
