@@ -27,6 +27,7 @@ from ._events import EventBus
 from ._gateway import StoreGateway
 from ._handle import RunHandle, RunInfo, StepInfo
 from ._hooks import EngineHooks
+from ._observe import attach_logs
 from ._options import WorkerOptions
 from ._registry import Registry
 from ._runs import Runs
@@ -106,6 +107,9 @@ class Engine:
             lambda: self._worker,
         )
         self._context_token: Any = None
+        self.meter: Any = None  # duro.metrics.Meter, once duro.metrics.collector(engine) asks
+        self.meter_detach: Any = None
+        attach_logs(self.store)
 
     @classmethod
     def from_project(cls, root: str | Path = ".", **kwargs: Any) -> Engine:

@@ -15,7 +15,8 @@ _NO_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
 class RunEvent(NamedTuple):
     """``kind``: run.created, run.completed, run.failed, run.cancelled, step.completed, step.failed,
-    step.waiting, signal.sent. ``at``: milliseconds since the epoch on the engine's clock.
+    step.waiting, signal.sent, slot.acquired, slot.released, quota.refused (no run was created:
+    ``run_id`` is the id it would have had). A run's end carries ``created_at`` in ``detail``. ``at``: milliseconds since the epoch on the engine's clock.
 
     Immutable, like a frozen dataclass, and a third of its cost to build: a run emits one per step."""
 
@@ -40,6 +41,11 @@ class EventBus:
         """Call ``listener`` for every event from now on; returns a function that unsubscribes."""
         self._listeners = (*self._listeners, listener)
         return lambda: self._drop(listener)
+
+    @property
+    def listening(self) -> bool:
+        """Whether anyone listens (an event that costs a read to describe is skipped otherwise)."""
+        return bool(self._listeners)
 
     def _drop(self, listener: Listener) -> None:
         self._listeners = tuple(known for known in self._listeners if known is not listener)

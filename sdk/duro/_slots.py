@@ -72,15 +72,49 @@ class LimitView(NamedTuple):
         return max(0, self.capacity - self.busy - self.reserved)
 
 
+class SlotEvent(NamedTuple):
+    """What a decision did to one slot, as operators count it (metrics, logs): ``kind`` is
+
+    - ``held``: the slot became its run's (``ms``: from the request to now, the wait);
+    - ``released``: given back (``ms``: how long it was held);
+    - ``expired``: taken back by ``max_hold`` (``ms``: how long it was held), a release that got lost;
+    - ``timed_out``: the request's timeout passed in the queue;
+    - ``lapsed``: a reservation its run did not confirm in time (requeued, or timed out as well).
+
+    Never a label or a run id: the limit's name is the only name it carries."""
+
+    kind: str
+    limit: str
+    ms: int | None = None
+
+
+def slot_events(before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> list[SlotEvent]:
+    """The events of one slot's change from ``before`` (``None``: a new request) to ``after``."""
+    was = None if before is None else before.state
+    events = []
+    if lapsed and was == "reserved":
+        events.append(SlotEvent("lapsed", after.limit))
+    if after.state == "busy" and was != "busy":
+        events.append(SlotEvent("held", after.limit, (after.held_since or 0) - after.enqueued_at))
+    elif after.state == "released" and was == "busy":
+        held = (after.ended_at or 0) - (after.held_since or after.ended_at or 0)
+        events.append(SlotEvent("expired" if after.reason == "max_hold" else "released", after.limit, held))
+    elif after.state == "timed_out" and was != "timed_out":
+        events.append(SlotEvent("timed_out", after.limit))
+    return events
+
+
 @dataclass
 class Decision:
-    """Slot rows to write (new or changed) and the limit's counts afterwards."""
+    """Slot rows to write (new or changed) and the limit's counts afterwards, and what that did
+    (``events``, for metrics and logs)."""
 
     view: LimitView
     writes: list[SlotRow] = field(default_factory=list)
     granted: list[SlotRow] = field(default_factory=list)  # rows that became reserved or busy
+    events: list[SlotEvent] = field(default_factory=list)
 
-    def put(self, before: SlotRow | None, after: SlotRow) -> None:
+    def put(self, before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> None:
         counts = {"busy": self.view.busy, "reserved": self.view.reserved, "waiting": self.view.waiting}
         if before is not None and before.state in counts:
             counts[before.state] -= 1
@@ -93,6 +127,7 @@ class Decision:
         self.writes = [row for row in self.writes if row.id != after.id] + [after]
         if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
             self.granted.append(after)
+        self.events += slot_events(before, after, lapsed)
 
 
 def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
@@ -216,7 +251,7 @@ def expire(view: LimitView, due: list[SlotRow], now: int) -> Decision:
         if row.state == "busy":
             decision.put(row, row._replace(state="released", ended_at=now, reason="max_hold"))
         elif row.state == "reserved":
-            decision.put(row, _requeue(row, decision.view, now))
+            decision.put(row, _requeue(row, decision.view, now), lapsed=True)
         elif row.state == "waiting":
             decision.put(row, row._replace(state="timed_out", ended_at=now))
     return decision

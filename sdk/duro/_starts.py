@@ -13,10 +13,11 @@ from typing import Any, Protocol
 
 from ._clock import Clock
 from ._definitions import Concurrency, WorkflowSpec
-from ._errors import DuroError, RunIdConflictError
+from ._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._hooks import EngineHooks
+from ._observe import log_quota_refused
 from ._registry import Registry
 from ._text import check_run_id, refuse_nul
 from .store import NewRun, OwnStep, QuotaCheck, RunRecord
@@ -101,7 +102,12 @@ class Starter:
             parent_id=parent.run_id if parent else None,
             parent_seq=parent.step.seq if parent else None,
         )
-        record, created = await self._gateway.call(store.insert_run, new, quota, parent)
+        try:
+            record, created = await self._gateway.call(store.insert_run, new, quota, parent)
+        except ConcurrencyLimitError as refused:
+            log_quota_refused(spec.name, refused.limit)
+            self._events.publish("quota.refused", new.id, new.created_at, spec.name)
+            raise
         if not created:  # taken since the check above (or, for a child, by an earlier start)
             return _same_workflow(record, spec.name), False
         self._events.publish("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)

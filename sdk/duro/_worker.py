@@ -9,12 +9,11 @@ ownership, so a worker that lost a run changes nothing; and a worker whose own l
 executes no code of any run until a heartbeat has gone through again (``RunContext.resume``), so a
 worker that lost a run never runs its code again.
 
-A waiting run stays in memory for a while (a parked coroutine) and is then unloaded: the store holds
-enough to replay it anywhere, and its ``due_at`` says when (see ``_residents``). Due work is claimed
-in due order, in batches of the worker's free capacity. Wakeups are local events; what other processes did (a run to claim, a slot handed
-to one of our waiters, a signal, a child finished, a run cancelled) arrives through the store's
-``listen`` (PostgreSQL ``LISTEN/NOTIFY``) at once, and through the poll pass (every
-``poll_interval``) when a notification is lost.
+A waiting run stays in memory a while (parked), then is unloaded: the store holds enough to replay
+it anywhere, and its ``due_at`` says when (see ``_residents``). Due work is claimed in due order,
+in batches of the worker's free capacity. What other processes did (a run to claim, a slot handed
+to one of our waiters, a signal, a child's end, a cancel) arrives through the store's ``listen``
+(PostgreSQL ``LISTEN/NOTIFY``) at once, and through the poll pass when a notice is lost.
 """
 
 from __future__ import annotations
@@ -217,22 +216,23 @@ class Worker:
             if await self.gateway.progress.write(
                 FinishRun(run.id, self.id, "completed", output, None, now(), run.parent_id)
             ):
-                self.events.publish("run.completed", run.id, now(), run.workflow)
-        except (LostRun, EngineCrash):
+                self.events.publish("run.completed", run.id, now(), run.workflow, created_at=run.created_at)
+        except (LostRun, EngineCrash, RunCancelled):
             pass
         except asyncio.CancelledError:
             if ctx.cancel_reason != "cancelled":
                 raise  # engine shutdown: the run stays unfinished and is recovered later
             await self.limits.leave_queues_of_cancelled(run.id)
-        except RunCancelled:
-            pass
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
             cause = ctx.fatal if ctx.fatal is not None else err
             ended = now()
             if await self.gateway.progress.write(
                 FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended, run.parent_id)
             ):
-                self.events.publish("run.failed", run.id, ended, run.workflow, error=type(cause).__name__)
+                error, created = type(cause).__name__, run.created_at
+                self.events.publish(
+                    "run.failed", run.id, ended, run.workflow, error=error, created_at=created
+                )
                 await self.limits.leave_queues([run.id], ended)
         finally:
             self.live.pop(run.id, None)

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from .._config import LimitConfig
-from .._slots import SlotRow
+from .._slots import SlotEvent, SlotRow
 from ._records import RunRecord, StepRecord
 
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
@@ -170,3 +170,4 @@ class SlotOutcome(NamedTuple):
     released: bool = False
     granted: tuple[SlotRow, ...] = ()
     adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
+    events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro._slots.SlotEvent)

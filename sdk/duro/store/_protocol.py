@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
 from .._config import LimitConfig
-from .._slots import SlotRow
+from .._slots import SlotEvent, SlotRow
 from ._commands import (
     Command,
     ConfirmSlot,
@@ -41,6 +41,8 @@ class Store(Protocol):
     # the commands ``apply_batch`` takes in one shared transaction; the rest go through ``apply`` alone
     batches: frozenset[type[Command]]
     notifies: bool  # whether ``listen`` delivers other processes' changes (else workers poll alone)
+    # called after commit with what slot decisions did (duro._slots.SlotEvent): metrics and logs
+    slot_listeners: list[Callable[[Sequence[SlotEvent]], None]]
 
     @property
     def safe_url(self) -> str:

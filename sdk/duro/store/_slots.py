@@ -13,7 +13,7 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from .. import _slots as rules
 from .._config import LimitConfig
-from .._slots import Decision, LimitView, SlotRow
+from .._slots import Decision, LimitView, SlotEvent, SlotRow
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector
 from ._fences import send_step, write_step
@@ -73,8 +73,9 @@ def _values(row: SlotRow) -> dict[str, Any]:
 class Slots:
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
-    def __init__(self, db: Connector) -> None:
+    def __init__(self, db: Connector, on_events: Callable[[Sequence[SlotEvent]], None]) -> None:
         self.db = db
+        self.on_events = on_events  # what committed decisions did (see SqlStore.slot_listeners)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class Slots:
                 ),
             )
         self._settle(conn, decision, now, hook)
-        return SlotOutcome(row, None if hook is None else hook.step)
+        return SlotOutcome(row, None if hook is None else hook.step, events=tuple(decision.events))
 
     def _confirm(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
         """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""
@@ -279,7 +280,12 @@ class Slots:
         else:
             hook = None
         self._settle(conn, decision, now, hook)
-        return SlotOutcome(confirmed, None if hook is None else hook.step, granted=tuple(decision.granted))
+        return SlotOutcome(
+            confirmed,
+            None if hook is None else hook.step,
+            granted=tuple(decision.granted),
+            events=tuple(decision.events),
+        )
 
     def _give_up(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
         """See :class:`GiveUpSlot`: the hook step is written failed, also when the expiry pass timed
@@ -294,6 +300,7 @@ class Slots:
         return SlotOutcome(
             row if decision is None else decision.writes[-1],
             None if command.hook is None else command.hook.step,
+            events=() if decision is None else tuple(decision.events),
         )
 
     def _release(self, conn: Connection, command: ReleaseSlot) -> SlotOutcome:
@@ -326,6 +333,7 @@ class Slots:
             released=released,
             granted=tuple(decision.granted),
             adopted=tuple(adopted),
+            events=tuple(decision.events),
         )
 
     def slots_leave(
@@ -334,6 +342,7 @@ class Slots:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
         hook step is closed alongside, with the run's end (cancelled, failed) as status and end time."""
         granted: list[SlotRow] = []
+        events: list[SlotEvent] = []
         with self.db.write() as conn:
             ended = list(run_ids)
             leaving = [
@@ -352,10 +361,12 @@ class Slots:
                 self._hand_out(conn, decision, judged)
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
+                events.extend(decision.events)
             for (
                 run_id
             ) in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
                 self.db.run(conn, "hook_leave", {"run_id": run_id, "now": now})
+        self.on_events(events)
         return granted
 
     def slots_expire(
@@ -366,6 +377,7 @@ class Slots:
         pass). Returns (rows that changed on their own, rows granted)."""
         changed: list[SlotRow] = []
         granted: list[SlotRow] = []
+        events: list[SlotEvent] = []
         with self.db.write() as conn:
             now = self.db.now(conn, now)
             due: dict[str, list[SlotRow]] = {}
@@ -386,6 +398,8 @@ class Slots:
                 self._hand_out(conn, decision, now)
                 self._apply(conn, decision, now)
                 granted.extend(decision.granted)
+                events.extend(decision.events)
+        self.on_events(events)
         return changed, granted
 
     def next_slot_due(self, now: int | None = None) -> int | None:
@@ -438,7 +452,8 @@ class Slots:
             self._hand_out(conn, decision, now)
             self._apply(conn, decision, now)
             self.db.notify(conn, ["limits"])
-            return decision.granted
+        self.on_events(decision.events)
+        return decision.granted
 
 
 def _slot_json(row: SlotRow) -> str:

@@ -7,6 +7,7 @@ claims, slots, schedules and workers. Each method here says which part answers i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -16,7 +17,7 @@ from sqlalchemy.engine import URL
 from .._config import LimitConfig
 from .._durations import Duration, to_ms
 from .._errors import DuroError
-from .._slots import SlotRow
+from .._slots import SlotEvent, SlotRow
 from . import _connection, _notify, _schema
 from ._claims import Claims
 from ._commands import (
@@ -41,6 +42,8 @@ from ._slots import LimitState, Slots
 from ._steps import Steps
 from ._urls import DEFAULT_SQLITE_URL
 from ._workers import Workers
+
+log = logging.getLogger("duro.store")
 
 T = TypeVar("T")
 
@@ -111,7 +114,10 @@ class SqlStore:
         self.notifies = self.dialect == "postgresql"  # LISTEN/NOTIFY; SQLite's workers poll
         self._runs = Runs(db)
         self._signals = Signals(db)
-        self._slots = Slots(db)
+        # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
+        # committed them: the engine's metrics and logs listen here (see duro._observe)
+        self.slot_listeners: list[Callable[[Sequence[SlotEvent]], None]] = []
+        self._slots = Slots(db, self._tell_slots)
         self._steps = Steps(db, self._signals, self._slots)
         self._claims = Claims(db)
         self._schedules = Schedules(db)
@@ -217,12 +223,27 @@ class SqlStore:
     def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
         """Apply one command in a transaction of its own (see ``Store.apply``)."""
         result: bool | StepRecord | SlotOutcome | list[str] | None = self._steps.apply(command)
+        if type(result) is SlotOutcome and result.events:
+            self._tell_slots(result.events)
         return result
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
         """Apply commands of many runs (``RecordStep``, ``FinishRun``; on SQLite also ``RequestSlot``
         and ``ReleaseSlot``) in one transaction, each with its own fence and result."""
-        return self._steps.apply_batch(commands)
+        results = self._steps.apply_batch(commands)
+        if self.slot_listeners:
+            for result in results:
+                if type(result) is SlotOutcome and result.events:
+                    self._tell_slots(result.events)
+        return results
+
+    def _tell_slots(self, events: Sequence[SlotEvent]) -> None:
+        for listener in tuple(self.slot_listeners) if events else ():
+            try:
+                listener(events)
+            except Exception:  # noqa: BLE001 - an observer must never undo what committed
+                log.exception("duro: a slot listener failed; it is dropped")
+                self.slot_listeners.remove(listener)
 
     # -- signals ---------------------------------------------------------------------------------
 

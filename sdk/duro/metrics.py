@@ -1,0 +1,236 @@
+"""Prometheus metrics of limits, quotas and runs (``prometheus_client``).
+
+``collector(engine)`` returns a collector to register on an app's own registry::
+
+    from prometheus_client import REGISTRY
+    REGISTRY.register(duro.metrics.collector(engine))
+
+Two kinds of figures, with different sources:
+
+- **Gauges** of each limit declared in the engine's workspace (``duro_limit_capacity``,
+  ``duro_limit_busy``, ``duro_limit_reserved``, ``duro_limit_waiting``) are read from the store at
+  scrape time, in one query for all four: every process that shares a database reports the same
+  truth, whichever process took or freed the slots.
+- **Counters and histograms** count what this process did from the moment its engine was given a
+  collector (or, in ``duro dev`` and ``duro serve``, since the server started): slot waits and holds,
+  expiries (a ``release_slot`` that never happened), timeouts, lapsed reservations, refused starts,
+  started and finished runs. Sum them across processes in PromQL.
+
+No label carries a quota key, a slot label or a run id: only a limit's or a workflow's name, and a
+run's final status. The metric list, with a PromQL line for the common questions: docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+from ._config import Workspace
+from ._events import EventBus, RunEvent
+from ._slots import SlotEvent
+from .store import Store
+
+try:
+    from prometheus_client import Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as err:  # pragma: no cover - a base dependency; only a broken install lacks it
+    raise ImportError(
+        "duro.metrics needs prometheus_client: pip install prometheus_client (a dependency of duro)"
+    ) from err
+
+
+class Engine(Protocol):
+    """What metrics read of a :class:`duro.Engine` (a protocol: the parts never import the engine)."""
+
+    events: EventBus
+    store: Store
+    workspace: Workspace
+    meter: Any
+    meter_detach: Any
+
+
+__all__ = ["Meter", "collector"]
+
+log = logging.getLogger("duro.metrics")
+
+# seconds: a slot wait is milliseconds to hours (a call queued behind 20 busy lines); a hold, a call
+WAIT_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, float("inf"))
+HOLD_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, float("inf"))
+RUN_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 3600, 86_400, float("inf"))
+
+_FINISHED = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+
+
+class Meter:
+    """The counters and histograms of one process: fed by the engines it is attached to (their
+    event bus, and their store's committed slot decisions), read by :func:`collector`. A dev
+    server keeps one meter across reloads, so its counters never go back."""
+
+    def __init__(self) -> None:
+        def histogram(name: str, doc: str, label: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, doc, [label], registry=None, buckets=buckets)
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, list(labels), registry=None)
+
+        self.slot_wait = histogram(
+            "duro_slot_wait_seconds", "Slot requests: from enqueue to grant (held).", "limit", WAIT_BUCKETS
+        )
+        self.slot_hold = histogram(
+            "duro_slot_hold_seconds", "Slots: from grant to release or expiry.", "limit", HOLD_BUCKETS
+        )
+        self.expired = counter(
+            "duro_slot_expired_total", "Slots taken back by max_hold: a release that got lost.", "limit"
+        )
+        self.timeouts = counter(
+            "duro_slot_timeouts_total", "Slot requests that timed out in the queue.", "limit"
+        )
+        self.lapsed = counter(
+            "duro_slot_reservations_lapsed_total",
+            "Reservations their run did not confirm in time (requeued).",
+            "limit",
+        )
+        self.refused = counter(
+            "duro_quota_refused_total", "Starts refused by a concurrency quota (HTTP 429).", "workflow"
+        )
+        self.started = counter("duro_runs_started_total", "Runs started (created).", "workflow")
+        self.finished = counter(
+            "duro_runs_finished_total", "Runs that ended, by final status.", "workflow", "status"
+        )
+        self.duration = histogram(
+            "duro_run_duration_seconds", "Runs: from start (creation) to end.", "workflow", RUN_BUCKETS
+        )
+        self._metrics = (
+            self.slot_wait,
+            self.slot_hold,
+            self.expired,
+            self.timeouts,
+            self.lapsed,
+            self.refused,
+            self.started,
+            self.finished,
+            self.duration,
+        )
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def attach(self, engine: Engine) -> Callable[[], None]:
+        """Count what ``engine`` does from now on; returns a function that stops it."""
+        unsubscribe = engine.events.subscribe(self.on_run_event)
+        listeners = engine.store.slot_listeners
+        listeners.append(self.on_slot_events)
+
+        def detach() -> None:
+            unsubscribe()
+            if self.on_slot_events in listeners:
+                listeners.remove(self.on_slot_events)
+
+        return detach
+
+    def on_run_event(self, event: RunEvent) -> None:
+        kind = event.kind
+        if kind == "run.created":
+            self.started.labels(event.workflow or "").inc()
+        elif kind in _FINISHED:
+            workflow = event.workflow or event.detail.get("workflow") or ""
+            self.finished.labels(workflow, _FINISHED[kind]).inc()
+            created = event.detail.get("created_at")
+            if created is not None:
+                self.duration.labels(workflow).observe(max(0, event.at - created) / 1000)
+        elif kind == "quota.refused":
+            self.refused.labels(event.workflow or "").inc()
+
+    def on_slot_events(self, events: Sequence[SlotEvent]) -> None:
+        for kind, limit, ms in events:
+            if kind == "held":
+                self.slot_wait.labels(limit).observe(max(0, ms or 0) / 1000)
+            elif kind == "released":
+                self.slot_hold.labels(limit).observe(max(0, ms or 0) / 1000)
+            elif kind == "expired":
+                self.slot_hold.labels(limit).observe(max(0, ms or 0) / 1000)
+                self.expired.labels(limit).inc()
+            elif kind == "timed_out":
+                self.timeouts.labels(limit).inc()
+            elif kind == "lapsed":
+                self.lapsed.labels(limit).inc()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            yield from metric.collect()
+
+    def describe(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            yield from metric.describe()
+
+
+GAUGES = (
+    ("duro_limit_capacity", "A limit's effective capacity (its operator override, else duro.config.py)."),
+    ("duro_limit_busy", "A limit's slots held now."),
+    ("duro_limit_reserved", "A limit's slots reserved for a waiting run, not yet taken."),
+    ("duro_limit_waiting", "Runs waiting in a limit's queue now."),
+)
+
+
+class DuroCollector(Collector):
+    """What :func:`collector` returns: the store's gauges of every declared limit, read at scrape
+    time in one query, and the meter's counters and histograms."""
+
+    def __init__(self, engine: Callable[[], Engine], meter: Meter) -> None:
+        self._engine = engine
+        self.meter = meter
+
+    def describe(self) -> Iterable[Metric]:
+        gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in GAUGES]
+        return [*gauges, *self.meter.describe()]
+
+    def collect(self) -> Iterable[Metric]:
+        gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in GAUGES]
+        try:
+            engine = self._engine()
+            declared = engine.workspace.limits
+            states = engine.store.limit_states() if declared else {}
+        except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
+            log.warning("duro metrics: the limits' gauges are missing from this scrape: %s", err)
+            declared, states = {}, {}
+        for name, config in sorted(declared.items()):
+            state = states.get(name)
+            capacity = (
+                config.capacity
+                if state is None or state.capacity_override is None
+                else state.capacity_override
+            )
+            values = (
+                (capacity, 0, 0, 0)
+                if state is None
+                else (capacity, state.busy, state.reserved, state.waiting)
+            )
+            for gauge, value in zip(gauges, values, strict=True):
+                gauge.add_metric([name], value)
+        return [*gauges, *self.meter.collect()]
+
+
+def meter_of(engine: Engine) -> Meter:
+    """The engine's meter, attached on first use (what :func:`collector` counts)."""
+    meter: Meter | None = getattr(engine, "meter", None)
+    if meter is None:
+        meter = Meter()
+        engine.meter = meter
+        engine.meter_detach = meter.attach(engine)
+    return meter
+
+
+def collector(engine: Engine | Callable[[], Engine], meter: Meter | None = None) -> DuroCollector:
+    """A ``prometheus_client`` collector of ``engine``'s metrics, for an app's own registry
+    (``REGISTRY.register(collector(engine))``). Counting starts now; the limits' gauges are read
+    from the store at each scrape. ``engine`` may be a function returning the current engine (a
+    dev server that reloads), with ``meter`` kept across the engines it returns."""
+    if not callable(engine):
+        current = engine
+        return DuroCollector(lambda: current, meter if meter is not None else meter_of(engine))
+    if meter is None:
+        raise TypeError("collector(engine_function) needs meter=: the Meter its engines are attached to")
+    return DuroCollector(engine, meter)
