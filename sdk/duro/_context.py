@@ -30,6 +30,8 @@ from ._replay import History
 from ._runtime import LostRun, Runtime
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
+from ._tracing import ENABLED as TRACING
+from ._tracing import step_outcome, step_span
 from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal, Waiting
 
 T = TypeVar("T")
@@ -57,6 +59,7 @@ class RunContext:
         self.parked: Waiting | None = None  # what the run waits for while it waits (see park)
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
+        self.outcome: str | None = None  # "completed" or "failed" once its end is written here
         self.task: asyncio.Task[None] | None = None  # the task executing the run (set by its worker)
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
         self._now = self.now_ms
@@ -172,7 +175,11 @@ class RunContext:
             attempt += 1
             await self.resume()
             try:
-                result = await self._call_step(spec, args, kwargs)
+                result = await (
+                    self._call_step(spec, args, kwargs)
+                    if not TRACING
+                    else self._traced_step(spec, args, kwargs, attempt)
+                )
                 self.checkpoint("step.executed")
                 text = self._dump_step_result(spec, result)
                 value = spec.output.load(text)
@@ -231,6 +238,20 @@ class RunContext:
             RecordStep(self.run_id, self.owner, None, "running", None, self._now())
         ):
             raise LostRun(self.run_id)
+
+    async def _traced_step(
+        self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any], attempt: int
+    ) -> Any:
+        """``_call_step`` in a span of its own (duro._tracing)."""
+        with step_span(spec.name, attempt) as span:
+            try:
+                result = await self._call_step(spec, args, kwargs)
+            except Exception as err:
+                retrying = attempt <= spec.retries and not isinstance(err, DuroError)
+                step_outcome(span, "retrying" if retrying else "failed", err)
+                raise
+            step_outcome(span, "completed")
+            return result
 
     async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _current.inside_step.set(spec.name)

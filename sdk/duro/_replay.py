@@ -24,6 +24,10 @@ class History:
         self._records = {rec.seq: rec for rec in records}
         self._next = 0
 
+    def __len__(self) -> int:
+        """How many calls are recorded (replayed, when the run is loaded from the store)."""
+        return len(self._records)
+
     def take(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
         """The next sequence number, and its record if the run made this call before. A record of
         another call raises :class:`NonDeterminismError` (the code changed under a recorded run)."""

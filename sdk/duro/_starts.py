@@ -20,6 +20,7 @@ from ._hooks import EngineHooks
 from ._observe import log_quota_refused
 from ._registry import Registry
 from ._text import check_run_id, refuse_nul
+from ._tracing import start_span
 from .store import NewRun, OwnStep, QuotaCheck, RunRecord
 
 
@@ -89,6 +90,21 @@ class Starter:
         # Beyond the worker's capacity (max_concurrent_runs), the run is left to the store, due now.
         local = worker is not None and not spec.remote and not spec.serial
         owner = worker.id if local and worker is not None and worker.has_room() else None
+        with start_span(spec.name) as trace_context:
+            return await self._insert(spec, quota, parent, owner, run_id, input_json, trace_context)
+
+    async def _insert(
+        self,
+        spec: WorkflowSpec,
+        quota: QuotaCheck | None,
+        parent: OwnStep | None,
+        owner: str | None,
+        run_id: str | None,
+        input_json: str | None,
+        trace_context: str | None,
+    ) -> tuple[RunRecord, bool]:
+        store, worker = self._gateway.store, self.worker
+        local = worker is not None and not spec.remote and not spec.serial
         new = NewRun(
             id=run_id or self._new_run_id(),
             namespace=self._namespace,
@@ -101,6 +117,7 @@ class Starter:
             concurrency_key=quota.key if quota is not None else None,
             parent_id=parent.run_id if parent else None,
             parent_seq=parent.step.seq if parent else None,
+            trace_context=trace_context,
         )
         try:
             record, created = await self._gateway.call(store.insert_run, new, quota, parent)

@@ -47,6 +47,7 @@ from ._runtime import LostRun, Runtime, Unloaded
 from ._schedules import Schedules, fire_schedules
 from ._serde import describe_error
 from ._starts import Starter
+from ._tracing import traced
 from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
 from .store import Adopter, Claim, FinishRun, RunRecord, settle_sleeps
@@ -187,7 +188,7 @@ class Worker:
             return
         ctx = RunContext(self.runtime, run)
         ctx.task = asyncio.get_running_loop().create_task(
-            self._execute(ctx, fresh), name=f"duro-run-{run.id}", context=contextvars.Context()
+            traced(self._execute(ctx, fresh), ctx), name=f"duro-run-{run.id}", context=contextvars.Context()
         )
         self.live[run.id] = ctx
 
@@ -216,6 +217,7 @@ class Worker:
             if await self.gateway.progress.write(
                 FinishRun(run.id, self.id, "completed", output, None, now(), run.parent_id)
             ):
+                ctx.outcome = "completed"
                 self.events.publish("run.completed", run.id, now(), run.workflow, created_at=run.created_at)
         except (LostRun, EngineCrash, RunCancelled):
             pass
@@ -229,7 +231,7 @@ class Worker:
             if await self.gateway.progress.write(
                 FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended, run.parent_id)
             ):
-                error, created = type(cause).__name__, run.created_at
+                error, created, ctx.outcome = type(cause).__name__, run.created_at, "failed"
                 self.events.publish(
                     "run.failed", run.id, ended, run.workflow, error=error, created_at=created
                 )
@@ -279,8 +281,8 @@ class Worker:
         if self._listening.is_set():
             return
         if message[:1] == ["run"]:
-            if not self._claims_here(message):
-                return
+            if len(message) >= 2 and message[1] not in (None, self.namespace):
+                return  # a ["run", namespace] notice for another namespace
             if self._run_notice_queued:
                 return
             self._run_notice_queued = True
@@ -446,10 +448,6 @@ class Worker:
             self.wake()
             self.schedules_changed()
             self.slots.look_again()
-
-    def _claims_here(self, message: list[Any]) -> bool:
-        """A ``["run", namespace]`` notice concerns this worker's namespace (or any)."""
-        return len(message) < 2 or message[1] in (None, self.namespace)
 
     def _wake_for_claims(self) -> None:
         """Runs to claim, announced by other processes: one pass per ``CLAIM_BATCH_S`` at most, so a

@@ -94,7 +94,7 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 5
+    assert second.schema_version() == SCHEMA_VERSION == 6
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
@@ -156,6 +156,30 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
     store.close()
 
 
+def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
+    """A version-5 database (no ``trace_context``): the column is added, the runs stay, and a new
+    run keeps the context it was started with."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.insert_run(NewRun("old", "default", "wf", "1", "{}", None, 1), None)
+    with first._engine.begin() as conn:  # back to schema 5's layout
+        conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN trace_context"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '5' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 6
+    assert second.get_run("old").trace_context is None
+    context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    second.insert_run(NewRun("new", "default", "wf", "1", "{}", None, 2, trace_context=context), None)
+    assert second.get_run("new").trace_context == context
+    assert [run.trace_context for run in second.claim_runs(Claim("w", "default", ["wf"], now=10))] == [
+        None,
+        context,
+    ]
+    second.close()
+
+
 def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     """A version-4 database (no ``due_at``): every unfinished run becomes due at once, the runs of
     owners with no row go back, duro_runs_due and duro_runs_owner are made, and finished runs stay
@@ -176,7 +200,7 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 5
+    assert second.schema_version() == SCHEMA_VERSION == 6
     with second._engine.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
     assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}

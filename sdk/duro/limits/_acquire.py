@@ -24,6 +24,7 @@ from .._events import EventBus
 from .._gateway import StoreGateway
 from .._serde import describe_error, restore_error
 from .._text import NO_NUL, NUL
+from .._tracing import end_slot_wait, slot_wait_span
 from .._wakeups import Wakeups
 from ..store import ConfirmSlot, GiveUpSlot, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
 from ._local import LocalSlots
@@ -83,8 +84,10 @@ class RunLimits:
             row, rec = requested.row, requested.step or rec
             ctx.recorded(rec)
             local.changed(None if row is None else row.due_at)
+            position = requested.position
         else:  # a replay: the request is in the store, in its place
             row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
+            position = None
         if row is not None and row.state == "busy" and rec.status == "completed":
             return slot_of(row)  # granted at once: the request closed its hook step in the same transaction
         done = StepRecord(
@@ -92,6 +95,7 @@ class RunLimits:
         )
         waiter = local.wait(slot_id, ctx.own(done))
         taken = False  # a release in this process handed the slot over and wrote ``done`` itself
+        span, outcome = slot_wait_span(limit, position), "suspended"  # suspended: still queued, run away
         try:
             while True:
                 if row is None:
@@ -117,9 +121,11 @@ class RunLimits:
                             await ctx.write(done)
                     ctx.recorded(done)
                     self._events.publish("slot.acquired", ctx.run_id, ctx.now_ms(), ctx.workflow, limit=limit)
+                    outcome = "granted"
                     await ctx.resume()
                     return slot_of(row)
                 if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
+                    outcome = "left"
                     raise DuroError(
                         f"run {ctx.run_id!r} no longer waits for a slot of limit {limit!r}: its request "
                         f"{slot_id!r} left the queue ({row.state}, {row.reason or 'no reason given'})"
@@ -144,6 +150,7 @@ class RunLimits:
                     if row is not None and row.state in ("reserved", "busy"):
                         continue  # the slot arrived in time after all: take it
                     ctx.recorded(failed)
+                    outcome = "timed_out"
                     await ctx.resume()
                     raise error
                 await ctx.park(
@@ -159,6 +166,7 @@ class RunLimits:
                 )
         finally:
             local.drop(slot_id, waiter)
+            end_slot_wait(span, outcome)
 
     async def release(self, ctx: RunContext, slot_id: str) -> SlotRelease:
         """The run releases ``slot_id`` (a step of its own, idempotent)."""

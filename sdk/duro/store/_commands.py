@@ -171,3 +171,4 @@ class SlotOutcome(NamedTuple):
     granted: tuple[SlotRow, ...] = ()
     adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
     events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro._slots.SlotEvent)
+    position: int | None = None  # a request that was queued: its place on entry (1: next)

@@ -39,6 +39,7 @@ RUN_COLUMNS = (
     "created_at",
     "updated_at",
     "ended_at",
+    "trace_context",
 )
 STEP_COLUMNS = (
     "run_id",

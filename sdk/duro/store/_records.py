@@ -44,6 +44,7 @@ class RunRecord(NamedTuple):
     created_at: int
     updated_at: int
     ended_at: int | None
+    trace_context: str | None = None  # the starter's trace (duro._tracing), for every attempt
     # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
     # the worker skips reading them (a store that leaves it False costs that read, nothing else)
     fresh: bool = False
@@ -77,6 +78,7 @@ class NewRun:
     concurrency_key: str | None = None
     parent_id: str | None = None
     parent_seq: int | None = None
+    trace_context: str | None = None
 
 
 @dataclass(slots=True)

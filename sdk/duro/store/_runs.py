@@ -59,6 +59,7 @@ def _new_run_values(new: NewRun) -> dict[str, Any]:
         "created_at": new.created_at,
         "updated_at": new.created_at,
         "ended_at": None,
+        "trace_context": new.trace_context,
     }
 
 

@@ -259,7 +259,10 @@ class Slots:
                 ),
             )
         self._settle(conn, decision, now, hook)
-        return SlotOutcome(row, None if hook is None else hook.step, events=tuple(decision.events))
+        queued = decision.view.waiting if row.state == "waiting" else None
+        return SlotOutcome(
+            row, None if hook is None else hook.step, events=tuple(decision.events), position=queued
+        )
 
     def _confirm(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
         """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""

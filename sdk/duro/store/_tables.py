@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -111,6 +111,9 @@ class Run(DuroTable, table=True):
     updated_at: int = _ms(nullable=False)
     ended_at: int | None = _ms(nullable=True)
     due_at: int | None = _ms(nullable=True)
+    # the W3C trace context (JSON: traceparent, tracestate) of the code that started the run, so
+    # every attempt, in any process, continues its trace (schema 6; NULL without OpenTelemetry)
+    trace_context: str | None = Field(default=None, max_length=1024, nullable=True)
 
 
 class Step(DuroTable, table=True):

@@ -1,0 +1,199 @@
+"""OpenTelemetry tracing (the ``duro[otel]`` extra: ``opentelemetry-api`` only; the app brings its
+SDK and exporter). Without the extra installed, every function here does nothing and costs one
+check.
+
+The spans (tracer ``duro``):
+
+- ``duro.start <workflow>`` (PRODUCER): the start of a run, in the code that started it (a child of
+  that code's current span). Its context is stored with the run (``trace_context``, W3C
+  ``traceparent``/``tracestate``), so every attempt, in any process, after any crash, continues the
+  same trace;
+- ``duro.run <workflow>`` (CONSUMER): one attempt at a run: a worker executing it, from its claim
+  (or its start here) to its end, or until it leaves memory, stops, or its worker dies; attributes
+  ``duro.run_id``, ``duro.workflow``, ``duro.replayed`` (calls replayed from its history), and
+  ``duro.outcome`` (completed, failed, cancelled, unloaded, lost, stopped);
+- ``duro.step <name>``: one execution of a step's body, with ``duro.step.attempt`` and
+  ``duro.step.outcome`` (completed, failed, retrying); a step replayed from history has no span;
+- ``duro.slot_wait <limit>``: a slot request that had to wait, from entering the queue to its
+  outcome: ``duro.limit``, ``duro.slot.position`` (its place in the queue on entry, 1 = next) and
+  ``duro.slot.outcome`` (granted, timed_out, left).
+
+No attribute carries a quota key, a slot label, an input or a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine, Iterator, Sized
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
+
+trace: Any
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    trace = _trace
+except ImportError:  # the otel extra is not installed: tracing is off
+    trace = None
+
+ENABLED = trace is not None
+_NOTHING: AbstractContextManager[Any] = nullcontext()
+
+
+_TRACER = None if trace is None else trace.get_tracer("duro")  # a proxy: follows the provider set later
+
+
+def _tracer() -> Any:
+    return _TRACER
+
+
+@contextmanager
+def _start_span(workflow: str) -> Iterator[str | None]:
+    assert trace is not None
+    with _tracer().start_as_current_span(f"duro.start {workflow}", kind=SpanKind.PRODUCER) as span:
+        span.set_attribute("duro.workflow", workflow)
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        yield json.dumps(carrier, sort_keys=True) if carrier else None
+
+
+def start_span(workflow: str) -> AbstractContextManager[str | None]:
+    """Around a start: yields the trace context to store with the run (``None`` without tracing)."""
+    if trace is None:
+        return _NOTHING
+    return _start_span(workflow)
+
+
+def _parent(stored: str | None) -> Any:
+    assert trace is not None
+    if not stored:
+        return None
+    try:
+        carrier = json.loads(stored)
+    except ValueError:
+        return None
+    return propagate.extract(carrier) if isinstance(carrier, dict) else None
+
+
+class RunSpan:
+    """The span of one attempt at a run (see the module's docstring); ``end`` says how it ended."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, run_id: str, workflow: str, stored: str | None) -> None:
+        assert trace is not None
+        span = _tracer().start_span(
+            f"duro.run {workflow}",
+            context=_parent(stored),
+            kind=SpanKind.CONSUMER,
+            attributes={"duro.run_id": run_id, "duro.workflow": workflow},
+        )
+        self._span = span
+        self._token = otel_context.attach(trace.set_span_in_context(span))
+
+    def end(self, outcome: str, replayed: int, error: BaseException | None = None) -> None:
+        assert trace is not None
+        span = self._span
+        span.set_attribute("duro.outcome", outcome)
+        span.set_attribute("duro.replayed", replayed)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+        try:
+            otel_context.detach(self._token)
+        except Exception:  # noqa: BLE001 - detached in another context (a cancelled task): harmless
+            pass
+
+
+class _Run(Protocol):
+    """What a run attempt's span reads of its ``RunContext``."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def workflow(self) -> str: ...
+    @property
+    def record(self) -> Any: ...
+    @property
+    def history(self) -> Sized: ...
+    @property
+    def fatal(self) -> BaseException | None: ...
+    @property
+    def cancel_reason(self) -> str | None: ...
+    @property
+    def outcome(self) -> str | None: ...
+
+
+def _outcome(ctx: _Run) -> str:
+    if ctx.outcome is not None:
+        return ctx.outcome  # completed, failed: its end is written
+    if ctx.cancel_reason == "cancelled":
+        return "cancelled"
+    if ctx.fatal is not None:
+        return "unloaded" if type(ctx.fatal).__name__ == "Unloaded" else "lost"
+    return "stopped"  # its worker stopped or crashed: another attempt follows
+
+
+async def _traced(execute: Coroutine[Any, Any, None], ctx: _Run) -> None:
+    span = RunSpan(ctx.run_id, ctx.workflow, ctx.record.trace_context)
+    try:
+        await execute
+    except BaseException as err:
+        span.end("stopped", len(ctx.history), None if isinstance(err, asyncio.CancelledError) else err)
+        raise
+    span.end(_outcome(ctx), len(ctx.history))
+
+
+def traced(execute: Coroutine[Any, Any, None], ctx: _Run) -> Coroutine[Any, Any, None]:
+    """``execute`` (a worker executing ``ctx``'s run, in the run's own task) inside the span of this
+    attempt; ``execute`` itself without tracing."""
+    return execute if trace is None else _traced(execute, ctx)
+
+
+@contextmanager
+def _step_span(name: str, attempt: int) -> Iterator[Any]:
+    assert trace is not None
+    with _tracer().start_as_current_span(
+        f"duro.step {name}",
+        attributes={"duro.step.name": name, "duro.step.attempt": attempt},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def step_span(name: str, attempt: int) -> AbstractContextManager[Any]:
+    """Around one execution of a step's body: set ``duro.step.outcome`` with :func:`step_outcome`."""
+    return _NOTHING if trace is None else _step_span(name, attempt)
+
+
+def step_outcome(span: Any, outcome: str, error: BaseException | None = None) -> None:
+    if span is None:
+        return
+    span.set_attribute("duro.step.outcome", outcome)
+    if error is not None:
+        span.record_exception(error)
+        if outcome == "failed":
+            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+
+
+def slot_wait_span(limit: str, position: int | None) -> Any:
+    """A slot request enters the queue: its span, ended by :func:`end_slot_wait` (``None`` if off)."""
+    if trace is None:
+        return None
+    attributes: dict[str, Any] = {"duro.limit": limit}
+    if position is not None:
+        attributes["duro.slot.position"] = position
+    return _tracer().start_span(f"duro.slot_wait {limit}", attributes=attributes)
+
+
+def end_slot_wait(span: Any, outcome: str) -> None:
+    if span is None:
+        return
+    span.set_attribute("duro.slot.outcome", outcome)
+    span.end()
