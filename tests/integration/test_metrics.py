@@ -150,3 +150,34 @@ async def test_limits_and_quotas_log_one_line_each_naming_the_limit_or_workflow(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "acme-secret" not in text and "customer" not in text and first.id not in text
     assert late.id not in text
+
+
+def test_a_scrape_reads_the_store_once_whatever_the_limits_and_queues(tmp_path, monkeypatch):
+    """One statement per scrape for the four gauge families (bench/scrape.py: 100 limits and
+    100,000 waiting slots), and each limit's figures are its row's."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "bench"))
+    import scrape  # bench/scrape.py: the same filling
+
+    from duro import Engine, Limit, define_workspace
+    from duro.store import _connection
+
+    workspace = define_workspace(
+        limits={f"limit-{i:03d}": Limit(capacity=5, max_hold="1h") for i in range(100)}
+    )
+    engine = Engine(f"sqlite:///{tmp_path}/scrape.db", workspace)
+    try:
+        scrape.fill(engine, 100, 1_000)
+        registry = CollectorRegistry()
+        registry.register(collector(engine))
+        generate_latest(registry)
+        sent = []
+        original = _connection.raw_execute
+        monkeypatch.setattr(_connection, "raw_execute", lambda *a: sent.append(a[1]) or original(*a))
+        text = generate_latest(registry).decode()
+        assert len(sent) == 1, sent
+        assert 'duro_limit_waiting{limit="limit-007"} 10.0' in text
+        assert 'duro_limit_busy{limit="limit-099"} 5.0' in text
+    finally:
+        engine.close()
