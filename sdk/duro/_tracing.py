@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterator, Sized
+from collections.abc import Callable, Coroutine, Iterator, Sized
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
@@ -139,20 +139,21 @@ def _outcome(ctx: _Run) -> str:
     return "stopped"  # its worker stopped or crashed: another attempt follows
 
 
-async def _traced(execute: Coroutine[Any, Any, None], ctx: _Run) -> None:
+async def _traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -> None:
     span = RunSpan(ctx.run_id, ctx.workflow, ctx.record.trace_context)
     try:
-        await execute
+        await execute()
     except BaseException as err:
         span.end("stopped", len(ctx.history), None if isinstance(err, asyncio.CancelledError) else err)
         raise
     span.end(_outcome(ctx), len(ctx.history))
 
 
-def traced(execute: Coroutine[Any, Any, None], ctx: _Run) -> Coroutine[Any, Any, None]:
-    """``execute`` (a worker executing ``ctx``'s run, in the run's own task) inside the span of this
-    attempt; ``execute`` itself without tracing."""
-    return execute if trace is None else _traced(execute, ctx)
+def traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -> Coroutine[Any, Any, None]:
+    """``execute()`` (a worker executing ``ctx``'s run, in the run's own task) inside the span of
+    this attempt; ``execute()`` itself without tracing. A function, not a coroutine: a task cancelled
+    before its first step never makes the coroutine it would not await."""
+    return execute() if trace is None else _traced(execute, ctx)
 
 
 @contextmanager

@@ -188,7 +188,9 @@ class Worker:
             return
         ctx = RunContext(self.runtime, run)
         ctx.task = asyncio.get_running_loop().create_task(
-            traced(self._execute(ctx, fresh), ctx), name=f"duro-run-{run.id}", context=contextvars.Context()
+            traced(partial(self._execute, ctx, fresh), ctx),
+            name=f"duro-run-{run.id}",
+            context=contextvars.Context(),
         )
         self.live[run.id] = ctx
 
