@@ -7,7 +7,7 @@ refuses starts beyond a per-key quota (:class:`Concurrency`), and queues work fo
 from ._config import Workspace, define_workspace
 from ._decorators import Workflow, step, workflow
 from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
-from ._durable import child, now, sleep, start_child, wait_for_signal
+from ._durable import child, deprecate_patch, now, patched, sleep, start_child, wait_for_signal
 from ._engine import Engine
 from ._errors import (
     ChildWorkflowError,
@@ -54,5 +54,7 @@ __all__ = [
     "RunFailedError",
     "ChildWorkflowError",
     "NonDeterminismError",
+    "patched",
+    "deprecate_patch",
     "RunIdConflictError",
 ]

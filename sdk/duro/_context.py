@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import _children, _current
+from . import _children, _current, _patches
 from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
@@ -60,6 +60,7 @@ class RunContext:
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
         self.outcome: str | None = None  # "completed" or "failed" once its end is written here
+        self.patches: dict[str, bool] = {}  # each patch's answer in this run (see _patches)
         self.task: asyncio.Task[None] | None = None  # the task executing the run (set by its worker)
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
         self._now = self.now_ms
@@ -375,6 +376,13 @@ class RunContext:
         moment = self._now()
         await self.write(StepRecord(seq, "now", "now", "completed", moment, moment, result=str(moment)))
         return ms_to_datetime(moment)
+
+    async def patched(self, change_id: str) -> bool:
+        """See ``duro.patched``: whether this run takes the code behind patch ``change_id``."""
+        return await _patches.patched(self, change_id)
+
+    async def deprecate_patch(self, change_id: str) -> None:
+        await _patches.deprecate_patch(self, change_id)
 
     # -- signals ---------------------------------------------------------------------------------
 

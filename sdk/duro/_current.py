@@ -32,6 +32,10 @@ class CurrentRun(Protocol):
         self, wf: Any, inp: Any = None, *, run_id: str | None = None, concurrency: Any = None
     ) -> Any: ...
 
+    async def patched(self, change_id: str) -> bool: ...
+
+    async def deprecate_patch(self, change_id: str) -> None: ...
+
 
 current_engine: ContextVar[Any] = ContextVar("duro_current_engine", default=None)
 current_run: ContextVar[CurrentRun | None] = ContextVar("duro_current_run", default=None)

@@ -1,5 +1,5 @@
 """The durable helpers workflow code calls (``duro.sleep``, ``now``, ``wait_for_signal``, ``child``,
-``start_child``): each finds the current run through a context variable and makes the call on it.
+``start_child``, ``patched``, ``deprecate_patch``): each finds the current run through a context variable and makes the call on it.
 Called inside a step or outside any run, they raise a clear error."""
 
 from __future__ import annotations
@@ -41,3 +41,16 @@ async def start_child(
     return await _current.run_or_raise("start_child").start_child(
         wf, inp, run_id=run_id, concurrency=concurrency
     )
+
+
+async def patched(change_id: str) -> bool:
+    """Whether this run takes the code behind patch ``change_id``: ``True`` for a run that reaches it
+    for the first time (a marker is recorded), ``False`` when replaying a history recorded before the
+    patch existed. The same answer for every call with this id in one run (docs/versioning.md)."""
+    return await _current.run_or_raise("patched").patched(change_id)
+
+
+async def deprecate_patch(change_id: str) -> None:
+    """Where ``if await patched(change_id):`` was, once no run without its marker remains: a history
+    with the marker still replays (the marker is passed over), and new runs record nothing."""
+    await _current.run_or_raise("deprecate_patch").deprecate_patch(change_id)

@@ -38,6 +38,10 @@ class History:
             raise NonDeterminismError(self.run_id, seq, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
         return seq, rec
 
+    def peek(self) -> StepRecord | None:
+        """The record at the next sequence number, without taking it (a patch marker's choice)."""
+        return self._records.get(self._next)
+
     def recorded(self, seq: int) -> bool:
         """Whether the replay found a record at ``seq`` (a live run never looks back at a call it passed)."""
         return seq in self._records
