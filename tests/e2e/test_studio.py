@@ -506,6 +506,7 @@ def test_runs_waiting_in_a_limits_queue_say_so_in_the_runs_list(page: Any, dev_s
     hint = row.get_by_test_id("run-waiting-hint")
     expect(hint).to_have_text(f"waiting for a slot · {LIMIT}")
     expect(hint).to_have_attribute("href", f"#/limits/{LIMIT}")
+    expect(row).to_have_attribute("data-queued-for", LIMIT)  # the runs list API's queued_for
     expect(
         page.locator(f"[data-testid=run-row][data-run-id='{first}']").get_by_test_id("run-waiting-hint")
     ).to_have_count(0)  # it holds the slot
@@ -521,6 +522,45 @@ def test_runs_waiting_in_a_limits_queue_say_so_in_the_runs_list(page: Any, dev_s
     page.goto(f"/#/runs/{second}")
     expect(page.get_by_test_id("run-status")).to_have_text(re.compile("running|suspended"))
     expect(page.get_by_test_id("run-waiting-hint")).to_have_count(0)
+
+
+def test_the_limit_page_shows_the_last_hours_waits_and_lost_releases(
+    page: Any, dev_server: DevServer
+) -> None:
+    """With a 1 s max hold, the first run's slot is taken back (``hold`` releases only on "done": a
+    lost release) and handed to the second, which waited about a second and then releases it."""
+    api(dev_server, "PUT", f"/api/limits/{LIMIT}/max-hold", json={"max_hold": "1s"})
+    page.goto(f"/#/limits/{LIMIT}")
+    figures = page.get_by_test_id("limit-last-hour")
+    expect(figures).to_contain_text("Last hour")
+    expect(figures.get_by_test_id("last-hour-granted")).to_have_attribute("data-value", "0")
+    expect(figures.get_by_test_id("last-hour-wait-p50").locator(".stat-value")).to_have_text("—")
+
+    start(dev_server, "hold", {"tenant": "a", "job": "1"})
+    second = start(dev_server, "hold", {"tenant": "b", "job": "2"})
+    expect(page.get_by_test_id("slot-row")).to_contain_text("job 2")  # job 1's slot expired
+    api(dev_server, "POST", f"/api/runs/{second}/signals/done", json=None)
+    expect(page.get_by_test_id("slots-empty")).to_be_visible()
+
+    expired = figures.get_by_test_id("last-hour-expired")
+    expect(expired).to_have_attribute("data-value", "1")
+    expect(expired).to_contain_text("Lost releases")
+    expect(expired.locator(".stat-value.err")).to_have_text("1")  # a lost release stands out
+    expect(figures.get_by_test_id("last-hour-granted")).to_have_attribute("data-value", "2")
+    expect(figures.get_by_test_id("last-hour-timed-out")).to_have_attribute("data-value", "0")
+    # nearest rank of two waits: p50 is the first's (at once), p90 and p99 the second's (about 1 s)
+    p50 = figures.get_by_test_id("last-hour-wait-p50")
+    expect(p50.locator(".stat-value")).to_have_text(re.compile(r"^\d+ ms$"))
+    assert float(p50.get_attribute("data-value")) < 0.5
+    for p in ("p90", "p99"):
+        wait = figures.get_by_test_id(f"last-hour-wait-{p}")
+        expect(wait.locator(".stat-value")).to_have_text(re.compile(r"^\d+ ms$|^\d+(\.\d)? s$"))
+        assert float(wait.get_attribute("data-value")) >= 0.5
+    # the figures sit beside the chart, not under it
+    chart_box = page.get_by_test_id("limit-chart").bounding_box()
+    figures_box = figures.bounding_box()
+    assert figures_box["x"] >= chart_box["x"] + chart_box["width"]
+    assert figures_box["y"] < chart_box["y"] + chart_box["height"]
 
 
 def test_the_limits_screens_follow_live_events(context: Any, dev_server: DevServer) -> None:

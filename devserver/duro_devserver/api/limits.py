@@ -14,6 +14,7 @@ from .models import (
     CapacityBody,
     HistoryOut,
     HistoryPoint,
+    LastHourOut,
     LimitOnlyOut,
     LimitOut,
     LimitsOut,
@@ -55,17 +56,21 @@ async def limit_slots(request: Request) -> Response:
 
 
 async def limit_history(request: Request) -> Response:
+    """The chart's points (``minutes`` of them) and, from the store, the limit's last hour: grants
+    and their waits' percentiles, expiries (lost releases) and timeouts (one query)."""
     eng = engine(request)
     info = await _limit(eng, request.path_params["name"])
     minutes = query_int(request, "minutes", 60, 1, 24 * 60)
     since = eng.clock.now_ms() - minutes * 60_000
     points = request.app.state.monitor.history(info.name, since)
+    last_hour = await eng.limits.stats(info.name, "1h")
     return answer(
         HistoryOut(
             points=[
                 HistoryPoint(at=ms_to_datetime(at), busy=busy, waiting=waiting)
                 for at, busy, waiting in points
-            ]
+            ],
+            last_hour=LastHourOut.of(last_hour),
         )
     )
 

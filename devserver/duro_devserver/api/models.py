@@ -98,9 +98,15 @@ class RunOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None
+    queued_for: str | None = Field(
+        default=None,
+        description="the limit whose queue the run waits in for a slot (its request waiting, or reserved "
+        "and not yet confirmed); null when none. Given by the runs list and a run's page; the other "
+        "answers leave it null",
+    )
 
     @classmethod
-    def of(cls, info: RunInfo) -> RunOut:
+    def of(cls, info: RunInfo, queued_for: str | None = None) -> RunOut:
         return cls(
             id=info.id,
             workflow=info.workflow,
@@ -115,6 +121,7 @@ class RunOut(BaseModel):
             created_at=info.created_at,
             updated_at=info.updated_at,
             ended_at=info.ended_at,
+            queued_for=queued_for,
         )
 
 
@@ -266,8 +273,37 @@ class HistoryPoint(BaseModel):
     waiting: int
 
 
+class LastHourOut(BaseModel):
+    """A limit's last hour, from the store (every process's slots): slots that became held
+    (``granted``), the nearest-rank percentiles of their waits from enqueue to held in seconds
+    (null when none was granted), slots ``max_hold`` took back (``expired``: lost releases) and
+    requests whose timeout passed in the queue (``timed_out``)."""
+
+    granted: int = Field(ge=0)
+    wait_p50_s: float | None = Field(ge=0)
+    wait_p90_s: float | None = Field(ge=0)
+    wait_p99_s: float | None = Field(ge=0)
+    expired: int = Field(ge=0)
+    timed_out: int = Field(ge=0)
+
+    @classmethod
+    def of(cls, stats: Any) -> LastHourOut:
+        """From ``engine.limits.stats(name)``."""
+        return cls(
+            granted=stats.granted,
+            wait_p50_s=stats.wait_p50_s,
+            wait_p90_s=stats.wait_p90_s,
+            wait_p99_s=stats.wait_p99_s,
+            expired=stats.expired,
+            timed_out=stats.timed_out,
+        )
+
+
 class HistoryOut(BaseModel):
+    """The chart's points (this server's samples, over ``minutes``) and the limit's ``last_hour``."""
+
     points: list[HistoryPoint]
+    last_hour: LastHourOut
 
 
 class ScheduleOut(BaseModel):

@@ -62,8 +62,13 @@ async def list_runs(request: Request) -> Response:
     except DuroError as err:  # a filter no run can match (a NUL character)
         raise ApiError(400, f"query parameter refused: {err}") from None
     page, more = runs[:limit], len(runs) > limit
+    # the runs waiting in a limit's queue, marked: one query for the page's unfinished runs
+    queued = await engine(request).limits.queued_for(r.id for r in page if not r.status.terminal)
     return answer(
-        RunPageOut(runs=[RunOut.of(r) for r in page], next_cursor=_cursor(page[-1]) if more else None)
+        RunPageOut(
+            runs=[RunOut.of(r, queued.get(r.id)) for r in page],
+            next_cursor=_cursor(page[-1]) if more else None,
+        )
     )
 
 
@@ -71,7 +76,10 @@ async def get_run(request: Request) -> Response:
     eng = engine(request)
     info = await _run(eng, request.path_params["id"])
     steps = await eng.steps(info.id)
-    return answer(RunDetailOut(run=RunOut.of(info), steps=[StepOut.of(s) for s in steps]))
+    queued = {} if info.status.terminal else await eng.limits.queued_for([info.id])
+    return answer(
+        RunDetailOut(run=RunOut.of(info, queued.get(info.id)), steps=[StepOut.of(s) for s in steps])
+    )
 
 
 async def cancel_run(request: Request) -> Response:

@@ -86,7 +86,9 @@ function meter(limit) {
 export function renderLimit(root, scope, [name]) {
   const base = `/api/limits/${enc(name)}`;
   const stats = h('div', {class: 'stats'});
-  const chartBox = h('div', {class: 'chart-box', testid: 'limit-chart'});
+  const chartBox = h('div', {class: 'chart-box', testid: 'limit-chart', style: 'flex: 1 1 480px; min-width: 0'});
+  const lastHour = h('div', {class: 'stats', testid: 'limit-last-hour', 'aria-label': 'Last hour',
+    style: 'display: grid; grid-template-columns: repeat(2, minmax(120px, 1fr)); gap: 8px; flex: 0 0 auto'});
   const minutes = h('select', {testid: 'chart-minutes', 'aria-label': 'Chart window',
     onchange: () => refreshHistory()},
   [5, 15, 60].map((m) => h('option', {value: m, selected: m === 15}, `last ${m} min`)));
@@ -122,7 +124,8 @@ export function renderLimit(root, scope, [name]) {
     h('div', {class: 'page-head'}, h('h1', {}, 'Limit ', h('span', {class: 'mono'}, name)),
       h('a', {href: '#/limits', class: 'small'}, '← all limits')),
     stats,
-    h('section', {}, h('div', {class: 'section-head'}, h('h2', {}, 'Busy and waiting'), legend(), minutes), chartBox),
+    h('section', {}, h('div', {class: 'section-head'}, h('h2', {}, 'Busy and waiting'), legend(), minutes),
+      h('div', {style: 'display: flex; gap: 10px; align-items: flex-start; flex-wrap: wrap'}, chartBox, lastHour)),
     h('section', {}, h('h2', {}, 'Slots ', h('span', {class: 'muted small'}, 'busy and reserved')), slotsBox),
     h('section', {}, h('h2', {}, 'Queue ', h('span', {class: 'muted small'}, 'in order: 1 is next')), queueBox),
     h('section', {}, h('h2', {}, 'Settings'), h('div', {class: 'settings'}, capacity.node, maxHold.node)));
@@ -170,6 +173,7 @@ export function renderLimit(root, scope, [name]) {
     try {
       const {data} = await api('GET', `${base}/history?minutes=${minutes.value}`);
       if (!scope.alive) return;
+      lastHour.replaceChildren(...lastHourStats(data.last_hour));
       const width = (chartBox.clientWidth || root.clientWidth) - 14; // drawn at its size: labels stay small
       chartBox.replaceChildren(chart(data.points, limit ? limit.effective_capacity : 0, width));
     } catch (err) {
@@ -217,6 +221,36 @@ export function renderLimit(root, scope, [name]) {
 function stat(key, label, value) {
   return h('div', {class: 'stat', testid: `stat-${key}`}, h('div', {class: 'stat-label'}, label),
     h('div', {class: 'stat-value'}, value));
+}
+
+/** The limit's last hour, from the store (every process): waits from enqueue to held (p50, p90,
+ *  p99 of the slots granted), grants, lost releases (slots max_hold took back) and timeouts. */
+function lastHourStats(last) {
+  const hint = (text) => ({title: `last hour: ${text}`});
+  const count = (key, label, n, title, alarm = false) => h('div', {class: 'stat', testid: `last-hour-${key}`,
+    'data-value': n, ...hint(title)}, h('div', {class: 'stat-label'}, label),
+  h('div', {class: `stat-value${alarm && n > 0 ? ' err' : ''}`}, n));
+  const wait = (p, seconds) => h('div', {class: 'stat', testid: `last-hour-wait-p${p}`,
+    'data-value': seconds ?? '', ...hint(`${p}% of the slots granted waited at most this long in the queue`)},
+  h('div', {class: 'stat-label'}, `Wait p${p}`), h('div', {class: 'stat-value'}, waitText(seconds)));
+  return [
+    h('div', {class: 'small muted', style: 'grid-column: 1 / -1'}, 'Last hour (every process)'),
+    wait(50, last.wait_p50_s),
+    wait(90, last.wait_p90_s),
+    wait(99, last.wait_p99_s),
+    count('granted', 'Granted', last.granted, 'slots that became held, at once or after a wait'),
+    count('expired', 'Lost releases', last.expired,
+      'slots max_hold took back: each one a release_slot that never happened', true),
+    count('timed-out', 'Timeouts', last.timed_out, 'runs whose timeout passed in the queue', true),
+  ];
+}
+
+/** 0 ms, 850 ms, 4.2 s, 12 s, 3 min: a wait in seconds, or — when no slot was granted. */
+function waitText(seconds) {
+  if (seconds == null) return '—';
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 10) return `${(Math.round(seconds * 10) / 10)} s`;
+  return roughDuration(seconds * 1000);
 }
 
 function slotsTable(slots, release) {

@@ -17,7 +17,7 @@ export function renderRuns(root, scope, _args, query) {
     status: query.get('status') || '',
     tag: query.get('tag') || '',
   };
-  const state = {runs: [], next: null, waiting: new Map()};
+  const state = {runs: [], next: null};
 
   const go = (change) => {
     const params = new URLSearchParams();
@@ -65,7 +65,7 @@ export function renderRuns(root, scope, _args, query) {
   };
 
   const draw = () => {
-    tbody.replaceChildren(...state.runs.map((run) => runRow(run, state.waiting.get(run.id))));
+    tbody.replaceChildren(...state.runs.map(runRow));
     table.hidden = state.runs.length === 0;
     empty.hidden = state.runs.length !== 0;
     more.hidden = !state.next;
@@ -78,8 +78,7 @@ export function renderRuns(root, scope, _args, query) {
   const refresh = scope.refresher(async () => {
     try {
       const seen = pages;
-      const [{data}, waiting] = await Promise.all([
-        api('GET', path(Math.min(500, Math.max(PAGE, state.runs.length)))), waitingRuns()]);
+      const {data} = await api('GET', path(Math.min(500, Math.max(PAGE, state.runs.length))));
       if (!scope.alive) return;
       if (loadingMore || seen !== pages) {
         refresh();
@@ -87,7 +86,6 @@ export function renderRuns(root, scope, _args, query) {
       }
       state.runs = data.runs;
       state.next = data.next_cursor;
-      state.waiting = waiting;
       showError(error, null);
       draw();
     } catch (err) {
@@ -128,38 +126,21 @@ export function renderRuns(root, scope, _args, query) {
   }, () => {});
 }
 
-/** Which runs wait in a limit's queue: run id -> limit name. The runs list API does not say, so
- *  this reads the queues of the limits that have waiting runs (none answered: no hints). */
-async function waitingRuns() {
-  const waiting = new Map();
-  try {
-    const {data} = await api('GET', '/api/limits');
-    const queues = await Promise.all(data.limits.filter((l) => l.waiting > 0)
-      .map((l) => api('GET', `/api/limits/${enc(l.name)}/slots`)));
-    for (const {data: answer} of queues) {
-      for (const slot of answer.slots) {
-        if (slot.state === 'waiting' && slot.run_id) waiting.set(slot.run_id, slot.limit);
-      }
-    }
-  } catch {
-    // the hints are extra: the runs themselves still show
-  }
-  return waiting;
-}
-
-/** "waiting for a slot · <limit>", linking to the limit. */
+/** "waiting for a slot · <limit>", linking to the limit: the run waits in that limit's queue (the
+ *  API's queued_for: its request waiting, or reserved for it and not yet confirmed). */
 function waitingHint(limit) {
   return h('a', {href: `#/limits/${enc(limit)}`, class: 'waiting-hint small', testid: 'run-waiting-hint',
     'data-limit': limit, title: `waiting in the queue of the limit ${limit}`}, `waiting for a slot · ${limit}`);
 }
 
-function runRow(run, waitingFor) {
+function runRow(run) {
   const href = `#/runs/${enc(run.id)}`;
-  const waits = waitingFor && !TERMINAL.has(run.status);
-  return h('tr', {testid: 'run-row', 'data-run-id': run.id, 'data-status': run.status},
+  const queued = run.queued_for && !TERMINAL.has(run.status);
+  return h('tr', {testid: 'run-row', 'data-run-id': run.id, 'data-status': run.status,
+    'data-queued-for': queued ? run.queued_for : null},
     h('td', {}, h('a', {href, testid: 'run-link', class: 'mono'}, run.id)),
     h('td', {}, run.workflow),
-    h('td', {}, statusBadge(run.status), waits ? [' ', waitingHint(waitingFor)] : null),
+    h('td', {}, statusBadge(run.status), queued ? [' ', waitingHint(run.queued_for)] : null),
     h('td', {}, timeEl(run.created_at)),
     h('td', {}, timeEl(run.updated_at)));
 }
@@ -286,14 +267,15 @@ function runView(run, steps) {
     outcome = h('section', {}, h('h2', {}, 'Output'), h('pre', {testid: 'run-output'}, json(run.output)));
   }
 
-  // An open hook step: the run waits in that limit's queue.
+  // The limit whose queue the run waits in: the API's queued_for, else an open hook step's.
   const hook = TERMINAL.has(run.status) ? null
     : steps.find((step) => step.kind === 'hook' && step.status === 'waiting');
+  const queuedFor = TERMINAL.has(run.status) ? null : run.queued_for || (hook ? hookLimit(hook) : null);
   return [
     h('div', {},
       h('div', {class: 'page-head'},
         h('h1', {}, 'Run ', h('span', {class: 'mono', testid: 'run-id'}, run.id)), statusBadge(run.status),
-        hook ? waitingHint(hookLimit(hook)) : null),
+        queuedFor ? waitingHint(queuedFor) : null),
       meta),
     h('div', {class: 'columns'},
       h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from .._clock import Clock, ms_to_datetime
 from .._config import LimitConfig, Workspace, check_capacity, check_max_hold
-from .._durations import Duration, format_ms
+from .._durations import Duration, format_ms, to_ms
 from .._errors import ConfigError, DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
@@ -18,6 +19,27 @@ from .._text import NUL
 from ..store import OwnStep, ReleaseSlot
 from ._local import LocalSlots
 from ._types import LimitInfo, SlotInfo, SlotRelease, limit_config
+
+
+@dataclass(frozen=True)
+class LimitStats:
+    """A limit's figures over a recent window (``engine.limits.stats``): how many slots became held
+    (``granted``: at once or after a wait in the queue) and the nearest-rank percentiles of their
+    waits, enqueue to held, in seconds (``None`` when no slot was granted); ``expired``: slots
+    ``max_hold`` took back (each one a ``release_slot`` that never happened); ``timed_out``: runs
+    whose ``timeout`` passed in the queue."""
+
+    window_s: float
+    granted: int
+    wait_p50_s: float | None
+    wait_p90_s: float | None
+    wait_p99_s: float | None
+    expired: int
+    timed_out: int
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
 
 
 class Limits:
@@ -116,6 +138,34 @@ class Limits:
                 )
             )
         return infos
+
+    async def stats(self, name: str, window: Duration = "1h") -> LimitStats:
+        """The limit's figures over the last ``window`` (a duration, by default an hour) on the
+        engine's clock: grants and their waits' p50/p90/p99, expiries and timeouts. One query."""
+        limit_config(self._workspace, name)
+        window_ms = to_ms(window, "window")
+        if window_ms <= 0:
+            raise DuroError(f"limit {name!r}: the stats window must be longer than 0, got {window!r}")
+        figures = await self._gateway.call(
+            self._gateway.store.limit_stats, name, self._clock.now_ms() - window_ms
+        )
+        return LimitStats(
+            window_s=window_ms / 1000,
+            granted=figures.granted,
+            wait_p50_s=_seconds(figures.wait_p50_ms),
+            wait_p90_s=_seconds(figures.wait_p90_ms),
+            wait_p99_s=_seconds(figures.wait_p99_ms),
+            expired=figures.expired,
+            timed_out=figures.timed_out,
+        )
+
+    async def queued_for(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The limit whose queue each of these runs waits in (its slot waiting, or reserved for it and
+        not yet confirmed), by run id; runs that wait in no queue are left out. One query."""
+        ids = [run_id for run_id in run_ids if NUL not in run_id]  # no run has such an id
+        if not ids:
+            return {}
+        return await self._gateway.call(self._gateway.store.queued_limits, ids)
 
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         if NUL in slot_id:

@@ -28,6 +28,7 @@ from ._commands import (
     Unload,
 )
 from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._slot_stats import SlotStats
 
 T = TypeVar("T")
 
@@ -189,6 +190,13 @@ class Store(Protocol):
         self, config: LimitConfig, field: str, value: int | None, now: int
     ) -> list[SlotRow]:
         """Set (``None``: reset) the ``capacity`` or ``max_hold`` override; returns rows granted."""
+
+    def limit_stats(self, name: str, since_ms: int) -> SlotStats:
+        """The limit's figures since ``since_ms``, in one query: slots that became held and their
+        waits' p50/p90/p99, expiries (taken back by ``max_hold``) and timeouts (see ``_slot_stats``)."""
+
+    def queued_limits(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The limit whose queue each of these runs waits in (slot waiting or reserved), in one query."""
 
     # -- workers and leases ------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, Step
 from ._runs import Runs
 from ._schedules import Schedules
 from ._signals import Signals
+from ._slot_stats import SlotStats, limit_stats, queued_limits
 from ._slots import LimitState, Slots
 from ._steps import Steps
 from ._urls import DEFAULT_SQLITE_URL
@@ -72,6 +73,8 @@ class SqlStore:
             "get_slot",
             "limit_states",
             "limit_slots",
+            "limit_stats",
+            "queued_limits",
         }
     )
 
@@ -309,6 +312,12 @@ class SqlStore:
         self, config: LimitConfig, field: str, value: int | None, now: int
     ) -> list[SlotRow]:
         return self._slots.set_limit_override(config, field, value, now)
+
+    def limit_stats(self, name: str, since_ms: int) -> SlotStats:
+        return limit_stats(self.db, name, since_ms)
+
+    def queued_limits(self, run_ids: Iterable[str]) -> dict[str, str]:
+        return queued_limits(self.db, run_ids)
 
     # -- workers, leases and claims --------------------------------------------------------------
 

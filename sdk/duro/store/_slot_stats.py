@@ -1,0 +1,107 @@
+"""A limit's recent figures (waits, grants, lost releases, timeouts) and the queues runs wait in.
+
+Two reads of ``duro_slots`` for the faces (Studio's limit page and runs list, the API): the SQL, and
+the pure summary of what it returns (:func:`summarize`, nearest-rank percentiles), tested apart.
+
+A *wait* is ``held_since - enqueued_at`` of a slot that became held in the window (what the
+``duro_slot_wait_seconds`` histogram observes, see ``duro._slots``): a slot granted at once waited
+0 ms; one whose reservation lapsed keeps its first ``enqueued_at``, so its wait counts the lapse.
+An *expiry* is a slot ``max_hold`` took back (``state = 'released'``, ``reason = 'max_hold'``): a
+release that got lost. A *timeout* is a request whose ``timeout`` passed in the queue
+(``state = 'timed_out'``). Each counts when it happened (``held_since``, ``ended_at``) in the window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from ._connection import Connector
+
+# Query plans. Slot rows are kept once ended, so a limit's history only grows: each branch below
+# names its state so that it reads a range of ``duro_slots_queue (limit_name, state, pos)``.
+# - busy slots held since the window began: ``(name, 'busy')``, at most the capacity's rows;
+# - slots that ended (released: waits and expiries of slots held and then released; timed out):
+#   ``(name, 'released')`` and ``(name, 'timed_out')``. ``ended_at`` is not in that index, so these
+#   ranges read every ended slot of the limit ever; an index on ``(limit_name, ended_at) WHERE
+#   ended_at IS NOT NULL`` would make the read proportional to the window's slots (a schema change:
+#   see _schema's migrations). Cancelled slots (a waiting run that ended) are never read.
+# UNION ALL rather than OR: each branch is one index range on both databases.
+LIMIT_STATS = (
+    "SELECT enqueued_at, held_since, state, reason, ended_at FROM duro_slots "
+    "WHERE limit_name = :name AND state = 'busy' AND held_since >= :since "
+    "UNION ALL "
+    "SELECT enqueued_at, held_since, state, reason, ended_at FROM duro_slots "
+    "WHERE limit_name = :name AND state IN ('released', 'timed_out') AND ended_at >= :since"
+)
+
+# The queue (if any) each run waits in: the partial index ``duro_slots_run (run_id) WHERE state IN
+# ('waiting', 'reserved')``, whose condition this repeats term for term (SQLite uses a partial index
+# only for a query whose WHERE names its condition); one probe per run id of the page.
+QUEUED_LIMITS = (
+    "SELECT run_id, limit_name FROM duro_slots WHERE run_id IN (:ids) "
+    "AND state IN ('waiting', 'reserved') ORDER BY enqueued_at"
+)
+
+PERCENTILES = (50, 90, 99)
+
+# (enqueued_at, held_since, state, reason, ended_at): a slot row as LIMIT_STATS reads it
+StatsRow = tuple[int, int | None, str, str | None, int | None]
+
+
+class SlotStats(NamedTuple):
+    """A limit's figures since an instant: slots that became held (``granted``) and the percentiles
+    of their waits in milliseconds (``None`` when none did), expiries and timeouts."""
+
+    granted: int
+    wait_p50_ms: int | None
+    wait_p90_ms: int | None
+    wait_p99_ms: int | None
+    expired: int
+    timed_out: int
+
+
+def percentile(ordered: Sequence[int], p: float) -> int | None:
+    """The nearest-rank ``p``-th percentile (0 < p <= 100) of ``ordered`` (sorted ascending): the
+    smallest value that at least ``p`` % of the values are at or below; ``None`` for no values."""
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p!r} is not in (0, 100]")
+    if not ordered:
+        return None
+    rank = math.ceil(p / 100 * len(ordered))
+    return ordered[max(rank, 1) - 1]
+
+
+def summarize(rows: Iterable[StatsRow], since: int) -> SlotStats:
+    """The figures of ``rows`` (slot rows, any of them) for the window that began at ``since``."""
+    waits: list[int] = []
+    expired = timed_out = 0
+    for enqueued_at, held_since, state, reason, ended_at in rows:
+        if held_since is not None and held_since >= since:
+            waits.append(max(0, held_since - enqueued_at))
+        if ended_at is not None and ended_at >= since:
+            if state == "released" and reason == "max_hold":
+                expired += 1
+            elif state == "timed_out":
+                timed_out += 1
+    waits.sort()
+    p50, p90, p99 = (percentile(waits, p) for p in PERCENTILES)
+    return SlotStats(len(waits), p50, p90, p99, expired, timed_out)
+
+
+def limit_stats(db: Connector, name: str, since: int) -> SlotStats:
+    """The limit's figures since ``since`` (ms), in one query."""
+    with db.single_read() as conn:
+        rows = db.run_text(conn, LIMIT_STATS, {"name": name, "since": since}).fetchall()
+    return summarize(rows, since)
+
+
+def queued_limits(db: Connector, run_ids: Iterable[str]) -> dict[str, str]:
+    """The limit whose queue each of these runs waits in (a slot ``waiting`` or ``reserved`` for
+    it), in one query; runs that wait in none are left out."""
+    ids = list(dict.fromkeys(run_ids))
+    if not ids:
+        return {}
+    with db.single_read() as conn:
+        return dict(db.run_text(conn, QUEUED_LIMITS, {"ids": ids}).fetchall())
