@@ -1,7 +1,7 @@
 """``create_app``: the Starlette app of the dev server and ``duro serve``: the HTTP API and Studio.
 
 No module-level state: everything the app needs hangs off ``app.state`` (its engine source, the
-limits monitor, whether a token is required).
+limits monitor, whether a token is required, the Prometheus registry that ``GET /metrics`` reads).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from duro import DuroError, Engine
+from duro.metrics import collector
 
 from .api import api_routes
 from .api._common import STORE_DOWN, ApiError, error_response, store_down, unavailable_response
@@ -39,6 +42,8 @@ def create_app(
     in-process test clients, whose Host is ``testserver``, need none). See :mod:`.security`."""
     engine_source: EngineSource = FixedEngine(source) if isinstance(source, Engine) else source
     monitor = LimitsMonitor(engine_source)
+    registry = CollectorRegistry()
+    registry.register(collector(lambda: engine_source.engine, meter=engine_source.meter))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -50,7 +55,11 @@ def create_app(
             await monitor.stop()
             await engine_source.stop()
 
-    routes = [*api_routes(), Route("/", studio_index, methods=["GET"])]
+    routes = [
+        *api_routes(),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/", studio_index, methods=["GET"]),
+    ]
     if STUDIO_DIR.is_dir():
         routes.append(Mount("/studio", StaticFiles(directory=STUDIO_DIR), name="studio"))
     handlers = {
@@ -65,7 +74,16 @@ def create_app(
     app.state.source = engine_source
     app.state.monitor = monitor
     app.state.token_required = token is not None
+    app.state.metrics_registry = registry
     return app
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus text exposition of the app's registry: the limits' gauges of the current engine's
+    store (a read, so off the event loop) and the counters of every engine the source has run."""
+    registry: CollectorRegistry = request.app.state.metrics_registry
+    body = await run_in_threadpool(generate_latest, registry)
+    return Response(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def studio_index(_request: Request) -> Response:

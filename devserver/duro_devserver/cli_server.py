@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging.config
 import signal
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import click
 from duro import DuroError, Engine, WorkerOptions
 
 from ._extras import dev_extra
+from .logs import FORMATS, log, logging_config
 from .source import FixedEngine
 
 _LEASE = click.option(
@@ -73,6 +75,15 @@ _ALLOW_HOST = click.option(
     help="Also answer requests for this Host name (repeatable; '*.example.com' for its "
     "subdomains): the name a proxy or other machines reach this server by. "
     "Always accepted: localhost and the address it listens on.",
+)
+_LOG_FORMAT = click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line on stderr (ts, level, logger, message and the line's "
+    "fields: event, limit, workflow, wait_ms, ...), for a log shipper. Either way the duro.* "
+    "loggers print at INFO: every slot grant, expiry, timeout and refused start.",
 )
 _DATABASE = click.option(
     "--database-url",
@@ -140,6 +151,7 @@ def add_commands(main: click.Group) -> None:
     @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
+    @_LOG_FORMAT
     @click.option(
         "--reload/--no-reload",
         default=True,
@@ -153,6 +165,7 @@ def add_commands(main: click.Group) -> None:
         allow_hosts: tuple[str, ...],
         token: str | None,
         database_url: str | None,
+        log_format: str,
         reload: bool,
     ) -> None:
         """Run the dev server on DIRECTORY: API and Studio, reloading on every change."""
@@ -165,7 +178,7 @@ def add_commands(main: click.Group) -> None:
             open_store(database_url or _default_url(root))
             project = DevProject(root, database_url, watch=reload)
             app = create_app(project, token=token, allowed_hosts=(host, *allow_hosts))
-            run_server(app, host, port, project_dir=root, token=token)
+            run_server(app, host, port, project_dir=root, token=token, log_format=log_format)
         except DuroError as err:
             _fail(err)
 
@@ -176,6 +189,7 @@ def add_commands(main: click.Group) -> None:
     @_ALLOW_HOST
     @_TOKEN
     @_DATABASE
+    @_LOG_FORMAT
     @click.option(
         "--worker/--no-worker",
         default=True,
@@ -192,6 +206,7 @@ def add_commands(main: click.Group) -> None:
         allow_hosts: tuple[str, ...],
         token: str | None,
         database_url: str | None,
+        log_format: str,
         worker: bool,
         lease: str,
         poll_interval: str,
@@ -211,13 +226,14 @@ def add_commands(main: click.Group) -> None:
             )
             source = FixedEngine(engine, run_worker=worker, project=str(root))
             app = create_app(source, token=token, allowed_hosts=(host, *allow_hosts))
-            run_server(app, host, port, project_dir=root, token=token)
+            run_server(app, host, port, project_dir=root, token=token, log_format=log_format)
         except DuroError as err:
             _fail(err)
 
     @main.command("worker")
     @_PROJECT
     @_DATABASE
+    @_LOG_FORMAT
     @_LEASE
     @_POLL
     @_WORKER_ID
@@ -227,6 +243,7 @@ def add_commands(main: click.Group) -> None:
     def worker(
         directory: Path,
         database_url: str | None,
+        log_format: str,
         lease: str,
         poll_interval: str,
         worker_id: str | None,
@@ -236,6 +253,7 @@ def add_commands(main: click.Group) -> None:
     ) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         root = _project_dir(directory)
+        logging.config.dictConfig(logging_config(log_format))
         try:
             open_store(database_url or _default_url(root))
             options = WorkerOptions(
@@ -261,13 +279,14 @@ async def _work(engine: Engine) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with engine:
         assert engine.worker is not None
-        click.echo(
-            f"duro: worker {engine.worker.id} running {', '.join(sorted(engine.workflows)) or 'nothing'}; "
-            f"Ctrl-C to stop",
-            err=True,
+        log.info(
+            "worker %s running %s; Ctrl-C to stop",
+            engine.worker.id,
+            ", ".join(sorted(engine.workflows)) or "nothing",
+            extra={"event": "worker.started"},
         )
         await stop.wait()
-        click.echo("duro: stopping; in-flight runs are handed back", err=True)
+        log.info("stopping; in-flight runs are handed back", extra={"event": "worker.stopping"})
 
 
 def add_health(main: click.Group) -> None:

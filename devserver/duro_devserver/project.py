@@ -12,15 +12,17 @@ error (with its traceback) is printed in the terminal and shown in Studio until 
 from __future__ import annotations
 
 import asyncio
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import watchfiles
 
 from duro import Engine
+from duro.metrics import Meter
 from duro.tooling import load_project, ms_to_datetime
 
+from .logs import log
 from .source import Hub, ProjectUnavailable, describe_load_error, print_load_error
 
 IGNORED_DIRS = {".duro", "__pycache__", ".venv", "venv", "tests", "node_modules", ".git", ".pytest_cache"}
@@ -52,6 +54,8 @@ class DevProject:
         self.database_url = database_url or f"sqlite:///{self.root / '.duro' / 'dev.db'}"
         self.watch = watch
         self.hub = Hub()
+        self.meter = Meter()  # attached to each engine in turn: counters never go back on a reload
+        self._detach_meter: Callable[[], None] | None = None
         self.reloads = 0
         self.load_error: dict[str, str] | None = None
         self.loaded_at: int | None = None
@@ -108,14 +112,20 @@ class DevProject:
                 self.hub.publish("reload", {"ok": False, "error": self.load_error, "reloads": self.reloads})
                 return False
             await self._retire(self._engine)
-            await engine.__aenter__()
+            self._detach_meter = self.meter.attach(engine)  # before it starts: recovery grants count
+            try:
+                await engine.__aenter__()
+            except BaseException:
+                self._detach_meter()
+                self._detach_meter = None
+                raise
             self._unsubscribe = engine.events.subscribe(self.hub.forward)
             self._engine = engine
             self.load_error = None
             self.loaded_at = engine.clock.now_ms()
             self.reloads += 1
             names = ", ".join(sorted(engine.workflows)) or "none"
-            print(f"duro: loaded {self.root} (workflows: {names})", file=sys.stderr, flush=True)
+            log.info("loaded %s (workflows: %s)", self.root, names, extra={"event": "project.loaded"})
             self.hub.publish("reload", {"ok": True, "error": None, "reloads": self.reloads})
             return True
 
@@ -126,6 +136,9 @@ class DevProject:
             self._unsubscribe()
             self._unsubscribe = None
         await engine.__aexit__(None, None, None)
+        if self._detach_meter is not None:  # after the engine stopped: all it did is counted
+            self._detach_meter()
+            self._detach_meter = None
 
     async def _watch(self) -> None:
         async for changes in watchfiles.awatch(
@@ -136,5 +149,5 @@ class DevProject:
             stop_event=self._stop_watching,
         ):
             names = sorted({Path(path).name for _, path in changes})
-            print(f"duro: {', '.join(names)} changed; reloading", file=sys.stderr, flush=True)
+            log.info("%s changed; reloading", ", ".join(names), extra={"event": "project.changed"})
             await self.reload()

@@ -7,7 +7,8 @@
   resolves to 127.0.0.1 is same-origin to the browser, and only the Host gives it away (DNS
   rebinding). In-process test clients use ``testserver`` both as the Host and as the address, so
   ``create_app(engine)`` serves them without configuration.
-- With a token (required when binding anything but loopback), every ``/api/`` request needs
+- With a token (required when binding anything but loopback), every ``/api/`` request (and
+  ``/metrics``: a Prometheus scrape config sends it as ``authorization: {credentials: ...}``) needs
   ``Authorization: Bearer <token>`` or the ``duro_token`` cookie; opening ``/?token=<token>`` once
   sets the cookie for Studio. Tokens are compared as UTF-8 bytes, so any text works as a token and
   any bytes sent as one get a 401, never an error.
@@ -89,7 +90,7 @@ class Guard:
             query = QueryParams(scope.get("query_string", b""))
             if path == "/" and "token" in query:
                 return self._login(query.get("token", ""))
-            if path.startswith("/api/") and not self._authorized(headers):
+            if _guarded(path) and not self._authorized(headers):
                 return error_response(
                     401,
                     "this server needs its token: send 'Authorization: Bearer <token>' "
@@ -144,6 +145,11 @@ class Guard:
         # percent-encoded: a cookie value is ASCII without quotes, separators or spaces
         response.set_cookie(COOKIE, quote(self.token, safe=""), httponly=True, samesite="strict")
         return response
+
+
+def _guarded(path: str) -> bool:
+    """The paths that need the token when one is set: the API and the metrics."""
+    return path.startswith(("/api/", "/metrics/")) or path == "/metrics"
 
 
 def _host_refusal(host: str) -> str:

@@ -8,19 +8,21 @@ never the token itself); the CLI finds the local server there. The file is remov
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 import json
 import logging
 import os
 import socket
-import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 
 from duro import DuroError
 
+from .logs import log, logging_config
 from .security import is_loopback
 
 SERVER_FILE = Path(".duro") / "server.json"
@@ -57,7 +59,9 @@ class _Server(uvicorn.Server):
                 json.dumps({"url": self.url, "pid": os.getpid(), "token_required": self.token_required})
             )
             temporary.replace(self.info_file)
-        print(f"duro: serving the API and Studio at {self.url}", file=sys.stderr, flush=True)
+        log.info(
+            "serving the API and Studio at %s", self.url, extra={"event": "server.listening", "url": self.url}
+        )
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         try:
@@ -104,6 +108,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def uvicorn_log_config(log_format: str) -> dict[str, Any]:
+    """uvicorn's logging configuration with the ``duro`` loggers' added: in ``json``, uvicorn's
+    lines (errors, access) are JSON lines too; in ``text``, they keep uvicorn's format."""
+    if log_format == "json":
+        return logging_config("json", loggers=("uvicorn", "uvicorn.access"))
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    for part, entries in logging_config(log_format).items():
+        if isinstance(entries, dict):
+            config[part].update(entries)
+    return config
+
+
 def run_server(
     app: Starlette,
     host: str,
@@ -112,8 +128,10 @@ def run_server(
     project_dir: Path | None,
     token: str | None,
     access_log: bool = True,
+    log_format: str = "text",
 ) -> None:
-    """Serve ``app`` until SIGINT / SIGTERM (a graceful stop: the engine hands its runs back)."""
+    """Serve ``app`` until SIGINT / SIGTERM (a graceful stop: the engine hands its runs back).
+    ``log_format``: ``text`` or ``json`` (see :mod:`.logs`)."""
     check_binding(host, token)
     sock = bind(host, port)
     config = uvicorn.Config(
@@ -123,6 +141,7 @@ def run_server(
         lifespan="on",
         access_log=access_log,
         log_level="info",
+        log_config=uvicorn_log_config(log_format),
         timeout_graceful_shutdown=5,
     )
     logging.getLogger("uvicorn.access").addFilter(_NoQueryStrings())

@@ -5,14 +5,16 @@ swaps in a fresh engine on every reload (``duro dev``, see :mod:`.project`). Bot
 from __future__ import annotations
 
 import asyncio
-import sys
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from duro import Engine
+from duro.metrics import Meter
 from duro.tooling import RunEvent, ms_to_datetime
+
+from .logs import log
 
 QUEUE_SIZE = 1000  # per subscriber; a client too slow to keep up loses its oldest events, never the server
 
@@ -72,9 +74,12 @@ class ProjectUnavailable(Exception):
 
 
 class EngineSource(Protocol):
-    """What the app needs: the current engine, the event hub, a status, and a lifespan."""
+    """What the app needs: the current engine, the event hub, a status, and a lifespan; and the
+    :class:`Meter` attached to every engine the source runs (``GET /metrics`` counts with it, so
+    its counters never go back when the engine changes)."""
 
     hub: Hub
+    meter: Meter
 
     @property
     def engine(self) -> Engine: ...
@@ -96,6 +101,8 @@ class FixedEngine:
         self.run_worker = run_worker
         self.project = project
         self._unsubscribe = engine.events.subscribe(self.hub.forward)
+        self.meter = Meter()
+        self._detach_meter = self.meter.attach(engine)
         self._entered = False
 
     @property
@@ -121,6 +128,7 @@ class FixedEngine:
             self._entered = False
             await self._engine.__aexit__(None, None, None)
         self._unsubscribe()
+        self._detach_meter()
 
 
 def _safe_url(engine: Engine) -> str | None:
@@ -137,7 +145,8 @@ def describe_load_error(err: BaseException) -> dict[str, str]:
 
 
 def print_load_error(error: dict[str, str], *, running: bool = True) -> None:
-    """Print a load failure: the traceback, and what the server does meanwhile. ``running``: an
+    """Log a load failure (``duro.devserver``, an error; ``event`` ``project.load_failed``): the
+    traceback, and what the server does meanwhile. ``running``: an
     earlier version loaded and keeps running; otherwise none ever did, and the server waits for a
     fix (the API answers 503 for what needs the project)."""
     if running:
@@ -147,9 +156,10 @@ def print_load_error(error: dict[str, str], *, running: bool = True) -> None:
             "no version of it has loaded yet: the server waits for a fix (the API answers 503 "
             "for what needs the project)"
         )
-    print(
-        f"duro: the project failed to load; {meanwhile}.\n"
-        f"{error['traceback']}{error['message']}\nduro: fix it and save: it reloads at once.",
-        file=sys.stderr,
-        flush=True,
+    log.error(
+        "the project failed to load; %s.\n%s%s\nduro: fix it and save: it reloads at once.",
+        meanwhile,
+        error["traceback"],
+        error["message"],
+        extra={"event": "project.load_failed"},
     )
