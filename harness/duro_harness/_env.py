@@ -22,7 +22,15 @@ from freezegun import freeze_time
 from duro import ConfigError, Engine, RunHandle, RunStatus, WorkerOptions, define_workspace
 from duro.testing import EngineCrash, EngineHooks
 from duro.testing import hooks as engine_hooks
-from duro.tooling import RunEvent, datetime_to_ms, duration_ms, load_project, ms_to_datetime
+from duro.tooling import (
+    ReplayOutcome,
+    RunEvent,
+    datetime_to_ms,
+    duration_ms,
+    history_from_json,
+    load_project,
+    ms_to_datetime,
+)
 
 from ._clock import DEFAULT_START, SimulatedClock, settle
 
@@ -242,6 +250,18 @@ class DuroEnv:
         await self.run_until_idle()
         if gc.get_count()[0] > _YOUNG_OBJECTS:
             gc.collect(1)
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    async def replay(self, history: Any) -> ReplayOutcome:
+        """Replay a recorded history (what ``duro runs export`` writes: its JSON text, the parsed
+        object, or a path to the file) on the code registered here, executing no step body and
+        writing nothing. ``.diverged`` says whether the code would fail the run; ``.seq``,
+        ``.recorded`` and ``.asked`` say where and how."""
+        if isinstance(history, Path):
+            history = history.read_text()
+        run, steps = history_from_json(history)
+        return await self.engine.replay_history(run, steps)
 
     # -- restarts --------------------------------------------------------------------------------
 

@@ -30,13 +30,14 @@ from ._hooks import EngineHooks
 from ._observe import attach_logs
 from ._options import WorkerOptions
 from ._registry import Registry
+from ._replaycheck import ReplayOutcome, replay
 from ._runs import Runs
 from ._schedules import Schedules
 from ._starts import Starter
 from ._triggers import EmitResult, emit
 from ._worker import Worker
 from .limits import Limits, LocalSlots, limit_config
-from .store import DEFAULT_SQLITE_URL, OwnStep, SqlStore, Store
+from .store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord, Store
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
@@ -254,6 +255,14 @@ class Engine:
     async def cancel(self, run_id: str) -> None:
         """Cancel a run and its unfinished children; a finished run is left as it is."""
         await self._runs.cancel(run_id)
+
+    async def replay_history(self, run: RunRecord, steps: list[StepRecord]) -> ReplayOutcome:
+        """Replay ``run``'s recorded ``steps`` on the code registered here, executing no step body
+        and writing nothing; stops where the history ends (see ``duro._replaycheck``). The engine
+        must be entered."""
+        if self._worker is None:
+            raise DuroError("replay_history needs a running engine: use it inside `async with engine:`")
+        return await replay(self._worker.runtime, self._registry, run, steps)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

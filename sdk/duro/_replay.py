@@ -38,6 +38,11 @@ class History:
             raise NonDeterminismError(self.run_id, seq, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
         return seq, rec
 
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next durable call takes (how many calls were made so far)."""
+        return self._next
+
     def peek(self) -> StepRecord | None:
         """The record at the next sequence number, without taking it (a patch marker's choice)."""
         return self._records.get(self._next)

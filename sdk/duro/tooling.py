@@ -5,7 +5,9 @@ Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepIn
 ``SystemClock`` (the one real clock, for tools that must tell the time), ``StoreUnavailable`` (a store
 call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``),
 ``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it),
-``WorkflowSpec`` (a registered workflow, as ``engine.workflows`` gives it).
+``WorkflowSpec`` (a registered workflow, as ``engine.workflows`` gives it), ``ReplayOutcome``,
+``history_to_json`` and ``history_from_json`` (the replay check: ``duro replay-check``, ``duro runs
+export``, ``env.replay``).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
@@ -15,12 +17,16 @@ from ._durations import to_ms as duration_ms
 from ._errors import StoreUnavailable
 from ._events import RunEvent
 from ._handle import RunInfo, StepInfo
+from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
 from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
 from ._text import check_run_id
 from .limits import LimitInfo, SlotInfo
 
 __all__ = [
+    "ReplayOutcome",
+    "history_from_json",
+    "history_to_json",
     "load_project",
     "Project",
     "RunEvent",

@@ -141,13 +141,15 @@ def test_the_store_counts_grants_waits_expiries_and_timeouts_by_when_they_happen
 
 
 def test_the_stats_and_queue_reads_go_through_the_slots_indexes(store):
-    """The last hour reads ranges of duro_slots_queue (limit, state); the queues of a page's runs
-    probe duro_slots_run (only waiting and reserved slots are in it)."""
+    """The last hour reads a range of duro_slots_queue (limit, busy) and one of duro_slots_ended
+    (limit, ended since); the queues of a page's runs probe duro_slots_run (only waiting and
+    reserved slots are in it)."""
     line = LimitConfig("line", capacity=1, max_hold_ms=60_000)
     for n in range(3):
         store_ops.slot_request(store, line, f"s.{n}", f"run-{n}", None, None, 1000)
     cases = [
         (LIMIT_STATS, {"name": "line", "since": 0}, "duro_slots_queue"),
+        (LIMIT_STATS, {"name": "line", "since": 0}, "duro_slots_ended"),
         (QUEUED_LIMITS, {"ids": ["run-0", "run-1"]}, "duro_slots_run"),
     ]
     with store._engine.connect() as conn:

@@ -157,18 +157,20 @@ def test_a_sqlite_write_commits_or_rolls_back_raw_and_core_statements_together(s
 
 
 def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
-    """A version-5 database (no ``trace_context``): the column is added, the runs stay, and a new
-    run keeps the context it was started with."""
+    """A version-5 database (no ``trace_context``, no ``duro_slots_ended``): the column and the index
+    are added, the runs stay, and a new run keeps the context it was started with."""
     first = SqlStore(database_url)
     first.create_schema()
     first.insert_run(NewRun("old", "default", "wf", "1", "{}", None, 1), None)
     with first._engine.begin() as conn:  # back to schema 5's layout
         conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN trace_context"))
+        conn.execute(sa.text("DROP INDEX duro_slots_ended"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '5' WHERE key = 'schema_version'"))
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 6
+    assert "ended_at IS NOT NULL" in _index_definition(second, "duro_slots_ended")
     assert second.get_run("old").trace_context is None
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
     second.insert_run(NewRun("new", "default", "wf", "1", "{}", None, 2, trace_context=context), None)

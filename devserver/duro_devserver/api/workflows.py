@@ -7,12 +7,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
+from duro.contrib.starlette import RETRY_AFTER_SECONDS, concurrency_limit_body
 from duro.tooling import WorkflowSpec
 
 from ._common import ApiError, answer, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
-
-RETRY_AFTER_SECONDS = "1"
 
 
 def _workflow(spec: WorkflowSpec) -> WorkflowOut:
@@ -53,14 +52,11 @@ async def start_run(request: Request) -> Response:
     try:
         handle, created = await eng.start_run(name, body.input, run_id=body.run_id, concurrency=quota)
     except ConcurrencyLimitError as err:
+        # the body duro.contrib.starlette answers with too; error_response puts back its first two fields
+        refusal = concurrency_limit_body(err)
+        fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
         raise ApiError(
-            429,
-            str(err),
-            headers={"Retry-After": RETRY_AFTER_SECONDS},
-            workflow=err.workflow,
-            key=err.key,
-            limit=err.limit,
-            active=err.active,
+            429, refusal["message"], headers={"Retry-After": RETRY_AFTER_SECONDS}, **fields
         ) from None
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None

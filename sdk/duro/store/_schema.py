@@ -50,9 +50,15 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 4 -> 5: due work (see _tables.Run.due_at). Every unfinished run is due at once, and the runs of
     # workers that have no row any more go back: each is replayed once, and waits from there.
     4: lambda conn, dialect: _add_due_at(conn),
-    # 5 -> 6: the starter's trace context, kept with the run (see _tables.Run.trace_context)
-    5: lambda conn, dialect: _add_column(conn, "duro_runs", "trace_context", "VARCHAR(1024)"),
+    # 5 -> 6: the starter's trace context, kept with the run (see _tables.Run.trace_context), and
+    # ended slots indexed by their end (a limit's last hour)
+    5: lambda conn, dialect: _schema_6(conn),
 }
+
+
+def _schema_6(conn: Connection) -> None:
+    _add_column(conn, "duro_runs", "trace_context", "VARCHAR(1024)")
+    _recreate_indexes(conn, "duro_slots_ended")
 
 
 def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:

@@ -19,14 +19,13 @@ from typing import NamedTuple
 
 from ._connection import Connector
 
-# Query plans. Slot rows are kept once ended, so a limit's history only grows: each branch below
-# names its state so that it reads a range of ``duro_slots_queue (limit_name, state, pos)``.
-# - busy slots held since the window began: ``(name, 'busy')``, at most the capacity's rows;
-# - slots that ended (released: waits and expiries of slots held and then released; timed out):
-#   ``(name, 'released')`` and ``(name, 'timed_out')``. ``ended_at`` is not in that index, so these
-#   ranges read every ended slot of the limit ever; an index on ``(limit_name, ended_at) WHERE
-#   ended_at IS NOT NULL`` would make the read proportional to the window's slots (a schema change:
-#   see _schema's migrations). Cancelled slots (a waiting run that ended) are never read.
+# Query plans. Slot rows are kept once ended, so a limit's history only grows:
+# - busy slots held since the window began: a range of ``duro_slots_queue (limit_name, state, pos)``
+#   at ``(name, 'busy')``, at most the capacity's rows;
+# - slots that ended in the window (released: waits and expiries of slots held and then released;
+#   timed out): a range of ``duro_slots_ended (limit_name, ended_at) WHERE ended_at IS NOT NULL``
+#   (schema 6), proportional to the window's ends, not to the limit's whole history. Cancelled
+#   slots (a waiting run that ended) are filtered out.
 # UNION ALL rather than OR: each branch is one index range on both databases.
 LIMIT_STATS = (
     "SELECT enqueued_at, held_since, state, reason, ended_at FROM duro_slots "

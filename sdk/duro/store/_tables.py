@@ -208,6 +208,9 @@ class SlotRequest(DuroTable, table=True):
         # is looked up by its run (to leave the queue), so a slot granted at once never enters it
         Index("duro_slots_due", "due_at", **_where("due_at IS NOT NULL")),
         Index("duro_slots_run", "run_id", **_where("state IN ('waiting', 'reserved')")),
+        # ended slots by limit and end (schema 6): a limit's last hour (Studio, duro.limits.stats)
+        # reads that hour's ends, not the limit's whole history of ended slots
+        Index("duro_slots_ended", "limit_name", "ended_at", **_where("ended_at IS NOT NULL")),
     )
     id: str = Field(primary_key=True, max_length=220)
     limit_name: str = Field(max_length=64)

@@ -1,0 +1,135 @@
+"""The replay check: a run's recorded history replayed against the code registered now, executing
+nothing (``duro replay-check``, ``env.replay``, ``Engine.replay_history``).
+
+Every durable call takes its record from the history (``CheckedHistory``): a completed or failed
+call returns or raises what was recorded, as in any replay, so no step body runs and nothing is
+written. The replay stops where the history does: at the first call with no record, or with a
+record still open (a sleep, a signal wait, a slot wait or a retry not over): the code is compatible
+up to there. A call that differs from its record is a divergence (``NonDeterminismError``), reported
+with its sequence number and both calls.
+
+A history travels as JSON (``history_to_json`` / ``history_from_json``: the run's record and its
+steps, as ``duro runs export`` writes them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from . import _current
+from ._context import RunContext
+from ._errors import NonDeterminismError
+from ._registry import Registry
+from ._replay import History
+from ._runtime import Runtime
+from .store import RunRecord, StepRecord, settle_sleeps
+
+FORMAT = "duro.history/1"
+
+
+class HistoryEnd(BaseException):
+    """The replay reached the end of the recorded history (a ``BaseException``: workflow code that
+    catches ``Exception`` cannot swallow it)."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
+class CheckedHistory(History):
+    """A history that ends: a call with no record, or an open one, raises :class:`HistoryEnd`."""
+
+    __slots__ = ()
+
+    def take(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+        seq, rec = super().take(kind, name)
+        if rec is None or rec.status not in ("completed", "failed"):
+            raise HistoryEnd(seq)
+        return seq, rec
+
+
+class ReplayOutcome(NamedTuple):
+    """What replaying one run's history found. ``diverged``: the code asks for ``asked`` where the
+    history recorded ``recorded``, at ``seq``. ``replayed``: the recorded calls the code made again.
+    ``ended``: how the replay stopped (``history``: where the history does; ``returned`` or
+    ``raised``: the code ran to its end; ``diverged``; ``error``: it could not start, ``error``
+    says why)."""
+
+    run_id: str
+    workflow: str
+    version: str
+    ended: str
+    replayed: int
+    seq: int | None = None
+    recorded: str | None = None
+    asked: str | None = None
+    error: str | None = None
+
+    @property
+    def diverged(self) -> bool:
+        return self.ended in ("diverged", "error")
+
+
+async def replay(
+    runtime: Runtime, registry: Registry, run: RunRecord, steps: list[StepRecord]
+) -> ReplayOutcome:
+    """Replay ``run``'s history (``steps``) on the code in ``registry``, in a task of its own."""
+
+    def outcome(ended: str, replayed: int = 0, **more: Any) -> ReplayOutcome:
+        return ReplayOutcome(run.id, run.workflow, run.version, ended, replayed, **more)
+
+    spec = registry.get(run.workflow)
+    if spec is None or spec.invoke is None:
+        return outcome("error", error=f"workflow {run.workflow!r} has no code here: it is not registered")
+    ctx = RunContext(runtime, run)
+    ctx.history = CheckedHistory(run.id, settle_sleeps(steps, run))
+
+    async def body() -> Any:
+        _current.current_run.set(ctx)
+        inp = spec.input.load(run.input) if spec.takes_input else None
+        assert spec is not None and spec.invoke is not None
+        return await spec.invoke(inp, ctx)
+
+    task = asyncio.get_running_loop().create_task(body(), context=contextvars.Context())
+    history = ctx.history
+    try:
+        await task
+        ended = "returned"
+    except HistoryEnd as end:
+        return outcome("history", end.seq)
+    except NonDeterminismError as err:
+        return outcome("diverged", err.seq, seq=err.seq, recorded=err.recorded, asked=err.asked)
+    except Exception as err:  # noqa: BLE001 - a recorded failure raised again, or the code's own
+        ended = "raised"
+        if ctx.fatal is None and not any(step.status == "failed" for step in steps):
+            return outcome("error", history.next_seq, error=f"{type(err).__name__}: {err}")
+    fatal = ctx.fatal
+    if isinstance(fatal, NonDeterminismError):  # caught by the code, still a divergence
+        return outcome("diverged", fatal.seq, seq=fatal.seq, recorded=fatal.recorded, asked=fatal.asked)
+    return outcome(ended, history.next_seq)
+
+
+def history_to_json(run: RunRecord, steps: list[StepRecord]) -> dict[str, Any]:
+    """A run's history as JSON-able data (``duro runs export``)."""
+    record = run._asdict()
+    record.pop("fresh", None)
+    return {"format": FORMAT, "run": record, "steps": [step._asdict() for step in steps]}
+
+
+def history_from_json(data: Mapping[str, Any] | str) -> tuple[RunRecord, list[StepRecord]]:
+    """The run and steps of an exported history (a mapping, or its JSON text)."""
+    loaded = json.loads(data) if isinstance(data, str) else data
+    if not isinstance(loaded, Mapping) or loaded.get("format") != FORMAT:
+        raise ValueError(
+            f"not a duro history: expected an object with format {FORMAT!r} (duro runs export writes one)"
+        )
+    try:
+        run = RunRecord(**{**loaded["run"], "tags": list(loaded["run"].get("tags") or [])})
+        steps = [StepRecord(**step) for step in loaded["steps"]]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"this duro history is incomplete or malformed: {err}") from None
+    return run, steps

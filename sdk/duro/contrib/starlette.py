@@ -1,0 +1,113 @@
+"""duro inside a Starlette or FastAPI app that starts workflows in-process.
+
+::
+
+    from duro import ConcurrencyLimitError, Engine
+    from duro.contrib.starlette import duro_lifespan, on_concurrency_limit
+
+    engine = Engine.from_project(".")
+    app = FastAPI(
+        lifespan=duro_lifespan(engine),
+        exception_handlers={ConcurrencyLimitError: on_concurrency_limit},
+    )
+
+:func:`duro_lifespan` runs the engine's worker for the app's lifetime (composed with the app's own
+lifespan, if it has one); :func:`on_concurrency_limit` answers a start refused by a quota with the
+dev server's 429: the same JSON body (:func:`concurrency_limit_body`) and ``Retry-After`` header.
+
+Needs starlette, which the ``dev`` extra brings: ``pip install 'duro[dev]'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from .. import ConcurrencyLimitError
+from .._extras import missing  # the one wording of a missing extra
+
+try:
+    from starlette.requests import Request
+    from starlette.responses import Response
+except ModuleNotFoundError as err:
+    if (err.name or "").partition(".")[0] != "starlette":
+        raise  # starlette is there, but something it imports is not: not ours to explain
+    raise ImportError(str(missing("dev", "duro.contrib.starlette")), name="starlette") from None
+
+if TYPE_CHECKING:
+    from .. import Engine
+
+__all__ = ["RETRY_AFTER_SECONDS", "concurrency_limit_body", "duro_lifespan", "on_concurrency_limit"]
+
+# What a refused start's answer tells the caller to wait before retrying: a quota frees a place when
+# one of its runs ends, which is no time the server can know.
+RETRY_AFTER_SECONDS = "1"
+
+AppT = TypeVar("AppT")
+StateT = TypeVar("StateT")
+
+
+def concurrency_limit_body(err: ConcurrencyLimitError) -> dict[str, Any]:
+    """The JSON body of the 429 that answers ``err``, here and in the dev server (one definition):
+    the error code, the message that says what to do, and the quota's workflow, key, limit and
+    active count."""
+    return {
+        "error": "concurrency_limit",
+        "message": str(err),
+        "workflow": err.workflow,
+        "key": err.key,
+        "limit": err.limit,
+        "active": err.active,
+    }
+
+
+async def on_concurrency_limit(request: Request, exc: Exception) -> Response:
+    """An exception handler for :class:`~duro.ConcurrencyLimitError`: 429, with the dev server's
+    body (:func:`concurrency_limit_body`) and ``Retry-After`` header. Register it with
+    ``exception_handlers={ConcurrencyLimitError: on_concurrency_limit}`` or
+    ``app.add_exception_handler(ConcurrencyLimitError, on_concurrency_limit)``."""
+    if not isinstance(exc, ConcurrencyLimitError):
+        raise exc  # registered for another exception: not ours to answer
+    return Response(
+        json.dumps(concurrency_limit_body(exc)),
+        status_code=429,
+        headers={"Retry-After": RETRY_AFTER_SECONDS},
+        media_type="application/json",
+    )
+
+
+@overload
+def duro_lifespan(
+    engine: Engine, lifespan: None = None
+) -> Callable[[Any], AbstractAsyncContextManager[None]]: ...
+
+
+@overload
+def duro_lifespan(
+    engine: Engine, lifespan: Callable[[AppT], AbstractAsyncContextManager[StateT]]
+) -> Callable[[AppT], AbstractAsyncContextManager[StateT]]: ...
+
+
+def duro_lifespan(
+    engine: Engine, lifespan: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
+) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    """A Starlette / FastAPI lifespan that runs ``engine`` (``async with engine:``, its worker
+    included) for the app's lifetime and closes it after: ``FastAPI(lifespan=duro_lifespan(engine))``.
+
+    ``lifespan``: the app's own lifespan (a function of the app returning an async context manager,
+    as ``@asynccontextmanager`` makes). The engine is up before it starts, so it may start runs, and
+    stops after it ends; the state it yields (a dict, for ``request.state``) is passed through.
+    """
+
+    @asynccontextmanager
+    async def run(app: Any) -> AsyncIterator[Any]:
+        async with engine:
+            if lifespan is None:
+                yield None
+            else:
+                async with lifespan(app) as state:
+                    yield state
+
+    return run
