@@ -184,6 +184,19 @@ async def test_max_hold_takes_a_slot_back_and_gives_it_to_the_next_waiter(duro_e
     assert (await first.result())["released"] is False  # max_hold took it back already
 
 
+async def test_a_slot_taken_up_after_an_expiry_expires_on_time_too(duro_env):
+    """The second holder got its slot through the expiry pass (a reservation it confirmed): its own
+    max_hold, shorter than the pass's 15 s safety interval, still ends it to the millisecond."""
+    await duro_env.engine.limits.set_max_hold("voice-calls", "5s")
+    first, second = await started(duro_env, 2, work="2h")
+    await duro_env.advance("5s")
+    assert await duro_env.busy("voice-calls") == [second.id]
+    await duro_env.advance(timedelta(seconds=5) - timedelta(milliseconds=1))
+    assert await duro_env.busy("voice-calls") == [second.id]
+    await duro_env.advance("1ms")
+    assert await duro_env.busy("voice-calls") == []
+
+
 async def test_max_hold_is_read_once_per_slot_at_grant(duro_env):
     (first,) = await started(duro_env, 1, work="2h")
     await duro_env.engine.limits.set_max_hold("voice-calls", "10m")

@@ -107,6 +107,7 @@ class RunLimits:
                     )
                     row, done = confirmed.row, confirmed.step or done
                     local.notify(confirmed.granted)
+                    local.changed(None if row is None else row.due_at)  # its max_hold, on time
                     continue
                 if row.state == "busy":
                     if (
