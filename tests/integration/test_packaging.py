@@ -149,8 +149,17 @@ def test_the_wheel_declares_the_extras_the_command_and_the_pytest_plugin(wheel):
         if line.startswith("Requires-Dist:")
     ]
     base = {r.split(">")[0].split("[")[0] for r in requires if ";" not in r}
-    assert base == {"click", "pydantic", "sqlmodel", "sqlalchemy", "croniter", "freezegun"}
+    assert base == {
+        "click",
+        "pydantic",
+        "sqlmodel",
+        "sqlalchemy",
+        "croniter",
+        "freezegun",
+        "prometheus-client",
+    }
     assert "psycopg[binary]>=3.2; extra == 'postgres'" in requires
+    assert "opentelemetry-api>=1.20; extra == 'otel'" in requires
     assert {r.split(">")[0] for r in requires if r.endswith("extra == 'dev'")} == {
         "starlette",
         "uvicorn",
