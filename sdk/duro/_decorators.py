@@ -42,9 +42,13 @@ class WorkflowFunction:
         run_id: str | None = None,
         concurrency: Concurrency | None = None,
         engine: Any = None,
+        version: str | None = None,
     ) -> Any:
-        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`."""
-        return await _current.resolve_engine(engine).start(self, inp, run_id=run_id, concurrency=concurrency)
+        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
+        ``version``: another registered version of this workflow's name to run."""
+        return await _current.resolve_engine(engine).start(
+            self, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
 
     async def dispatch(
         self,
@@ -80,9 +84,13 @@ class Workflow:
         run_id: str | None = None,
         concurrency: Concurrency | None = None,
         engine: Any = None,
+        version: str | None = None,
     ) -> Any:
-        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`."""
-        return await _current.resolve_engine(engine).start(cls, inp, run_id=run_id, concurrency=concurrency)
+        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
+        ``version``: another registered version of this workflow's name to run."""
+        return await _current.resolve_engine(engine).start(
+            cls, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
 
     @classmethod
     async def dispatch(

@@ -183,15 +183,23 @@ class Engine:
     # -- starting --------------------------------------------------------------------------------
 
     async def start(
-        self, wf: Any, inp: Any = None, run_id: str | None = None, concurrency: Concurrency | None = None
+        self,
+        wf: Any,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        version: str | None = None,
     ) -> RunHandle:
-        """Start a run of ``wf`` (a name or a workflow) and return its handle.
+        """Start a run of ``wf`` (a name or a workflow) and return its handle. ``version``: the
+        registered version whose code the run executes (default: the newest registered).
 
         A start with an existing ``run_id`` of the same workflow returns that run, whatever its
         status; one of another workflow's run raises :class:`RunIdConflictError`. A quota at its
         limit raises :class:`ConcurrencyLimitError`. Both create nothing.
         """
-        record, _ = await self._starter.start(wf, inp, run_id=run_id, concurrency=concurrency)
+        record, _ = await self._starter.start(
+            wf, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
         return self.handle(record.id)
 
     async def start_run(
@@ -202,11 +210,12 @@ class Engine:
         run_id: str | None = None,
         concurrency: Concurrency | None = None,
         parent: OwnStep | None = None,
+        version: str | None = None,
     ) -> tuple[RunHandle, bool]:
         """``start``, also saying whether this call created the run (False: the run id was taken
         by an earlier start of the same workflow, possibly one racing this one in another process)."""
         record, created = await self._starter.start(
-            wf, inp, run_id=run_id, concurrency=concurrency, parent=parent
+            wf, inp, run_id=run_id, concurrency=concurrency, parent=parent, version=version
         )
         return self.handle(record.id), created
 

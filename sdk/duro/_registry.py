@@ -1,7 +1,11 @@
-"""The workflows an engine knows: registered by name, each with its code (or none: remote)."""
+"""The workflows an engine knows: registered by name and version, each with its code (or none:
+remote). Several versions of one name coexist: a run executes on the code of its recorded version,
+and a start takes the newest version (versions compare as numbers where they are numbers: "10"
+is newer than "9", "1.10" than "1.9") unless it names one."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,11 +15,23 @@ from ._errors import DuroError
 from ._serde import Codec
 
 
+def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of a version: runs of digits compare as numbers, the rest as text."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
+
+
 class Registry:
-    """Workflow specs by name. A later registration of a name replaces it."""
+    """Workflow specs by name and version. A later registration of a (name, version) replaces it."""
 
     def __init__(self) -> None:
-        self._specs: dict[str, WorkflowSpec] = {}
+        self._specs: dict[str, WorkflowSpec] = {}  # the newest version of each name
+        self._versions: dict[str, dict[str, WorkflowSpec]] = {}
+
+    def _put(self, spec: WorkflowSpec) -> WorkflowSpec:
+        versions = self._versions.setdefault(spec.name, {})
+        versions[spec.version] = spec
+        self._specs[spec.name] = versions[max(versions, key=version_order)]
+        return spec
 
     def register(
         self,
@@ -40,8 +56,7 @@ class Registry:
                 raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
             target = fn._fn if isinstance(fn, WorkflowFunction) else fn
             spec = function_workflow_spec(target, name, version or "1", concurrency, on_event)
-        self._specs[spec.name] = spec
-        return spec
+        return self._put(spec)
 
     def register_remote(
         self,
@@ -64,20 +79,33 @@ class Registry:
             concurrency=concurrency,
             on_event=on_event,
         )
-        self._specs[name] = spec
-        return spec
+        return self._put(spec)
 
     @property
     def specs(self) -> dict[str, WorkflowSpec]:
         return dict(self._specs)
 
-    def get(self, name: str) -> WorkflowSpec | None:
-        return self._specs.get(name)
+    def get(self, name: str, version: str | None = None) -> WorkflowSpec | None:
+        """The spec of ``name`` at ``version`` (``None``: its newest)."""
+        if version is None:
+            return self._specs.get(name)
+        return self._versions.get(name, {}).get(version)
 
-    def spec_for(self, wf: Any) -> WorkflowSpec:
-        """The registered spec for a workflow object or name (objects register on first use)."""
+    def versions(self, name: str) -> list[str]:
+        """The versions of ``name`` registered here, oldest first."""
+        return sorted(self._versions.get(name, {}), key=version_order)
+
+    def spec_for(self, wf: Any, version: str | None = None) -> WorkflowSpec:
+        """The registered spec for a workflow object or name (objects register on first use), at
+        ``version`` (``None``: a name's newest version, an object's own)."""
         if isinstance(wf, str):
-            spec = self._specs.get(wf)
+            spec = self.get(wf, version)
+            if spec is None and wf in self._specs:
+                known = ", ".join(self.versions(wf))
+                raise DuroError(
+                    f"workflow {wf!r} has no version {version!r} here (registered versions: {known}); "
+                    f"register that version's code beside the others, or start without version="
+                )
             if spec is None:
                 known = ", ".join(sorted(self._specs)) or "none"
                 raise DuroError(
@@ -88,7 +116,9 @@ class Registry:
         spec = wf if isinstance(wf, WorkflowSpec) else workflow_spec(wf)
         if spec is None:
             raise DuroError(f"{wf!r} is not a workflow: decorate it with @workflow or pass its name")
-        return self._specs.get(spec.name) or self.register(spec)
+        if version is not None and version != spec.version:
+            return self.spec_for(spec.name, version)
+        return self.get(spec.name, spec.version) or self.register(spec)
 
     def is_serial(self, name: str) -> bool:
         spec = self._specs.get(name)
@@ -100,4 +130,15 @@ class Registry:
 
     def local_names(self) -> list[str]:
         """Workflows whose code this process has (it executes their runs)."""
-        return [name for name, spec in self._specs.items() if not spec.remote]
+        return [
+            name for name, versions in self._versions.items() if any(not s.remote for s in versions.values())
+        ]
+
+    def local_versions(self) -> list[tuple[str, str]]:
+        """The (workflow, version) pairs whose code this process has: the runs it may claim."""
+        return [
+            (name, version)
+            for name, versions in self._versions.items()
+            for version, spec in versions.items()
+            if not spec.remote
+        ]

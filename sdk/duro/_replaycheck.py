@@ -71,6 +71,7 @@ class ReplayOutcome(NamedTuple):
 
     @property
     def diverged(self) -> bool:
+        """Whether the code would fail this run (a divergence, or no code for its version here)."""
         return self.ended in ("diverged", "error")
 
 
@@ -82,9 +83,13 @@ async def replay(
     def outcome(ended: str, replayed: int = 0, **more: Any) -> ReplayOutcome:
         return ReplayOutcome(run.id, run.workflow, run.version, ended, replayed, **more)
 
-    spec = registry.get(run.workflow)
+    spec = registry.get(run.workflow, run.version)
     if spec is None or spec.invoke is None:
-        return outcome("error", error=f"workflow {run.workflow!r} has no code here: it is not registered")
+        known = ", ".join(registry.versions(run.workflow))
+        why = f"registered versions: {known}" if known else "it is not registered"
+        return outcome(
+            "error", error=f"workflow {run.workflow!r} version {run.version!r} has no code here ({why})"
+        )
     ctx = RunContext(runtime, run)
     ctx.history = CheckedHistory(run.id, settle_sleeps(steps, run))
 

@@ -143,7 +143,7 @@ class Runs:
 
     def _outcome(self, record: RunRecord) -> Any:
         if record.status == "completed":
-            spec = self._registry.get(record.workflow)
+            spec = self._registry.get(record.workflow, record.version) or self._registry.get(record.workflow)
             return (spec.output if spec is not None else _JSON).load(record.output)
         cause = restore_error(record.error) if record.error else RunCancelled(record.id)
         verb = "was cancelled" if record.status == "cancelled" else "failed"

@@ -121,16 +121,17 @@ def load_project(root: str | Path = ".") -> Project:
     else:
         entries = [(root / entry.path, entry.serial) for entry in workspace.workflows]
 
-    specs: dict[str, WorkflowSpec] = {}
-    origin: dict[str, Path] = {}
+    specs: dict[tuple[str, str], WorkflowSpec] = {}  # versions of one name coexist
+    origin: dict[tuple[str, str], Path] = {}
     for path, serial in entries:
         module = _import(root, path)
         for spec in _workflows_in(module):
-            if spec.name in specs and specs[spec.name] is not spec:
+            key = (spec.name, spec.version)
+            if key in specs and specs[key] is not spec:
                 raise ConfigError(
-                    f"two workflows are named {spec.name!r}: in {origin[spec.name]} and in {path}; "
-                    f"give one of them another name="
+                    f"two workflows are named {spec.name!r} with version {spec.version!r}: in "
+                    f"{origin[key]} and in {path}; give one of them another name= or version="
                 )
-            specs[spec.name] = replace(spec, serial=True) if serial else spec
-            origin[spec.name] = path
+            specs[key] = replace(spec, serial=True) if serial else spec
+            origin[key] = path
     return Project(root=root, workspace=workspace, workflows=list(specs.values()))

@@ -71,11 +71,12 @@ class Starter:
         run_id: str | None = None,
         concurrency: Concurrency | None = None,
         parent: OwnStep | None = None,
+        version: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Start a run of ``wf``: (the run, whether this call created it). False: the run id was taken
         by an earlier start of the same workflow, possibly one racing this one in another process.
         ``parent``: the starting run's step, written with the child in one transaction."""
-        spec = self._registry.spec_for(wf)
+        spec = self._registry.spec_for(wf, version)  # the newest version unless one is named
         store = self._gateway.store
         if run_id is not None:
             check_run_id(run_id)

@@ -168,7 +168,8 @@ class Worker:
     def _adopter(self) -> Adopter | None:
         if not (self.heartbeat.running and self.has_room()):
             return None
-        return Adopter(self.id, self.namespace, tuple(self.registry.local_names()))
+        versions = tuple(self.registry.local_versions())
+        return Adopter(self.id, self.namespace, tuple(dict.fromkeys(n for n, _ in versions)), versions)
 
     def _take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:
@@ -202,7 +203,7 @@ class Worker:
             _current.current_run.set(ctx)
             _current.current_engine.set(self._context_engine)
             await ctx.resume()  # claimed while our lease was in doubt: nothing of it runs until confirmed
-            spec = self.registry.spec_for(run.workflow)
+            spec = self.registry.spec_for(run.workflow, run.version)  # its own version's code
             try:
                 inp = spec.input.load(run.input) if spec.takes_input else None
             except Exception as err:  # noqa: BLE001
@@ -375,6 +376,7 @@ class Worker:
             now=now,
             limit=min(room, CLAIM_BATCH),
             serial=self.registry.serial_names(),
+            versions=self.registry.local_versions(),
             condemned=condemned,
             orphans=full and now - self._swept >= self.lease_ms,
         )
@@ -397,8 +399,7 @@ class Worker:
                 self.lease_ms,
             )
         # A claimed run still executing here was not ours a moment ago (our row was condemned and we
-        # joined again): another worker may have moved it on since, so our copy is stale. Drop it and
-        # replay from the store.
+        # joined again): another worker may have moved it on since. Drop it, replay from the store.
         stale = [
             task for run in claimed if run.id in self.live and (task := self.live[run.id].task) is not None
         ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._connection import Connector
-from ._queries import claim_sql
+from ._queries import claim_sql, next_due_sql
 from ._records import Claim, RunRecord
 from ._runs import to_run
 
@@ -29,7 +31,9 @@ class Claims:
         }
         if claim.serial:
             params["serial"] = list(claim.serial)
-        statements = claim_sql(db.dialect, bool(claim.serial))
+        if claim.versions:
+            params["versions"] = [tuple(pair) for pair in claim.versions]
+        statements = claim_sql(db.dialect, bool(claim.serial), bool(claim.versions))
         with db.write() as conn:
             with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
                 for worker, stamp in claim.condemned:  # its runs go back, each due as it was
@@ -51,12 +55,14 @@ class Claims:
 
     def next_due(self, claim: Claim) -> int | None:
         """The earliest due time of a run ``claim`` could take (``None``: none is due ever)."""
-        params = {
+        params: dict[str, Any] = {
             "namespace": claim.namespace,
             "workflows": list(claim.workflows),
             "serial": list(claim.serial),
         }
+        if claim.versions:
+            params["versions"] = [tuple(pair) for pair in claim.versions]
         with self.db.single_read() as conn:
-            name = "next_run_due_serial" if claim.serial else "next_run_due"
-            row = self.db.run_in(conn, name, params).fetchone()
+            sql = next_due_sql(bool(claim.serial), bool(claim.versions))
+            row = self.db.run_text(conn, sql, params).fetchone()
             return None if row is None or row[0] is None else int(row[0])

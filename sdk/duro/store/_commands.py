@@ -131,6 +131,7 @@ class Adopter(NamedTuple):
     owner: str
     namespace: str
     workflows: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...] = ()  # and only these versions of them (see Claim.versions)
 
 
 class Waiting(NamedTuple):

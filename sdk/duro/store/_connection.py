@@ -142,7 +142,7 @@ class Connector:
         self.schema_ready = False
         self._source = {**QUERIES, **(POSTGRESQL if self.dialect == "postgresql" else SQLITE)}
         self.queries = {name: self.adapt(sql) for name, sql in self._source.items()}  # by name, ready to run
-        self._expanded: dict[tuple[str, tuple[tuple[str, int], ...]], str] = {}
+        self._expanded: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
         self._positional: dict[str, str] = {}
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
@@ -167,24 +167,39 @@ class Connector:
 
     def run_text(self, conn: Connection, sql: str, params: dict[str, Any]) -> Any:
         """Run ``sql`` (a query of :mod:`._queries`, by text), binding each list in ``params`` to its
-        ``IN (:name)``, one parameter per item."""
-        lengths = tuple((k, len(v)) for k, v in params.items() if isinstance(v, (list, tuple)))
+        ``IN (:name)``, one parameter per item; a list of tuples binds row values (``(a, b) IN
+        (VALUES (...), ...)``, one parameter per member)."""
+        lengths = tuple(
+            (k, len(v), len(v[0]) if v and isinstance(v[0], tuple) else 0)
+            for k, v in params.items()
+            if isinstance(v, (list, tuple))
+        )
         key = (sql, lengths)
         text = self._expanded.get(key)
         if text is None:
-            counts = dict(lengths)
+            counts = {name: (n, width) for name, n, width in lengths}
 
             def expand(match: re.Match[str]) -> str:
                 name = match[1]
                 if name not in counts:
                     return match[0]
-                return f"IN ({', '.join(f':{name}_{i}' for i in range(counts[name])) or 'NULL'})"
+                n, width = counts[name]
+                if width:
+                    rows = ", ".join(
+                        "(" + ", ".join(f":{name}_{i}_{j}" for j in range(width)) + ")" for i in range(n)
+                    )
+                    return f"IN (VALUES {rows})"
+                return f"IN ({', '.join(f':{name}_{i}' for i in range(n)) or 'NULL'})"
 
             text = self._expanded[key] = self.adapt(_LISTED.sub(expand, sql))
         if lengths:
             flat = {k: v for k, v in params.items() if not isinstance(v, (list, tuple))}
-            for name, _ in lengths:
-                flat.update((f"{name}_{i}", value) for i, value in enumerate(params[name]))
+            for name, _, width in lengths:
+                for i, value in enumerate(params[name]):
+                    if width:
+                        flat.update((f"{name}_{i}_{j}", member) for j, member in enumerate(value))
+                    else:
+                        flat[f"{name}_{i}"] = value
             params = flat
         return raw_execute(conn, text, params)
 

@@ -105,7 +105,25 @@ def _upsert(table: str, columns: tuple[str, ...], key: str, kept: int) -> str:
 
 _NEXT_DUE = (
     "SELECT due_at FROM duro_runs WHERE namespace = :namespace AND owner IS NULL AND due_at IS NOT NULL "
-    "AND workflow IN (:workflows){serial} ORDER BY due_at LIMIT 1"
+    "AND workflow IN (:workflows){versions}{serial} ORDER BY due_at LIMIT 1"
+)
+# a claimer's versions (see Claim.versions): row values, one pair per (workflow, version) it has
+_VERSIONS = " AND ({table}workflow, {table}version) IN (:versions)"
+
+
+@cache
+def next_due_sql(serial: bool, versioned: bool) -> str:
+    """When the next run a claim could take falls due (see ``Claims.next_due``)."""
+    return _NEXT_DUE.format(
+        versions=_VERSIONS.format(table="") if versioned else "",
+        serial=" AND NOT (workflow IN (:serial) AND status = 'pending')" if serial else "",
+    )
+
+
+_ADOPT = (
+    "UPDATE duro_runs SET owner = :owner, due_at = :now WHERE id = :id AND owner IS NULL "
+    f"AND namespace = :namespace AND status IN {ACTIVE_SQL} AND workflow IN (:workflows){{versions}} "
+    f"RETURNING {_list(RUN_COLUMNS)}"
 )
 # an unload: ``{due}`` is the run's due time as the kind of its wait decides it
 _UNLOAD = (
@@ -197,8 +215,6 @@ QUERIES: dict[str, str] = {
     # -- due work (see _tables.Run.due_at) ---------------------------------------------------------
     # the earliest instant an unowned run the worker may claim falls due (duro_runs_due in due order:
     # the first row that fits; a serial workflow's pending runs are woken by their predecessor's end)
-    "next_run_due": _NEXT_DUE.format(serial=""),
-    "next_run_due_serial": _NEXT_DUE.format(serial=" AND NOT (workflow IN (:serial) AND status = 'pending')"),
     # what a run waits for happened: it is due now (an earlier due time stays; updated_at stays too,
     # it is not a change to the run, and settle_sleeps reads it)
     "nudge": f"UPDATE duro_runs SET due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} "
@@ -230,9 +246,8 @@ QUERIES: dict[str, str] = {
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     # a release's adopter takes up a queue's head unloaded from memory (see _commands.Adopter)
-    "adopt_run": f"UPDATE duro_runs SET owner = :owner, due_at = :now WHERE id = :id AND owner IS NULL "
-    f"AND namespace = :namespace AND status IN {ACTIVE_SQL} AND workflow IN (:workflows) "
-    f"RETURNING {_list(RUN_COLUMNS)}",
+    "adopt_run": _ADOPT.format(versions=""),
+    "adopt_run_versioned": _ADOPT.format(versions=_VERSIONS.format(table="")),
     "select_step": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id AND seq = :seq",
     "slot_select": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
@@ -336,7 +351,7 @@ _CLAIMING = (
 
 
 @cache
-def claim_sql(dialect: str, serial: bool) -> tuple[str, ...]:
+def claim_sql(dialect: str, serial: bool, versioned: bool = False) -> tuple[str, ...]:
     """The claim's statements; the last returns each claimed run with its status before the claim
     (``was``: a run taken from pending never executed, see ``RunRecord.fresh``).
 
@@ -344,7 +359,8 @@ def claim_sql(dialect: str, serial: bool) -> tuple[str, ...]:
     skips the rows another is claiming). SQLite: the candidates, then the update of their ids
     (SQLite's RETURNING cannot name an UPDATE's FROM; under ``BEGIN IMMEDIATE`` nothing changes in
     between)."""
-    candidates = _CLAIMABLE + (_SERIAL if serial else "") + _DUE_FIRST
+    versions = _VERSIONS.format(table="duro_runs.") if versioned else ""
+    candidates = _CLAIMABLE + versions + (_SERIAL if serial else "") + _DUE_FIRST
     returning = f"RETURNING {_list(RUN_COLUMNS, 'duro_runs.')}"
     if dialect == "postgresql":
         return (

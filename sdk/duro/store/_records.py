@@ -121,6 +121,9 @@ class Claim:
     condemned: Sequence[tuple[str, int]] = ()
     # hand back the runs of owners that have no row first (a worker's full pass asks: see _queries)
     orphans: bool = False
+    # the (workflow, version) pairs the claimer has the code of: a run of another version of one of
+    # ``workflows`` is left to a worker that has it (empty: any version of ``workflows``)
+    versions: Sequence[tuple[str, str]] = ()
 
 
 def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:

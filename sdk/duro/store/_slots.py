@@ -190,14 +190,17 @@ class Slots:
         waits); its hook step, as it waits, to be written completed with the slot."""
         if row.run_id is None:
             return None
-        params = {
+        params: dict[str, Any] = {
             "id": row.run_id,
             "owner": adopter.owner,
             "namespace": adopter.namespace,
             "workflows": list(adopter.workflows),
             "now": now,
         }
-        taken = self.db.run_in(conn, "adopt_run", params).fetchone()
+        if adopter.versions:
+            params["versions"] = [tuple(pair) for pair in adopter.versions]
+        query = "adopt_run_versioned" if adopter.versions else "adopt_run"
+        taken = self.db.run_in(conn, query, params).fetchone()
         if taken is None:
             return None
         seq = int(row.id.rsplit(".", 1)[1])
