@@ -30,7 +30,7 @@ from ._replay import History
 from ._runtime import LostRun, Runtime
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
-from ._tracing import ENABLED as TRACING
+from ._tracing import active as tracing
 from ._tracing import step_outcome, step_span
 from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal, Waiting
 
@@ -177,9 +177,9 @@ class RunContext:
             await self.resume()
             try:
                 result = await (
-                    self._call_step(spec, args, kwargs)
-                    if not TRACING
-                    else self._traced_step(spec, args, kwargs, attempt)
+                    self._traced_step(spec, args, kwargs, attempt)
+                    if tracing()
+                    else self._call_step(spec, args, kwargs)
                 )
                 self.checkpoint("step.executed")
                 text = self._dump_step_result(spec, result)

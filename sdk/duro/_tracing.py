@@ -34,13 +34,23 @@ try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate
     from opentelemetry import trace as _trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 
     trace = _trace
 except ImportError:  # the otel extra is not installed: tracing is off
     trace = None
 
 ENABLED = trace is not None
+
+
+def active() -> bool:
+    """Whether spans are recorded: the extra is installed and the app set a tracer provider (until
+    it does, the API's provider makes spans that go nowhere, at about 30 us each: duro makes none)."""
+    return trace is not None and not isinstance(
+        trace.get_tracer_provider(), (ProxyTracerProvider, NoOpTracerProvider)
+    )
+
+
 _NOTHING: AbstractContextManager[Any] = nullcontext()
 
 
@@ -63,7 +73,7 @@ def _start_span(workflow: str) -> Iterator[str | None]:
 
 def start_span(workflow: str) -> AbstractContextManager[str | None]:
     """Around a start: yields the trace context to store with the run (``None`` without tracing)."""
-    if trace is None:
+    if not active():
         return _NOTHING
     return _start_span(workflow)
 
@@ -153,7 +163,7 @@ def traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -> Corou
     """``execute()`` (a worker executing ``ctx``'s run, in the run's own task) inside the span of
     this attempt; ``execute()`` itself without tracing. A function, not a coroutine: a task cancelled
     before its first step never makes the coroutine it would not await."""
-    return execute() if trace is None else _traced(execute, ctx)
+    return _traced(execute, ctx) if active() else execute()
 
 
 @contextmanager
@@ -170,7 +180,7 @@ def _step_span(name: str, attempt: int) -> Iterator[Any]:
 
 def step_span(name: str, attempt: int) -> AbstractContextManager[Any]:
     """Around one execution of a step's body: set ``duro.step.outcome`` with :func:`step_outcome`."""
-    return _NOTHING if trace is None else _step_span(name, attempt)
+    return _step_span(name, attempt) if active() else _NOTHING
 
 
 def step_outcome(span: Any, outcome: str, error: BaseException | None = None) -> None:
@@ -185,7 +195,7 @@ def step_outcome(span: Any, outcome: str, error: BaseException | None = None) ->
 
 def slot_wait_span(limit: str, position: int | None) -> Any:
     """A slot request enters the queue: its span, ended by :func:`end_slot_wait` (``None`` if off)."""
-    if trace is None:
+    if not active():
         return None
     attributes: dict[str, Any] = {"duro.limit": limit}
     if position is not None:

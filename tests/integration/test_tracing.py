@@ -174,3 +174,33 @@ def test_duro_without_the_otel_extra_imports_and_runs_unchanged(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "42"]
+
+
+def test_with_the_extra_but_no_tracer_provider_duro_makes_no_spans(tmp_path):
+    """The API alone (no provider set by the app) makes spans that go nowhere at ~30 us each: duro
+    skips them, and stores no trace context."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        import duro
+        from duro import _tracing
+
+        @duro.workflow
+        async def plain(n: int) -> int:
+            return n
+
+        async def main():
+            engine = duro.Engine("sqlite:///{tmp_path}/api-only.db")
+            engine.register(plain)
+            async with engine:
+                run = await engine.start(plain, 1)
+                await run.result(timeout=30)
+                print(_tracing.ENABLED, _tracing.active(), engine.store.get_run(run.id).trace_context)
+            engine.close()
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "None"]
