@@ -18,7 +18,7 @@ from typing import Any
 
 import pydantic
 
-from ._errors import DuroError
+from ._errors import DuroError, NonDeterminismError
 
 _NO_HINT = inspect.Parameter.empty
 
@@ -72,7 +72,10 @@ def dump_json(value: Any) -> str:
 
 def describe_error(err: BaseException) -> str:
     """JSON text describing ``err``: type, message, traceback, and how to build it again (its class's
-    constructor arguments and attributes, when they are JSON; nested errors described alike)."""
+    constructor arguments and attributes, when they are JSON; nested errors described alike).
+
+    A :class:`NonDeterminismError` also gets ``detail``: ``{"seq", "recorded", "asked"}``, for a
+    reader (Studio) that shows both calls side by side."""
     data: dict[str, Any] = {
         "type": f"{type(err).__module__}.{type(err).__qualname__}",
         "module": type(err).__module__,
@@ -83,6 +86,8 @@ def describe_error(err: BaseException) -> str:
     state = _state(err)
     if state is not None:
         data["state"] = state
+    if isinstance(err, NonDeterminismError):
+        data["detail"] = {"seq": err.seq, "recorded": err.recorded, "asked": err.asked}
     return dump_json(data)
 
 
@@ -162,8 +167,24 @@ def restore_error(text: str | None) -> BaseException:
 
 
 def error_summary(text: str | None) -> dict[str, Any] | None:
-    """The public part of a stored error: type, message and traceback."""
+    """The public part of a stored error: type, message and traceback, and ``detail`` when the error
+    has one (a :class:`NonDeterminismError`'s ``seq``, ``recorded`` and ``asked``)."""
     if not text:
         return None
     data = json.loads(text)
-    return {k: data.get(k) for k in ("type", "message", "traceback")}
+    summary = {k: data.get(k) for k in ("type", "message", "traceback")}
+    detail = data.get("detail") or _divergence(data)
+    if isinstance(detail, dict):
+        summary["detail"] = detail
+    return summary
+
+
+def _divergence(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A NonDeterminismError stored before ``detail`` existed: its constructor arguments say it."""
+    if (data.get("module"), data.get("qualname")) != (NonDeterminismError.__module__, "NonDeterminismError"):
+        return None
+    args = (data.get("state") or {}).get("args") or []
+    if len(args) != 4 or not all(isinstance(arg, dict) and "value" in arg for arg in args):
+        return None
+    _, seq, recorded, asked = (arg["value"] for arg in args)
+    return {"seq": seq, "recorded": recorded, "asked": asked}

@@ -745,3 +745,89 @@ def test_with_a_token_studio_asks_for_it_then_works(browser: Any, e2e_project: P
         page.get_by_test_id("start-form-greet").get_by_test_id("input-name").fill("eve")
         page.get_by_test_id("start-form-greet").get_by_test_id("start-submit").click()
         expect(page.get_by_test_id("run-output")).to_contain_text("hello eve")
+
+
+VERSIONED_WORKFLOWS = """
+from duro import step, wait_for_signal, workflow
+
+
+@step
+async def {first}(n: int) -> int:
+    return n
+
+
+@workflow(name="deal")
+async def deal(n: int) -> int:
+    await {first}(n)
+    await wait_for_signal("go")
+    return n
+
+
+@workflow(name="charge", version="{version}")
+async def charge(n: int) -> int:
+    await {first}(n)
+    await wait_for_signal("go")
+    return n
+"""
+
+
+def test_a_divergence_and_the_versions_in_flight_show_in_studio(browser: Any, tmp_path: Path) -> None:
+    """Runs started on the first code (deal and charge version 1) wait for "go"; the code changes
+    (deal calls another step first, charge is now version 2). The deal, signalled, is replayed on
+    the new code and fails: its page shows both calls at seq 0. The workflows page lists charge's
+    version 1, which this server has no code for, with its unfinished run."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from duro import Engine
+
+    project = tmp_path / "versions"
+    (project / "workflows").mkdir(parents=True)
+    (project / "duro.config.py").write_text(
+        "from duro import define_workspace\n\nworkspace = define_workspace()\n"
+    )
+    code = project / "workflows" / "flow.py"
+    code.write_text(VERSIONED_WORKFLOWS.format(first="reserve", version="1"))
+    url = f"sqlite:///{project / '.duro' / 'dev.db'}"
+    (project / ".duro").mkdir()
+
+    async def in_flight() -> list[str]:
+        engine = Engine.from_project(project, database_url=url)
+        async with engine:
+            handles = [await engine.start("deal", 1), await engine.start("charge", 2)]
+            deadline = asyncio.get_running_loop().time() + 30
+            for handle in handles:  # bounded polling on the condition
+                while await handle.status() != "suspended":
+                    assert asyncio.get_running_loop().time() < deadline, "the runs did not reach their wait"
+                    await asyncio.sleep(0.01)
+        engine.close()
+        return [h.id for h in handles]
+
+    with ThreadPoolExecutor(1) as pool:  # this thread runs the browser's event loop
+        deal_id, charge_id = pool.submit(asyncio.run, in_flight()).result(60)
+    code.write_text(VERSIONED_WORKFLOWS.format(first="refund", version="2"))
+    with running_dev_server(project) as server, browsing(browser, server.url) as context:
+        page = context.new_page()
+        page.goto("/#/workflows")
+        row = page.get_by_test_id("version-charge-1")
+        expect(row).to_contain_text("no code here")
+        expect(row.get_by_test_id("version-unfinished")).to_have_text("1")
+        expect(page.get_by_test_id("version-charge-2")).to_contain_text("registered")
+        expect(page.get_by_test_id("version-deal-1").get_by_test_id("version-unfinished")).to_have_text("1")
+        screenshot(page, "workflows-versions")
+
+        with server.client() as client:
+            client.post(f"/api/runs/{deal_id}/signals/go", json=None)
+        page.goto(f"/#/runs/{deal_id}")
+        expect(page.get_by_test_id("run-status")).to_have_text("failed", timeout=20_000)
+        expect(page.get_by_test_id("run-error")).to_contain_text("NonDeterminismError")
+        expect(page.get_by_test_id("divergence-seq")).to_have_text("0")
+        expect(page.get_by_test_id("divergence-recorded")).to_contain_text("reserve")
+        expect(page.get_by_test_id("divergence-asked")).to_contain_text("refund")
+        screenshot(page, "run-divergence")
+
+        page.goto("/#/workflows")  # the failed deal has left the unfinished count; charge v1 waits on
+        expect(page.get_by_test_id("version-deal-1").get_by_test_id("version-unfinished")).to_have_text("0")
+        expect(page.get_by_test_id("version-charge-1").get_by_test_id("version-unfinished")).to_have_text("1")
+        with server.client() as client:
+            assert client.get(f"/api/runs/{charge_id}").json()["run"]["version"] == "1"

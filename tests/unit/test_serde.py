@@ -70,3 +70,31 @@ def test_stored_errors_are_data_never_code():
         }
     )
     assert type(restore_error(unloaded)) is DuroError
+
+
+def test_a_divergence_is_stored_with_both_calls_and_its_seq():
+    """A NonDeterminismError's ``detail`` (seq, recorded, asked) is stored beside the usual keys, and
+    the public summary carries it; other errors have none."""
+    import json
+
+    from duro import NonDeterminismError
+
+    text = describe_error(NonDeterminismError("r.1", 3, "step 'reserve'", "step 'refund'"))
+    stored = json.loads(text)
+    assert stored["detail"] == {"seq": 3, "recorded": "step 'reserve'", "asked": "step 'refund'"}
+    assert {"type", "module", "qualname", "message", "traceback", "state"} <= stored.keys()
+    summary = error_summary(text)
+    assert summary["detail"] == stored["detail"] and "sequence number 3" in summary["message"]
+    restored = restore_error(text)
+    assert type(restored) is NonDeterminismError and (restored.seq, restored.asked) == (3, "step 'refund'")
+
+    # stored before ``detail`` existed: the summary reads it from the constructor's arguments
+    del stored["detail"]
+    assert error_summary(json.dumps(stored))["detail"] == {
+        "seq": 3,
+        "recorded": "step 'reserve'",
+        "asked": "step 'refund'",
+    }
+
+    other = describe_error(ValueError("nope"))
+    assert "detail" not in json.loads(other) and "detail" not in error_summary(other)

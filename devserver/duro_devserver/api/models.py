@@ -78,10 +78,19 @@ class QuotaErrorOut(ErrorOut):
     active: int
 
 
+class DivergenceOut(BaseModel):
+    seq: int = Field(description="the sequence number where the code and the history part")
+    recorded: str = Field(description="the durable call the history recorded there")
+    asked: str = Field(description="the durable call the code asks for there now")
+
+
 class RunErrorOut(BaseModel):
     type: str | None
     message: str | None
     traceback: str | None
+    detail: DivergenceOut | None = Field(
+        default=None, description="a NonDeterminismError's two calls; null for any other error"
+    )
 
 
 class RunOut(BaseModel):
@@ -184,6 +193,14 @@ class QuotaOut(BaseModel):
     statuses: list[str]
 
 
+class VersionOut(BaseModel):
+    version: str
+    registered: bool = Field(
+        description="this server has its code; false for a version seen only in the store's runs"
+    )
+    unfinished: int = Field(description="its runs not yet finished: pending, running, suspended or blocked")
+
+
 class WorkflowOut(BaseModel):
     name: str
     version: str
@@ -193,6 +210,9 @@ class WorkflowOut(BaseModel):
     on_event: str | None
     remote: bool
     serial: bool
+    versions: list[VersionOut] = Field(
+        description="every version registered or with unfinished runs, newest registered first"
+    )
 
 
 class WorkflowsOut(BaseModel):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -11,10 +14,31 @@ from duro.contrib.starlette import RETRY_AFTER_SECONDS, concurrency_limit_body
 from duro.tooling import WorkflowSpec
 
 from ._common import ApiError, answer, engine, read_body
-from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, WorkflowOut, WorkflowsOut
+from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, VersionOut, WorkflowOut, WorkflowsOut
 
 
-def _workflow(spec: WorkflowSpec) -> WorkflowOut:
+def _newest_first(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key: runs of digits compare as numbers ("10" after "9"), the rest as text."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
+
+
+def _versions(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> list[VersionOut]:
+    """The versions this server has code for (today: the spec's), and those only the store's
+    unfinished runs name (a run of version "1" when the code is at "2" waits ``pending`` for a
+    worker that has version 1), newest first."""
+    registered = {spec.version}
+    seen = registered | {version for (name, version) in unfinished if name == spec.name}
+    return [
+        VersionOut(
+            version=version,
+            registered=version in registered,
+            unfinished=unfinished.get((spec.name, version), 0),
+        )
+        for version in sorted(seen, key=_newest_first, reverse=True)
+    ]
+
+
+def _workflow(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> WorkflowOut:
     quota = spec.concurrency
     return WorkflowOut(
         name=spec.name,
@@ -31,12 +55,16 @@ def _workflow(spec: WorkflowSpec) -> WorkflowOut:
         on_event=spec.on_event,
         remote=spec.remote,
         serial=spec.serial,
+        versions=_versions(spec, unfinished),
     )
 
 
 async def list_workflows(request: Request) -> Response:
-    specs = engine(request).workflows
-    return answer(WorkflowsOut(workflows=[_workflow(specs[name]) for name in sorted(specs)]))
+    eng = engine(request)
+    specs = eng.workflows
+    # a read of the store, off the event loop (as /metrics reads it)
+    unfinished = await run_in_threadpool(eng.store.unfinished_by_version, eng.namespace)
+    return answer(WorkflowsOut(workflows=[_workflow(specs[name], unfinished) for name in sorted(specs)]))
 
 
 async def start_run(request: Request) -> Response:

@@ -261,6 +261,7 @@ function runView(run, steps) {
       h('h2', {}, 'Error'),
       h('div', {class: 'error-box', testid: 'run-error'}, h('strong', {}, errorName(run.error.type)), ': ',
         run.error.message),
+      run.error.detail ? divergence(run.error.detail) : null,
       run.error.traceback ? h('details', {}, h('summary', {}, 'Traceback'),
         h('pre', {testid: 'run-traceback'}, run.error.traceback)) : null);
   } else if (run.status === 'completed') {
@@ -320,6 +321,17 @@ function stepRow(step) {
 
 function hookLimit(step) {
   return (step.detail && step.detail.limit) || step.name.split(' · ').pop();
+}
+
+// A NonDeterminismError: what the history recorded and what the code asks for now, side by side.
+function divergence(detail) {
+  return h('table', {class: 'grid', testid: 'run-divergence', style: 'margin: 10px 0'},
+    h('thead', {}, h('tr', {},
+      h('th', {}, 'seq'), h('th', {}, 'recorded'), h('th', {}, 'the code now asks'))),
+    h('tbody', {}, h('tr', {},
+      h('td', {class: 'mono', testid: 'divergence-seq'}, String(detail.seq)),
+      h('td', {class: 'mono', testid: 'divergence-recorded'}, detail.recorded),
+      h('td', {class: 'mono', testid: 'divergence-asked'}, detail.asked))));
 }
 
 function stepError(error) {

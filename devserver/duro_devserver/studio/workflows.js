@@ -6,16 +6,22 @@ export function renderWorkflows(root, scope) {
   const list = h('div', {class: 'cards', testid: 'workflows-list'});
   root.append(h('div', {class: 'page-head'}, h('h1', {}, 'Workflows')), list);
   let shown = null;
+  let versionBoxes = new Map();  // workflow name -> the box of its versions table
 
-  // Redrawn only when the workflows themselves change (a reload), so typed input survives.
+  // Redrawn only when the workflows themselves change (a reload), so typed input survives; the
+  // versions' counts of unfinished runs change with every run, and only their tables are redrawn.
   const refresh = scope.refresher(async () => {
     try {
       const {data} = await api('GET', '/api/workflows');
       if (!scope.alive) return;
-      const fingerprint = JSON.stringify(data.workflows);
-      if (fingerprint === shown) return;
+      const fingerprint = JSON.stringify(data.workflows.map(({versions, ...wf}) => wf));
+      if (fingerprint === shown) {
+        for (const wf of data.workflows) versionBoxes.get(wf.name)?.replaceChildren(versionsTable(wf));
+        return;
+      }
       shown = fingerprint;
-      list.replaceChildren(...data.workflows.map(workflowCard));
+      versionBoxes = new Map(data.workflows.map((wf) => [wf.name, h('div', {}, versionsTable(wf))]));
+      list.replaceChildren(...data.workflows.map((wf) => workflowCard(wf, versionBoxes.get(wf.name))));
       if (!data.workflows.length) {
         list.append(h('p', {class: 'empty', testid: 'workflows-empty'},
           'No workflow found. Put @workflow functions in workflows/ (or list them in duro.config.py).'));
@@ -25,11 +31,12 @@ export function renderWorkflows(root, scope) {
     }
   });
   scope.on('reload', refresh);
+  scope.on('run', refresh); // a run started or ended: the versions' counts
   scope.on('live', refresh);
   refresh();
 }
 
-function workflowCard(wf) {
+function workflowCard(wf, versions) {
   const facts = [h('span', {class: 'muted'}, `v${wf.version}`)];
   if (wf.concurrency) facts.push(badge(describeQuota(wf.concurrency), 'muted', {title: json(wf.concurrency)}));
   if (wf.on_event) facts.push(badge(`on event ${wf.on_event}`, 'muted'));
@@ -37,10 +44,24 @@ function workflowCard(wf) {
   return h('article', {class: 'card', testid: `workflow-${wf.name}`},
     h('header', {}, h('h2', {}, wf.name), ...facts,
       h('a', {href: `#/runs?workflow=${enc(wf.name)}`, class: 'small push'}, 'runs →')),
+    versions,
     startForm(wf),
     wf.input_schema && Object.keys(wf.input_schema).length
       ? h('details', {class: 'schema'}, h('summary', {}, 'input schema'), h('pre', {}, json(wf.input_schema)))
       : null);
+}
+
+// Each version: whether this server has its code, and its unfinished runs (a version only the
+// store knows waits `pending` for a worker that has it).
+function versionsTable(wf) {
+  return h('table', {class: 'grid', testid: `versions-${wf.name}`, style: 'margin: 4px 0 12px'},
+    h('thead', {}, h('tr', {}, h('th', {}, 'version'), h('th', {}, 'code'), h('th', {}, 'unfinished runs'))),
+    h('tbody', {}, ...wf.versions.map((v) => h('tr', {testid: `version-${wf.name}-${v.version}`},
+      h('td', {class: 'mono'}, `v${v.version}`),
+      h('td', {}, v.registered ? 'registered'
+        : badge('no code here', 'muted', {title: 'no worker of this server has this version: its runs wait'})),
+      h('td', {testid: 'version-unfinished'}, v.unfinished
+        ? h('a', {href: `#/runs?workflow=${enc(wf.name)}`}, String(v.unfinished)) : '0')))));
 }
 
 function describeQuota(concurrency) {

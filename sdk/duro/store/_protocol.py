@@ -198,6 +198,10 @@ class Store(Protocol):
     def queued_limits(self, run_ids: Iterable[str]) -> dict[str, str]:
         """The limit whose queue each of these runs waits in (slot waiting or reserved), in one query."""
 
+    def unfinished_by_version(self, namespace: str) -> dict[tuple[str, str], int]:
+        """``{(workflow, version): unfinished runs}`` of ``namespace`` (pending, running, suspended,
+        blocked), in one query; pairs with none are left out (see ``_versions``)."""
+
     # -- workers and leases ------------------------------------------------------------------------
 
     def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:

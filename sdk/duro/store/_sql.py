@@ -42,6 +42,7 @@ from ._slot_stats import SlotStats, limit_stats, queued_limits
 from ._slots import LimitState, Slots
 from ._steps import Steps
 from ._urls import DEFAULT_SQLITE_URL
+from ._versions import unfinished_by_version
 from ._workers import Workers
 
 log = logging.getLogger("duro.store")
@@ -75,6 +76,7 @@ class SqlStore:
             "limit_slots",
             "limit_stats",
             "queued_limits",
+            "unfinished_by_version",
         }
     )
 
@@ -318,6 +320,9 @@ class SqlStore:
 
     def queued_limits(self, run_ids: Iterable[str]) -> dict[str, str]:
         return queued_limits(self.db, run_ids)
+
+    def unfinished_by_version(self, namespace: str) -> dict[tuple[str, str], int]:
+        return unfinished_by_version(self.db, namespace)
 
     # -- workers, leases and claims --------------------------------------------------------------
 
