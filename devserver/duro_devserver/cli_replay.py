@@ -20,8 +20,14 @@ from duro import DuroError
 from duro.store import RunRecord, SqlStore
 from duro.tooling import ReplayOutcome, SystemClock, duration_ms, history_to_json
 
-from .cli import _database_url
 from .cli_api import runs_group
+
+DEFAULT_DB = ".duro/dev.db"  # as `duro dev` keeps it (see cli.DEFAULT_DB)
+
+
+def _database_url(project: Path, database_url: str | None) -> str:
+    return database_url or f"sqlite:///{project / DEFAULT_DB}"
+
 
 ACTIVE = ("pending", "running", "suspended", "blocked")
 FINISHED = ("completed", "failed", "cancelled")

@@ -169,8 +169,13 @@ class Engine:
 
     @property
     def workflows(self) -> dict[str, WorkflowSpec]:
-        """The registered workflows by name."""
+        """The registered workflows by name (each name's newest version)."""
         return self._registry.specs
+
+    def workflow_versions(self, name: str) -> list[str]:
+        """The versions of workflow ``name`` registered here, oldest first (versions coexist: a run
+        executes on its recorded version's code; a start takes the newest unless it names one)."""
+        return self._registry.versions(name)
 
     def spec_for(self, wf: Any) -> WorkflowSpec:
         """The registered spec for a workflow object or name (objects register on first use)."""

@@ -107,3 +107,13 @@ async def test_a_divergence_and_the_versions_in_flight_show_in_the_api(sqlite_ur
             # a run with no error has none to detail
             other = (await client.get(f"/api/runs/{old_charge.id}")).json()["run"]
             assert other["error"] is None
+    async with simulated_engine(sqlite_url, clock) as both:  # versions 1 and 2 side by side
+        both.register("deal", "1", deal_changed)
+        both.register("charge", "1", charge)
+        both.register("charge", "2", charge)
+        async with served(both) as client:
+            listed = (await client.get("/api/workflows")).json()["workflows"]
+            assert {wf["name"]: wf["versions"] for wf in listed}["charge"] == [
+                {"version": "2", "registered": True, "unfinished": 0},
+                {"version": "1", "registered": True, "unfinished": 1},
+            ]

@@ -22,11 +22,12 @@ def _newest_first(version: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
 
 
-def _versions(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> list[VersionOut]:
-    """The versions this server has code for (today: the spec's), and those only the store's
-    unfinished runs name (a run of version "1" when the code is at "2" waits ``pending`` for a
-    worker that has version 1), newest first."""
-    registered = {spec.version}
+def _versions(
+    spec: WorkflowSpec, registered: set[str], unfinished: dict[tuple[str, str], int]
+) -> list[VersionOut]:
+    """The versions this server has code for, and those only the store's unfinished runs name (a
+    run of version "1" when the code is at "2" waits ``pending`` for a worker that has version 1),
+    newest first."""
     seen = registered | {version for (name, version) in unfinished if name == spec.name}
     return [
         VersionOut(
@@ -38,7 +39,9 @@ def _versions(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> lis
     ]
 
 
-def _workflow(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> WorkflowOut:
+def _workflow(
+    spec: WorkflowSpec, registered: set[str], unfinished: dict[tuple[str, str], int]
+) -> WorkflowOut:
     quota = spec.concurrency
     return WorkflowOut(
         name=spec.name,
@@ -55,7 +58,7 @@ def _workflow(spec: WorkflowSpec, unfinished: dict[tuple[str, str], int]) -> Wor
         on_event=spec.on_event,
         remote=spec.remote,
         serial=spec.serial,
-        versions=_versions(spec, unfinished),
+        versions=_versions(spec, registered, unfinished),
     )
 
 
@@ -64,7 +67,11 @@ async def list_workflows(request: Request) -> Response:
     specs = eng.workflows
     # a read of the store, off the event loop (as /metrics reads it)
     unfinished = await run_in_threadpool(eng.store.unfinished_by_version, eng.namespace)
-    return answer(WorkflowsOut(workflows=[_workflow(specs[name], unfinished) for name in sorted(specs)]))
+    workflows = [
+        _workflow(specs[name], {specs[name].version, *eng.workflow_versions(name)}, unfinished)
+        for name in sorted(specs)
+    ]
+    return answer(WorkflowsOut(workflows=workflows))
 
 
 async def start_run(request: Request) -> Response:
