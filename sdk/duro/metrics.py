@@ -102,6 +102,8 @@ class Meter:
         self.duration = histogram(
             "duro_run_duration_seconds", "Runs: from start (creation) to end.", "workflow", RUN_BUCKETS
         )
+        # each label's child, kept: ``labels()`` takes a lock and builds a key at every call
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._metrics = (
             self.slot_wait,
             self.slot_hold,
@@ -129,32 +131,43 @@ class Meter:
 
         return detach
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def on_run_event(self, event: RunEvent) -> None:
         kind = event.kind
+        if kind[:4] != "run." and kind != "quota.refused":
+            return  # a step's or a signal's: most events, and none of them counted
+        child = self._child
         if kind == "run.created":
-            self.started.labels(event.workflow or "").inc()
+            child(self.started, event.workflow or "").inc()
         elif kind in _FINISHED:
             workflow = event.workflow or event.detail.get("workflow") or ""
-            self.finished.labels(workflow, _FINISHED[kind]).inc()
+            child(self.finished, workflow, _FINISHED[kind]).inc()
             created = event.detail.get("created_at")
             if created is not None:
-                self.duration.labels(workflow).observe(max(0, event.at - created) / 1000)
+                child(self.duration, workflow).observe(max(0, event.at - created) / 1000)
         elif kind == "quota.refused":
-            self.refused.labels(event.workflow or "").inc()
+            child(self.refused, event.workflow or "").inc()
 
     def on_slot_events(self, events: Sequence[SlotEvent]) -> None:
+        child = self._child
         for kind, limit, ms in events:
             if kind == "held":
-                self.slot_wait.labels(limit).observe(max(0, ms or 0) / 1000)
+                child(self.slot_wait, limit).observe(max(0, ms or 0) / 1000)
             elif kind == "released":
-                self.slot_hold.labels(limit).observe(max(0, ms or 0) / 1000)
+                child(self.slot_hold, limit).observe(max(0, ms or 0) / 1000)
             elif kind == "expired":
-                self.slot_hold.labels(limit).observe(max(0, ms or 0) / 1000)
-                self.expired.labels(limit).inc()
+                child(self.slot_hold, limit).observe(max(0, ms or 0) / 1000)
+                child(self.expired, limit).inc()
             elif kind == "timed_out":
-                self.timeouts.labels(limit).inc()
+                child(self.timeouts, limit).inc()
             elif kind == "lapsed":
-                self.lapsed.labels(limit).inc()
+                child(self.lapsed, limit).inc()
 
     # -- reading ---------------------------------------------------------------------------------
 
