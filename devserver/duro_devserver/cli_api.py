@@ -539,6 +539,9 @@ def api_command(fn: Callable[..., None]) -> Callable[..., None]:
     default=None,
     help="How many counted runs KEY may have at once; needs --concurrency-key.",
 )
+@click.option(
+    "--version", "version", metavar="V", default=None, help="A registered version (default: the newest)."
+)
 @api_command
 def start_command(
     call: Call,
@@ -547,6 +550,7 @@ def start_command(
     run_id: str | None,
     concurrency_key: str | None,
     concurrency_limit: int | None,
+    version: str | None,
 ) -> None:
     """Start a run of WORKFLOW and print its id (exit 1 if a quota refuses it)."""
     inp = None if input_json is None else parse_json_argument("--input", input_json, INPUT_EXAMPLE)
@@ -559,7 +563,10 @@ def start_command(
         )
     if concurrency_key is not None:
         concurrency = {"key": concurrency_key, "limit": concurrency_limit}
-    call.emit(call.client.start_run(workflow, inp, run_id=run_id, concurrency=concurrency), render_started)
+    call.emit(
+        call.client.start_run(workflow, inp, run_id=run_id, concurrency=concurrency, version=version),
+        render_started,
+    )
 
 
 @click.group("runs")

@@ -170,8 +170,10 @@ class DuroClient:
         *,
         run_id: str | None = None,
         concurrency: dict[str, Any] | None = None,
+        version: str | None = None,
     ) -> dict[str, Any]:
-        """``POST /api/workflows/{workflow}/runs``: ``{"run": Run, "created": bool}``.
+        """``POST /api/workflows/{workflow}/runs``: ``{"run": Run, "created": bool}``. ``version``:
+        a registered version of the workflow (default: the newest).
 
         ``concurrency`` is ``{"key": str or None, "limit": int}`` and replaces the workflow's quota for
         this start. A refused start raises :class:`ApiError` with status 429 (code ``concurrency_limit``).
@@ -181,6 +183,8 @@ class DuroClient:
             body["run_id"] = run_id
         if concurrency is not None:
             body["concurrency"] = concurrency
+        if version is not None:
+            body["version"] = version
         return self._request("POST", f"/api/workflows/{_segment(workflow)}/runs", json=body)
 
     def list_runs(

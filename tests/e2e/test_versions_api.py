@@ -117,3 +117,18 @@ async def test_a_divergence_and_the_versions_in_flight_show_in_the_api(sqlite_ur
                 {"version": "2", "registered": True, "unfinished": 0},
                 {"version": "1", "registered": True, "unfinished": 1},
             ]
+
+
+async def test_a_start_over_http_may_name_a_registered_version(sqlite_url):
+    clock = SimulatedClock(START)
+    async with simulated_engine(sqlite_url, clock) as both:
+        both.register("charge", "1", charge)
+        both.register("charge", "2", charge)
+        async with served(both) as client:
+            newest = (await client.post("/api/workflows/charge/runs", json={"input": 1})).json()
+            pinned = (
+                await client.post("/api/workflows/charge/runs", json={"input": 2, "version": "1"})
+            ).json()
+            assert (newest["run"]["version"], pinned["run"]["version"]) == ("2", "1")
+            missing = await client.post("/api/workflows/charge/runs", json={"input": 3, "version": "9"})
+            assert missing.status_code == 422 and "no version '9' here" in missing.json()["message"]

@@ -29,6 +29,9 @@ class StartBody(Body):
     input: Any = None
     run_id: str | None = Field(default=None, min_length=1, max_length=200)
     concurrency: QuotaBody | None = None
+    version: str | None = Field(
+        default=None, min_length=1, max_length=64, description="a registered version (default: the newest)"
+    )
 
 
 class CapacityBody(Body):

@@ -85,7 +85,9 @@ async def start_run(request: Request) -> Response:
     if body.concurrency is not None:
         quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
     try:
-        handle, created = await eng.start_run(name, body.input, run_id=body.run_id, concurrency=quota)
+        handle, created = await eng.start_run(
+            name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
+        )
     except ConcurrencyLimitError as err:
         # the body duro.contrib.starlette answers with too; error_response puts back its first two fields
         refusal = concurrency_limit_body(err)
