@@ -7,7 +7,7 @@ call that did not get an answer in time: the dev server answers it with 503 and 
 ``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it),
 ``WorkflowSpec`` (a registered workflow, as ``engine.workflows`` gives it), ``ReplayOutcome``,
 ``history_to_json`` and ``history_from_json`` (the replay check: ``duro replay-check``, ``duro runs
-export``, ``env.replay``).
+export``, ``env.replay``), ``version_order`` (how versions of a workflow sort: newest last).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
@@ -17,6 +17,7 @@ from ._durations import to_ms as duration_ms
 from ._errors import StoreUnavailable
 from ._events import RunEvent
 from ._handle import RunInfo, StepInfo
+from ._registry import version_order
 from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
 from ._scan import Project, load_project
 from ._schedules import ScheduleInfo
@@ -27,6 +28,7 @@ __all__ = [
     "ReplayOutcome",
     "history_from_json",
     "history_to_json",
+    "version_order",
     "load_project",
     "Project",
     "RunEvent",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -11,15 +9,10 @@ from starlette.routing import Route
 
 from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
 from duro.contrib.starlette import RETRY_AFTER_SECONDS, concurrency_limit_body
-from duro.tooling import WorkflowSpec
+from duro.tooling import WorkflowSpec, version_order
 
 from ._common import ApiError, answer, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, VersionOut, WorkflowOut, WorkflowsOut
-
-
-def _newest_first(version: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key: runs of digits compare as numbers ("10" after "9"), the rest as text."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
 
 
 def _versions(
@@ -35,7 +28,7 @@ def _versions(
             registered=version in registered,
             unfinished=unfinished.get((spec.name, version), 0),
         )
-        for version in sorted(seen, key=_newest_first, reverse=True)
+        for version in sorted(seen, key=version_order, reverse=True)
     ]
 
 
