@@ -6,7 +6,7 @@ not block; a listener that raises is dropped from the bus rather than disturbing
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -35,11 +35,15 @@ class EventBus:
     """``engine.events``: what happens to runs, for observers (the dev server's stream, the harness)."""
 
     def __init__(self) -> None:
-        self._listeners: tuple[Listener, ...] = ()  # replaced, never mutated: emitting needs no copy
+        # each listener with the kinds it asked for (None: every kind); replaced, never mutated
+        self._listeners: tuple[tuple[Listener, frozenset[str] | None], ...] = ()
+        self._wanted: frozenset[str] | None = frozenset()  # the kinds anyone wants (None: every kind)
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` for every event from now on; returns a function that unsubscribes."""
-        self._listeners = (*self._listeners, listener)
+    def subscribe(self, listener: Listener, kinds: Iterable[str] | None = None) -> Callable[[], None]:
+        """Call ``listener`` for every event from now on (``kinds``: only those kinds; an event no
+        listener wants is never built); returns a function that unsubscribes."""
+        self._listeners = (*self._listeners, (listener, None if kinds is None else frozenset(kinds)))
+        self._want()
         return lambda: self._drop(listener)
 
     @property
@@ -48,15 +52,23 @@ class EventBus:
         return bool(self._listeners)
 
     def _drop(self, listener: Listener) -> None:
-        self._listeners = tuple(known for known in self._listeners if known is not listener)
+        self._listeners = tuple(known for known in self._listeners if known[0] is not listener)
+        self._want()
+
+    def _want(self) -> None:
+        kinds = [wanted for _, wanted in self._listeners]
+        self._wanted = None if None in kinds else frozenset().union(*(k for k in kinds if k is not None))
 
     def publish(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
         """Tell every listener what happened to a run (``engine.emit`` is something else: it starts
         the workflows subscribed to an event)."""
-        if not self._listeners:
-            return
+        wanted = self._wanted
+        if wanted is not None and kind not in wanted:
+            return  # nobody listens for it (the common case: nobody listens at all)
         event = _new_event(RunEvent, (kind, run_id, at, workflow, detail))  # RunEvent(...) without its frame
-        for listener in self._listeners:
+        for listener, kinds in self._listeners:
+            if kinds is not None and kind not in kinds:
+                continue
             try:
                 listener(event)
             except Exception:  # noqa: BLE001 - a broken listener must not break a run

@@ -61,6 +61,7 @@ HOLD_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, float("i
 RUN_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 3600, 86_400, float("inf"))
 
 _FINISHED = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+COUNTED = ("run.created", *_FINISHED, "quota.refused")  # the bus builds no other event for the meter
 
 
 class Meter:
@@ -120,7 +121,7 @@ class Meter:
 
     def attach(self, engine: Engine) -> Callable[[], None]:
         """Count what ``engine`` does from now on; returns a function that stops it."""
-        unsubscribe = engine.events.subscribe(self.on_run_event)
+        unsubscribe = engine.events.subscribe(self.on_run_event, COUNTED)
         listeners = engine.store.slot_listeners
         listeners.append(self.on_slot_events)
 
