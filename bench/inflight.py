@@ -128,6 +128,7 @@ RUN_COLS = (
     "updated_at",
     "ended_at",
     "due_at",
+    "trace_context",  # schema 6: NULL, as for a run started with no tracer provider
 )
 STEP_COLS = (
     "run_id",
@@ -327,6 +328,7 @@ def sleeping_run(run_id: str, i: int, created: int, started: int, wake: int) -> 
         started,
         None,
         wake,
+        None,
     )
     step = (run_id, 0, "sleep", "sleep", "waiting", started, None, wake, None, None, None)
     return run, step
