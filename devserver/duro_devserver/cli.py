@@ -12,11 +12,7 @@ import click
 
 from duro import DuroError, Engine, RunFailedError
 
-DEFAULT_DB = ".duro/dev.db"
-
-
-def _database_url(project: Path, database_url: str | None) -> str:
-    return database_url or f"sqlite:///{project / DEFAULT_DB}"
+from .cli_server import project_database_url
 
 
 def _steps_table(steps: list[Any]) -> str:
@@ -100,7 +96,13 @@ def run_command(
         raise click.UsageError(f"--input is not JSON ({err}); e.g. --input '{{\"id\": 1}}'") from None
     try:
         code = asyncio.run(
-            _run(project.resolve(), workflow, inp, _database_url(project.resolve(), database_url), as_json)
+            _run(
+                project.resolve(),
+                workflow,
+                inp,
+                project_database_url(project.resolve(), database_url),
+                as_json,
+            )
         )
     except DuroError as err:
         click.echo(f"error: {err}", err=True)

@@ -21,13 +21,7 @@ from duro.store import RunRecord, SqlStore
 from duro.tooling import ReplayOutcome, SystemClock, duration_ms, history_to_json
 
 from .cli_api import runs_group
-
-DEFAULT_DB = ".duro/dev.db"  # as `duro dev` keeps it (see cli.DEFAULT_DB)
-
-
-def _database_url(project: Path, database_url: str | None) -> str:
-    return database_url or f"sqlite:///{project / DEFAULT_DB}"
-
+from .cli_server import project_database_url
 
 ACTIVE = ("pending", "running", "suspended", "blocked")
 FINISHED = ("completed", "failed", "cancelled")
@@ -110,7 +104,7 @@ def add_commands(main: click.Group) -> None:
             raise click.UsageError(f"--since: {err}") from None
         try:
             checked, diverged = asyncio.run(
-                _check(root, _database_url(root, database_url), workflow, since_ms)
+                _check(root, project_database_url(root, database_url), workflow, since_ms)
             )
         except DuroError as err:
             click.echo(f"error: {err}", err=True)
@@ -151,7 +145,7 @@ def add_commands(main: click.Group) -> None:
     )
     def runs_export(run_id: str, project: Path, database_url: str | None, output: Path | None) -> None:
         """Write RUN_ID's history (its record and steps) as JSON, for ``await env.replay(...)`` in a test."""
-        store = SqlStore(_database_url(project.resolve(), database_url))
+        store = SqlStore(project_database_url(project.resolve(), database_url))
         try:
             run = store.get_run(run_id)
             if run is None:

@@ -102,9 +102,9 @@ def _project_dir(directory: Path) -> Path:
     return root
 
 
-def _default_url(root: Path) -> str:
-    """The project's own SQLite store, as ``duro dev`` uses it."""
-    return f"sqlite:///{root / '.duro' / 'dev.db'}"
+def project_database_url(root: Path, database_url: str | None = None) -> str:
+    """``database_url``, or the project's own SQLite store, as ``duro dev`` uses it."""
+    return database_url or f"sqlite:///{root / '.duro' / 'dev.db'}"
 
 
 def _fail(err: DuroError) -> None:
@@ -175,7 +175,7 @@ def add_commands(main: click.Group) -> None:
             from .server import run_server
         root = _project_dir(directory)
         try:
-            open_store(database_url or _default_url(root))
+            open_store(project_database_url(root, database_url))
             project = DevProject(root, database_url, watch=reload)
             app = create_app(project, token=token, allowed_hosts=(host, *allow_hosts))
             run_server(app, host, port, project_dir=root, token=token, log_format=log_format)
@@ -218,10 +218,10 @@ def add_commands(main: click.Group) -> None:
             from .server import run_server
         root = _project_dir(directory)
         try:
-            open_store(database_url or _default_url(root))
+            open_store(project_database_url(root, database_url))
             engine = Engine.from_project(
                 root,
-                database_url=database_url or _default_url(root),
+                database_url=project_database_url(root, database_url),
                 options=WorkerOptions(lease=lease, poll_interval=poll_interval, worker_id=worker_id),
             )
             source = FixedEngine(engine, run_worker=worker, project=str(root))
@@ -255,7 +255,7 @@ def add_commands(main: click.Group) -> None:
         root = _project_dir(directory)
         logging.config.dictConfig(logging_config(log_format))
         try:
-            open_store(database_url or _default_url(root))
+            open_store(project_database_url(root, database_url))
             options = WorkerOptions(
                 lease=lease,
                 poll_interval=poll_interval,
@@ -265,7 +265,7 @@ def add_commands(main: click.Group) -> None:
                 unload_after=unload_after,
             )
             engine = Engine.from_project(
-                root, database_url=database_url or _default_url(root), options=options
+                root, database_url=project_database_url(root, database_url), options=options
             )
             asyncio.run(_work(engine))
         except DuroError as err:
@@ -306,7 +306,7 @@ def add_health(main: click.Group) -> None:
         from duro.tooling import duration_ms
 
         root = directory.resolve()
-        url = database_url or _default_url(root)
+        url = project_database_url(root, database_url)
         try:
             lease_ms = duration_ms(lease, "--lease")
             store = SqlStore(url)

@@ -109,7 +109,6 @@ class Engine:
         )
         self._context_token: Any = None
         self.meter: Any = None  # duro.metrics.Meter, once duro.metrics.collector(engine) asks
-        self.meter_detach: Any = None
         attach_logs(self.store)
 
     @classmethod

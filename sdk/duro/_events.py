@@ -46,10 +46,10 @@ class EventBus:
         self._want()
         return lambda: self._drop(listener)
 
-    @property
-    def listening(self) -> bool:
-        """Whether anyone listens (an event that costs a read to describe is skipped otherwise)."""
-        return bool(self._listeners)
+    def wants(self, kind: str) -> bool:
+        """Whether a listener wants ``kind`` (an event that costs a read to describe is skipped
+        otherwise)."""
+        return self._wanted is None or kind in self._wanted
 
     def _drop(self, listener: Listener) -> None:
         self._listeners = tuple(known for known in self._listeners if known[0] is not listener)
@@ -62,8 +62,7 @@ class EventBus:
     def publish(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
         """Tell every listener what happened to a run (``engine.emit`` is something else: it starts
         the workflows subscribed to an event)."""
-        wanted = self._wanted
-        if wanted is not None and kind not in wanted:
+        if not self.wants(kind):
             return  # nobody listens for it (the common case: nobody listens at all)
         event = _new_event(RunEvent, (kind, run_id, at, workflow, detail))  # RunEvent(...) without its frame
         for listener, kinds in self._listeners:

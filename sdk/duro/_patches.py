@@ -29,7 +29,7 @@ from .store import StepRecord
 PATCH = "patch"  # the kind of a marker's step record
 
 
-class RunContext(Protocol):
+class PatchedRun(Protocol):
     """What a patch marker needs of its run (``duro._context.RunContext``)."""
 
     patches: dict[str, bool]
@@ -52,7 +52,7 @@ def _check(change_id: object, what: str) -> str:
     return change_id
 
 
-async def patched(ctx: RunContext, change_id: str) -> bool:
+async def patched(ctx: PatchedRun, change_id: str) -> bool:
     _check(change_id, "patched")
     known = ctx.patches.get(change_id)
     if known is not None:
@@ -69,7 +69,7 @@ async def patched(ctx: RunContext, change_id: str) -> bool:
     return True
 
 
-async def deprecate_patch(ctx: RunContext, change_id: str) -> None:
+async def deprecate_patch(ctx: PatchedRun, change_id: str) -> None:
     _check(change_id, "deprecate_patch")
     ahead = ctx.history.peek()
     if ahead is not None and ahead.kind == PATCH and ahead.name == change_id:

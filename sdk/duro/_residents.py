@@ -73,14 +73,11 @@ class Residents:
         if self.backlog:
             self._room_freed()  # one more run may execute now
         after = self.unload_after_ms
-        if after is None:  # the harness: only over max_resident_runs
-            if len(self.live) > self.max_resident:
-                self.make_room()
-        elif rules.unload_at_once(parked, self._now(), after):
+        if after is not None and rules.unload_at_once(parked, self._now(), after):
             self._choose([run_id])
         elif len(self.live) > self.max_resident:
             self.make_room()
-        elif self._timer is None:
+        elif self._timer is None and after is not None:
             self._arm()
 
     def unpark(self, ctx: RunContext) -> None:

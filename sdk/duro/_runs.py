@@ -175,7 +175,7 @@ class Runs:
         now = self._clock.now_ms()
         cancelled = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
         for cancelled_id in cancelled:
-            if self._events.listening:  # which workflow, and since when (metrics): a read each
+            if self._events.wants("run.cancelled"):  # which workflow, and since when: a read each
                 run = await self._gateway.call(self._store.get_run, cancelled_id)
                 if run is not None:
                     self._events.publish(

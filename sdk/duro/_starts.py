@@ -91,41 +91,27 @@ class Starter:
         # Beyond the worker's capacity (max_concurrent_runs), the run is left to the store, due now.
         local = worker is not None and not spec.remote and not spec.serial
         owner = worker.id if local and worker is not None and worker.has_room() else None
-        with start_span(spec.name) as trace_context:
-            return await self._insert(spec, quota, parent, owner, run_id, input_json, trace_context)
-
-    async def _insert(
-        self,
-        spec: WorkflowSpec,
-        quota: QuotaCheck | None,
-        parent: OwnStep | None,
-        owner: str | None,
-        run_id: str | None,
-        input_json: str | None,
-        trace_context: str | None,
-    ) -> tuple[RunRecord, bool]:
-        store, worker = self._gateway.store, self.worker
-        local = worker is not None and not spec.remote and not spec.serial
-        new = NewRun(
-            id=run_id or self._new_run_id(),
-            namespace=self._namespace,
-            workflow=spec.name,
-            version=spec.version,
-            input=input_json,
-            owner=owner,
-            created_at=self._clock.now_ms(),
-            tags=[f"concurrency:{quota.key}"] if quota is not None else [],
-            concurrency_key=quota.key if quota is not None else None,
-            parent_id=parent.run_id if parent else None,
-            parent_seq=parent.step.seq if parent else None,
-            trace_context=trace_context,
-        )
-        try:
-            record, created = await self._gateway.call(store.insert_run, new, quota, parent)
-        except ConcurrencyLimitError as refused:
-            log_quota_refused(spec.name, refused.limit)
-            self._events.publish("quota.refused", new.id, new.created_at, spec.name)
-            raise
+        with start_span(spec.name) as trace_context:  # the starter's trace, stored with the run
+            new = NewRun(
+                id=run_id or self._new_run_id(),
+                namespace=self._namespace,
+                workflow=spec.name,
+                version=spec.version,
+                input=input_json,
+                owner=owner,
+                created_at=self._clock.now_ms(),
+                tags=[f"concurrency:{quota.key}"] if quota is not None else [],
+                concurrency_key=quota.key if quota is not None else None,
+                parent_id=parent.run_id if parent else None,
+                parent_seq=parent.step.seq if parent else None,
+                trace_context=trace_context,
+            )
+            try:
+                record, created = await self._gateway.call(store.insert_run, new, quota, parent)
+            except ConcurrencyLimitError as refused:
+                log_quota_refused(spec.name, refused.limit)
+                self._events.publish("quota.refused", new.id, new.created_at, spec.name)
+                raise
         if not created:  # taken since the check above (or, for a child, by an earlier start)
             return _same_workflow(record, spec.name), False
         self._events.publish("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)

@@ -67,17 +67,13 @@ def active() -> bool:
 _NOTHING: AbstractContextManager[Any] = nullcontext()
 
 
-_TRACER = None if trace is None else trace.get_tracer("duro")  # a proxy: follows the provider set later
-
-
-def _tracer() -> Any:
-    return _TRACER
+_TRACER: Any = None if trace is None else trace.get_tracer("duro")  # a proxy: follows a provider set later
 
 
 @contextmanager
 def _start_span(workflow: str) -> Iterator[str | None]:
     assert trace is not None
-    with _tracer().start_as_current_span(f"duro.start {workflow}", kind=SpanKind.PRODUCER) as span:
+    with _TRACER.start_as_current_span(f"duro.start {workflow}", kind=SpanKind.PRODUCER) as span:
         span.set_attribute("duro.workflow", workflow)
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
@@ -109,7 +105,7 @@ class RunSpan:
 
     def __init__(self, run_id: str, workflow: str, stored: str | None) -> None:
         assert trace is not None
-        span = _tracer().start_span(
+        span = _TRACER.start_span(
             f"duro.run {workflow}",
             context=_parent(stored),
             kind=SpanKind.CONSUMER,
@@ -182,7 +178,7 @@ def traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -> Corou
 @contextmanager
 def _step_span(name: str, attempt: int) -> Iterator[Any]:
     assert trace is not None
-    with _tracer().start_as_current_span(
+    with _TRACER.start_as_current_span(
         f"duro.step {name}",
         attributes={"duro.step.name": name, "duro.step.attempt": attempt},
         record_exception=False,
@@ -213,7 +209,7 @@ def slot_wait_span(limit: str, position: int | None) -> Any:
     attributes: dict[str, Any] = {"duro.limit": limit}
     if position is not None:
         attributes["duro.slot.position"] = position
-    return _tracer().start_span(f"duro.slot_wait {limit}", attributes=attributes)
+    return _TRACER.start_span(f"duro.slot_wait {limit}", attributes=attributes)
 
 
 def end_slot_wait(span: Any, outcome: str) -> None:

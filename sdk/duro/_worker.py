@@ -168,8 +168,8 @@ class Worker:
     def _adopter(self) -> Adopter | None:
         if not (self.heartbeat.running and self.has_room()):
             return None
-        versions = tuple(self.registry.local_versions())
-        return Adopter(self.id, self.namespace, tuple(dict.fromkeys(n for n, _ in versions)), versions)
+        names, versions = self.registry.local_names(), self.registry.local_versions()
+        return Adopter(self.id, self.namespace, tuple(names), tuple(versions))
 
     def _take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:

@@ -48,7 +48,6 @@ class Engine(Protocol):
     store: Store
     workspace: Workspace
     meter: Any
-    meter_detach: Any
 
 
 __all__ = ["Meter", "collector"]
@@ -233,7 +232,7 @@ def meter_of(engine: Engine) -> Meter:
     if meter is None:
         meter = Meter()
         engine.meter = meter
-        engine.meter_detach = meter.attach(engine)
+        meter.attach(engine)  # for the engine's life
     return meter
 
 

@@ -228,7 +228,7 @@ class SqlStore:
     def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
         """Apply one command in a transaction of its own (see ``Store.apply``)."""
         result: bool | StepRecord | SlotOutcome | list[str] | None = self._steps.apply(command)
-        if type(result) is SlotOutcome and result.events:
+        if type(result) is SlotOutcome:
             self._tell_slots(result.events)
         return result
 
@@ -236,14 +236,15 @@ class SqlStore:
         """Apply commands of many runs (``RecordStep``, ``FinishRun``; on SQLite also ``RequestSlot``
         and ``ReleaseSlot``) in one transaction, each with its own fence and result."""
         results = self._steps.apply_batch(commands)
-        if self.slot_listeners:
-            for result in results:
-                if type(result) is SlotOutcome and result.events:
-                    self._tell_slots(result.events)
+        for result in results:
+            if type(result) is SlotOutcome:
+                self._tell_slots(result.events)
         return results
 
     def _tell_slots(self, events: Sequence[SlotEvent]) -> None:
-        for listener in tuple(self.slot_listeners) if events else ():
+        if not events:
+            return
+        for listener in tuple(self.slot_listeners):
             try:
                 listener(events)
             except Exception:  # noqa: BLE001 - an observer must never undo what committed
