@@ -14,9 +14,12 @@ from ._errors import (
     ConcurrencyLimitError,
     ConfigError,
     DuroError,
+    InputError,
     NonDeterminismError,
+    RunEndedError,
     RunFailedError,
     RunIdConflictError,
+    RunNotFoundError,
     SlotTimeoutError,
 )
 from ._handle import RunHandle
@@ -57,4 +60,8 @@ __all__ = [
     "patched",
     "deprecate_patch",
     "RunIdConflictError",
+    # what a run id or an input can be refused with (HTTP 404, 409, 422)
+    "RunNotFoundError",
+    "RunEndedError",
+    "InputError",
 ]

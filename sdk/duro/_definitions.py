@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._durations import Duration, to_ms
-from ._errors import ConfigError, DuroError
-from ._serde import Codec
+from ._errors import ConfigError, DuroError, InputError
+from ._serde import Codec, hint_classes, is_structured, qualified_name
 from ._text import NUL
 
 
@@ -166,19 +167,30 @@ class WorkflowSpec:
         return self.invoke is None
 
     def prepare_input(self, value: Any) -> tuple[Any, str]:
-        """Validate a caller's input; returns (the validated value, its stored JSON) or a clear error."""
+        """Validate a caller's input; returns (the validated value, its stored JSON), or raises
+        :class:`InputError` naming the fields and what they should be."""
         if not self.takes_input:
             if value is not None:
-                raise DuroError(f"workflow {self.name!r} takes no input, got {value!r}; pass None")
+                raise InputError(
+                    self.name,
+                    [{"type": "none_required", "loc": [], "msg": "Input should be None"}],
+                    f"workflow {self.name!r} takes no input, got {value!r}; pass None",
+                )
             return None, "null"
         try:
             validated = self.input.validate(value)
             return validated, self.input.dump(validated)
-        except Exception as err:  # noqa: BLE001 - pydantic, TypeError, ValueError alike
-            raise DuroError(
-                f"input of workflow {self.name!r} is invalid: {_one_line(err)}; "
-                f"pass a value matching its type hint ({_hint_name(self.input.hint)})"
-            ) from None
+        except ValidationError as err:
+            errors, told = json.loads(err.json(include_url=False)), _problems(err, self.input.hint)
+        except Exception as err:  # noqa: BLE001 - TypeError, ValueError: not JSON, no hint to say more
+            told = _one_line(err)
+            errors = [{"type": "value_error", "loc": [], "msg": told}]
+        raise InputError(
+            self.name,
+            errors,
+            f"input of workflow {self.name!r} is invalid: {told}; "
+            f"pass a value matching its type hint ({_hint_name(self.input.hint)})",
+        )
 
     def dump_output(self, value: Any) -> str:
         """The workflow's result as stored JSON (validated against its return type), or a clear error."""
@@ -191,24 +203,50 @@ class WorkflowSpec:
             ) from None
 
 
+# pydantic's errors for "not an instance of this class": told with both classes' full names
+_CLASS_ERRORS = frozenset({"model_type", "model_attributes_type", "dataclass_type", "is_instance_of"})
+
+
+def _problems(err: ValidationError, hint: Any) -> str:
+    """A validation error on one line, as ``field: problem`` pairs (at most five), not its
+    multi-line dump with a documentation URL per problem. A value of the wrong class is told with
+    the module and qualified name of the class expected and of the class given."""
+    problems = err.errors(include_url=False)
+    told = []
+    for problem in problems[:5]:
+        where = ".".join(str(part) for part in problem["loc"]) or "the value"
+        message = problem["msg"]
+        given = problem.get("input")
+        if problem["type"] in _CLASS_ERRORS and is_structured(type(given)):
+            expected = _expected_class(problem.get("ctx") or {}, hint)
+            message = (
+                f"expected {expected} or its dict form, got an instance of {qualified_name(type(given))}"
+            )
+        told.append(f"{where}: {message}")
+    if len(problems) > 5:
+        told.append(f"and {len(problems) - 5} more")
+    return " ".join("; ".join(told).split())
+
+
+def _expected_class(ctx: dict[str, Any], hint: Any) -> str:
+    """The full name of the class a pydantic error expected (it says only the class's own name)."""
+    name = ctx.get("class_name")
+    matches = [cls for cls in hint_classes(hint).values() if cls.__name__ == name]
+    return qualified_name(matches[0]) if len(matches) == 1 else f"a {name}"
+
+
 def _one_line(err: BaseException) -> str:
-    """``err`` on one line. A pydantic validation error is told as ``field: problem`` pairs (at most
-    five), not its multi-line dump with a documentation URL per problem."""
+    """``err`` on one line (a pydantic validation error told as ``field: problem`` pairs)."""
     if isinstance(err, ValidationError):
-        problems = err.errors(include_url=False)
-        told = [
-            f"{'.'.join(str(part) for part in problem['loc']) or 'the value'}: {problem['msg']}"
-            for problem in problems[:5]
-        ]
-        if len(problems) > 5:
-            told.append(f"and {len(problems) - 5} more")
-        return " ".join("; ".join(told).split())
+        return _problems(err, None)
     return " ".join(str(err).split())
 
 
 def _hint_name(hint: Any) -> str:
     if hint is None:
         return "any JSON value"
+    if is_structured(hint):
+        return qualified_name(hint)
     return getattr(hint, "__name__", None) or str(hint)
 
 

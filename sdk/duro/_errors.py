@@ -119,6 +119,64 @@ class RunIdConflictError(DuroError):
         return (type(self), (self.run_id, self.workflow, self.existing_workflow))
 
 
+class RunNotFoundError(DuroError):
+    """No run has this id (in the engine's namespace, when its reads are fenced to it) (HTTP 404).
+
+    Raised by a handle's reads, ``result``, ``signal`` and ``cancel``, and by ``engine.get_run``;
+    nothing was changed. Attributes: ``run_id``, ``namespace`` (set when the lookup was fenced to it).
+    """
+
+    def __init__(self, run_id: str, namespace: str | None = None, reason: str | None = None) -> None:
+        self.run_id = run_id
+        self.namespace = namespace
+        self.reason = reason
+        where = f" in namespace {namespace!r}" if namespace is not None else ""
+        why = f": {reason}" if reason else ""
+        super().__init__(
+            f"run {run_id!r} does not exist{where}{why}; check the id, or list runs with engine.list_runs()"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.namespace, self.reason))
+
+
+class RunEndedError(DuroError):
+    """A signal was sent to a run that has ended (HTTP 409); nothing was sent.
+
+    Attributes: ``run_id``, ``status`` (``completed``, ``failed`` or ``cancelled``), ``signal`` (the
+    signal's name, when known). (Cancelling an ended run is no error: it leaves the run as it is.)
+    """
+
+    def __init__(self, run_id: str, status: str, signal: str | None = None) -> None:
+        self.run_id = run_id
+        self.status = str(status)
+        self.signal = signal
+        what = f"signal {signal!r}" if signal is not None else "a signal"
+        super().__init__(
+            f"cannot send {what} to run {run_id!r}: the run has ended ({self.status}); signals reach "
+            f"only runs that have not finished: start a new run to act on it"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.status, self.signal))
+
+
+class InputError(DuroError):
+    """An input does not match the workflow's type hint (HTTP 422); nothing was started.
+
+    Attributes: ``workflow``, ``errors`` (pydantic's ``errors()`` list as JSON values: each with
+    ``type``, ``loc``, ``msg`` and ``input``). The message names the fields and what they should be.
+    """
+
+    def __init__(self, workflow: str, errors: list[dict[str, Any]], message: str) -> None:
+        self.workflow = workflow
+        self.errors = errors
+        super().__init__(message)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.workflow, self.errors, str(self)))
+
+
 class StoreUnavailable(DuroError):
     """The store did not answer in time: SQLite locked by another process past its busy timeout, or
     PostgreSQL unreachable past the retry window. Nothing was changed by the call that raised it;

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ._clock import Clock
 from ._definitions import TERMINAL_STATUS_VALUES, RunStatus
 from ._durations import Duration, format_ms, to_ms
-from ._errors import DuroError, RunCancelled, RunFailedError
+from ._errors import DuroError, RunCancelled, RunEndedError, RunFailedError, RunNotFoundError
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._handle import RunInfo, StepInfo
@@ -60,17 +60,13 @@ class Runs:
         self._local = local  # the engine's worker while it is entered
 
     async def record(self, run_id: str) -> RunRecord:
-        """The run as stored, or a clear error (also when it is in another namespace, if reads are fenced)."""
-        if (
-            isinstance(run_id, str) and NUL in run_id
-        ):  # no run has such an id; PostgreSQL could not even be asked
-            raise DuroError(f"run {run_id!r} does not exist: {NO_NUL}")
+        """The run as stored, or :class:`RunNotFoundError` (also when it is in another namespace, if
+        reads are fenced)."""
+        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL cannot be asked
+            raise RunNotFoundError(run_id, reason=NO_NUL)
         record = await self._gateway.call(self._store.get_run, run_id, self._read_namespace)
         if record is None:
-            raise DuroError(
-                f"run {run_id!r} does not exist"
-                + (f" in namespace {self._namespace!r}" if self._scope_reads else "")
-            )
+            raise RunNotFoundError(run_id, self._read_namespace)
         return record
 
     async def get_run(self, run_id: str) -> RunInfo:
@@ -161,7 +157,9 @@ class Runs:
             text = dump_json(payload)
         except (TypeError, ValueError) as err:
             raise DuroError(f"payload of signal {name!r} to run {run_id!r} is not JSON: {err}") from None
-        await self.record(run_id)
+        run = await self.record(run_id)
+        if run.status in TERMINAL_STATUS_VALUES:  # the store checks again as it writes
+            raise RunEndedError(run_id, run.status, name)
         await self._gateway.call(self._store.send_signal, run_id, name, text, self._clock.now_ms())
         self._events.publish("signal.sent", run_id, self._clock.now_ms(), None, name=name)
         local = self._local()
@@ -169,8 +167,8 @@ class Runs:
             local.notify_signal(run_id, name)
 
     async def cancel(self, run_id: str) -> None:
-        if isinstance(run_id, str) and NUL in run_id:
-            return  # no run has such an id (and PostgreSQL could not even be asked)
+        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL cannot be asked
+            raise RunNotFoundError(run_id, reason=NO_NUL)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         now = self._clock.now_ms()
         cancelled = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)

@@ -9,10 +9,12 @@ stored is ever unpickled.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import sys
 import traceback
+import typing
 from functools import lru_cache
 from typing import Any
 
@@ -38,11 +40,19 @@ class Codec:
         self._adapter = None if self.hint is None else _adapter(self.hint)
 
     def validate(self, value: Any) -> Any:
-        """Validate a value given by the caller (a model instance, or its dict form)."""
+        """Validate a value given by the caller (a model instance, or its dict form). An instance of
+        a class of the hint from another import of its module (same module and qualified name, a
+        different class object) is taken from its fields."""
         if self._adapter is None:
             self.dump(value)
             return value
-        return self._adapter.validate_python(value)
+        try:
+            return self._adapter.validate_python(value)
+        except pydantic.ValidationError:
+            rebuilt = _rebuilt(value, hint_classes(self.hint))
+            if rebuilt is value:
+                raise
+        return self._adapter.validate_python(rebuilt)
 
     def dump(self, value: Any) -> str:
         """Serialize to JSON text; raises TypeError / pydantic errors when it cannot."""
@@ -55,7 +65,8 @@ class Codec:
             return None
         if self._adapter is None:
             return json.loads(text)
-        return self._adapter.validate_json(text)
+        # stored by field name (dump's default): a field with an alias is read back by its name
+        return self._adapter.validate_json(text, by_name=True)
 
     def json_schema(self) -> dict[str, Any]:
         if self._adapter is None:
@@ -64,6 +75,74 @@ class Codec:
             return self._adapter.json_schema()
         except pydantic.PydanticUserError:  # types pydantic can validate but not describe
             return {}
+
+
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of a class: what tells apart two classes of one name."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_structured(cls: Any) -> bool:
+    return isinstance(cls, type) and (issubclass(cls, pydantic.BaseModel) or dataclasses.is_dataclass(cls))
+
+
+def _field_hints(cls: type) -> list[Any]:
+    if issubclass(cls, pydantic.BaseModel):
+        return [field.annotation for field in cls.model_fields.values()]
+    fields = getattr(cls, "__pydantic_fields__", None)  # a pydantic dataclass: its resolved hints
+    if isinstance(fields, dict):
+        return [field.annotation for field in fields.values()]
+    try:
+        return list(typing.get_type_hints(cls).values())
+    except Exception:  # noqa: BLE001 - a hint that cannot be resolved names no class to look for
+        return []
+
+
+@lru_cache(maxsize=256)
+def hint_classes(hint: Any) -> dict[tuple[str, str], type]:
+    """The pydantic models and dataclasses a type hint names, at any depth (fields of models, items
+    of lists, members of unions), by (module, qualified name)."""
+    found: dict[tuple[str, str], type] = {}
+    pending, seen = [hint], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        pending.extend(typing.get_args(current))
+        if is_structured(current):
+            found[(current.__module__, current.__qualname__)] = current
+            pending.extend(_field_hints(current))
+    return found
+
+
+def _rebuilt(value: Any, known: dict[tuple[str, str], type]) -> Any:
+    """``value`` with every instance of a class of another import of the hint's modules (a twin of a
+    class in ``known``) replaced by an instance of the hint's class, validated from its fields;
+    ``value`` itself when it holds none."""
+    cls = type(value)
+    target = known.get((cls.__module__, cls.__qualname__))
+    if target is not None and target is not cls and is_structured(cls):
+        if isinstance(value, pydantic.BaseModel):
+            fields = {name: _rebuilt(getattr(value, name), known) for name in type(value).model_fields}
+            fields.update(value.__pydantic_extra__ or {})
+        else:
+            fields = {
+                f.name: _rebuilt(getattr(value, f.name), known) for f in dataclasses.fields(value) if f.init
+            }
+        return _adapter(target).validate_python(fields, by_name=True)
+    if isinstance(value, dict):
+        items = {key: _rebuilt(item, known) for key, item in value.items()}
+        changed = any(items[key] is not item for key, item in value.items())
+        return items if changed else value
+    if isinstance(value, list | tuple | set | frozenset):
+        members = [_rebuilt(item, known) for item in value]
+        if all(new is old for new, old in zip(members, value, strict=True)):
+            return value
+        if isinstance(value, list):
+            return members
+        return type(value)(*members) if hasattr(value, "_fields") else type(value)(members)
+    return value
 
 
 def dump_json(value: Any) -> str:

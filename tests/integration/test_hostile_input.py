@@ -24,6 +24,7 @@ from duro import (
     DuroError,
     Engine,
     Limit,
+    RunNotFoundError,
     WorkerOptions,
     acquire_slot,
     define_workspace,
@@ -153,7 +154,8 @@ async def test_lookups_and_filters_with_nul_find_nothing_and_read_nothing(databa
         for kwargs in ({"workflow": f"echo{NUL}"}, {"tag": f"t{NUL}"}, {"before": (1, f"r{NUL}")}):
             with pytest.raises(DuroError, match="filter .* contains a NUL character"):
                 await engine.list_runs(**kwargs)
-        await engine.cancel(f"{waiting}{NUL}")  # no run has that id: nothing to cancel
+        with pytest.raises(RunNotFoundError):  # no run has that id: nothing to cancel
+            await engine.cancel(f"{waiting}{NUL}")
         with pytest.raises(DuroError, match=r"slot 'holding.0\\x00' does not exist"):
             await engine.limits.release(f"holding.0{NUL}")
         with pytest.raises(DuroError, match="does not exist"):

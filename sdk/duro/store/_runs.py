@@ -14,7 +14,7 @@ try:
 except ModuleNotFoundError:  # no postgres extra: SQLite only
     from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]  # a stand-in: see _extras
 
-from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
+from .._errors import ConcurrencyLimitError, RunIdConflictError, RunNotFoundError
 from .._quota import admit
 from ._commands import OwnStep
 from ._connection import Connector
@@ -210,7 +210,7 @@ class Runs:
             else:
                 found = db.run(conn, "run_in_namespace", {"id": run_id, "namespace": namespace}).fetchone()
             if found is None:
-                raise DuroError(f"run {run_id!r} does not exist; list runs with engine.list_runs()")
+                raise RunNotFoundError(run_id, namespace)
             cancelled: list[str] = []
             db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
             frontier = [run_id]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Connection
 
 from .._definitions import ACTIVE_STATUS_VALUES
-from .._errors import DuroError
+from .._errors import RunEndedError, RunNotFoundError
 from ._commands import TakeSignal
 from ._connection import Connector
 from ._fences import write_step
@@ -23,12 +23,9 @@ class Signals:
         with db.write() as conn:
             found = db.run(conn, "run_status", {"id": run_id}).fetchone()
             if found is None:
-                raise DuroError(f"cannot signal run {run_id!r}: it does not exist")
+                raise RunNotFoundError(run_id)
             if found[0] not in ACTIVE_STATUS_VALUES:
-                raise DuroError(
-                    f"cannot signal run {run_id!r}: it is {found[0]}; signals reach only "
-                    f"runs that have not finished"
-                )
+                raise RunEndedError(run_id, found[0], name)
             db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
             db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due
             db.notify(conn, ["signal", run_id, name])

@@ -1,0 +1,3 @@
+from duro import define_workspace
+
+workspace = define_workspace()
