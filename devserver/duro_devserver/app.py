@@ -24,7 +24,7 @@ from duro import DuroError, Engine
 from duro.metrics import collector
 
 from .api import api_routes
-from .api._common import STORE_DOWN, ApiError, error_response, store_down, unavailable_response
+from .api._common import STORE_DOWN, ApiError, duro_error, error_response, store_down, unavailable_response
 from .monitor import LimitsMonitor
 from .security import Guard
 from .source import EngineSource, FixedEngine, ProjectUnavailable
@@ -116,7 +116,9 @@ async def _duro_error(_request: Request, err: Exception) -> Response:
     down = store_down(err.__context__)
     if down is not None:
         return unavailable_response(down)
-    return error_response(422, str(err))
+    assert isinstance(err, DuroError)
+    refused = duro_error(err)  # 404, 409 or 422, with the fields the error carries
+    return error_response(refused.status, refused.message, **refused.extra)
 
 
 async def _http_error(request: Request, err: Exception) -> Response:

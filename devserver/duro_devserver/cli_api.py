@@ -398,6 +398,11 @@ def describe_api_error(err: ApiError, target: Target) -> str:
             f"(key '{clean(body.get('key'))}', limit {body.get('limit')}, active {body.get('active')}): "
             f"retry when one of those runs ends"
         )
+    if err.status == 404 and isinstance(body.get("run_id"), str):  # the server names GET /api/runs
+        return (
+            f"run '{clean(body['run_id'])}' does not exist on {target.description}: check the id, "
+            f"or list runs with `duro runs list`"
+        )
     if err.status == 401:
         if target.token is None:
             return f"{target.description} needs a token: {target.token_hint}"

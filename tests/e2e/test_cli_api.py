@@ -143,6 +143,30 @@ def test_refusals_of_other_kinds_exit_1_with_the_servers_message(dev_server: Dev
         assert result.stderr.startswith("error: ") and result.stdout == ""
 
 
+def test_a_missing_run_and_a_signal_to_an_ended_one_say_so(dev_server: DevServer):
+    project = dev_server.project
+    missing = cli(project, "runs", "show", "missing")
+    assert missing.exit_code == 1
+    assert missing.stderr.startswith("error: run 'missing' does not exist on the dev server at http://")
+    assert "`duro runs list`" in missing.stderr and "GET /api" not in missing.stderr
+    as_json = cli(project, "signal", "missing", "done", "--json")
+    assert as_json.exit_code == 1
+    not_found = json.loads(as_json.stdout)
+    assert (not_found["error"], not_found["run_id"]) == ("not_found", "missing")
+    run_id = run_id_of(ok_json(project, "start", "greet", "--input", '{"name": "ada"}'))
+    wait_run(project, run_id, "completed")
+    late = cli(project, "signal", run_id, "done")
+    assert late.exit_code == 1
+    assert (
+        late.stderr
+        == f"error: cannot send signal 'done' to run '{run_id}': the run has ended (completed); signals reach only runs that have not finished: start a new run to act on it\n"
+    )
+    body = json.loads(cli(project, "signal", run_id, "done", "--json").stdout)
+    assert (body["error"], body["run_id"], body["status"]) == ("conflict", run_id, "completed")
+    bad = json.loads(cli(project, "start", "greet", "--input", '{"times": "many"}', "--json").stdout)
+    assert bad["workflow"] == "greet" and [e["loc"] for e in bad["errors"]] == [["name"], ["times"]]
+
+
 def test_error_messages_are_for_people_not_python(dev_server: DevServer):
     project = dev_server.project
     invalid = cli(project, "start", "greet", "--input", '{"times": "many"}')

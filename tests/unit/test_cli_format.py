@@ -322,6 +322,19 @@ def test_a_quota_refusal_names_key_limit_and_active():
 
 def test_other_refusals_pass_the_servers_message_and_hint_at_tokens_and_load_errors():
     assert describe_api_error(ApiError(404, "not_found", "no run 'x'"), TARGET) == "no run 'x'"
+    missing = {
+        "error": "not_found",
+        "message": "run 'r\x1b1' does not exist; … GET /api/runs",
+        "run_id": "r\x1b1",
+    }
+    text = describe_api_error(ApiError(404, "not_found", missing["message"], missing), TARGET)
+    assert text.startswith("run 'r") and "\x1b" not in text and "`duro runs list`" in text
+    assert "the dev server at http://127.0.0.1:8787" in text and "GET /api" not in text
+    ended = {
+        "error": "conflict",
+        "message": "cannot send signal 'go' to run 'r1': the run has ended (failed)",
+    }
+    assert describe_api_error(ApiError(409, "conflict", ended["message"], ended), TARGET) == ended["message"]
     assert (
         describe_api_error(ApiError(401, "unauthorized", "token needed"), TARGET)
         == "the dev server at http://127.0.0.1:8787 needs a token: set DURO_TOKEN to it"

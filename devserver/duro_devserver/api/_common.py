@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from duro import DuroError, Engine
+from duro import DuroError, Engine, InputError, RunEndedError, RunNotFoundError
 from duro.store import SqlStore
 from duro.tooling import StoreUnavailable
 
@@ -60,8 +60,9 @@ _CODES = {
 class ApiError(Exception):
     """An answer other than success: ``status``, a message that says what to do, extra fields."""
 
+    # positional-only: a body field may be called ``status`` too (a run's, in a 409)
     def __init__(
-        self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
+        self, status: int, message: str, /, headers: dict[str, str] | None = None, **extra: Any
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -71,7 +72,7 @@ class ApiError(Exception):
 
 
 def error_response(
-    status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
+    status: int, message: str, /, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     body = {"error": _CODES.get(status, "error"), "message": message, **extra}
     return Response(json.dumps(body), status_code=status, headers=headers, media_type="application/json")
@@ -226,7 +227,7 @@ async def read_body(request: Request, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ApiError(422, describe_validation(err)) from None
+        raise ApiError(422, describe_validation(err), errors=validation_errors(err)) from None
 
 
 def describe_validation(err: ValidationError) -> str:
@@ -237,7 +238,27 @@ def describe_validation(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def validation_errors(err: ValidationError) -> list[dict[str, Any]]:
+    """pydantic's list of what is wrong, as JSON values (inputs that are not JSON as text)."""
+    errors: list[dict[str, Any]] = json.loads(err.json(include_url=False))
+    return errors
+
+
 def duro_error(err: DuroError, status: int = 422) -> ApiError:
+    """The answer to an error the engine raised: 404 for a run that does not exist (with its
+    ``run_id``), 409 for a signal to a run that has ended (``run_id``, ``status``), 422 for an input
+    that does not match its workflow (``workflow`` and pydantic's ``errors``); ``status`` otherwise."""
+    if isinstance(err, RunNotFoundError):
+        where = f" in namespace {err.namespace!r}" if err.namespace is not None else ""
+        why = f": {err.reason}" if err.reason else ""
+        message = (
+            f"run {err.run_id!r} does not exist{where}{why}; check the id, or list runs with GET /api/runs"
+        )
+        return ApiError(404, message, run_id=err.run_id)
+    if isinstance(err, RunEndedError):
+        return ApiError(409, str(err), run_id=err.run_id, status=err.status)
+    if isinstance(err, InputError):
+        return ApiError(422, str(err), workflow=err.workflow, errors=err.errors)
     return ApiError(status, str(err))
 
 

@@ -74,6 +74,30 @@ class UnavailableOut(ErrorOut):
     retry_after: int | None = None
 
 
+class RunNotFoundOut(ErrorOut):
+    """404: no run has this id (in the server's namespace, when its reads are fenced to it)."""
+
+    run_id: str
+
+
+class RunEndedOut(ErrorOut):
+    """409: the run has ended, so a signal cannot reach it; nothing was sent."""
+
+    run_id: str
+    status: Literal["completed", "failed", "cancelled"]
+
+
+class InputErrorOut(ErrorOut):
+    """422: the request was understood but refused. For an input that does not match the
+    workflow's type hint, ``workflow`` names it and ``errors`` is pydantic's list of what is wrong
+    (each with ``type``, ``loc``, ``msg`` and ``input``); the body's own fields are told the same way."""
+
+    workflow: str | None = None
+    errors: list[dict[str, Any]] = Field(
+        default_factory=list, description="pydantic's validation errors; empty when the refusal is not one"
+    )
+
+
 class QuotaErrorOut(ErrorOut):
     workflow: str
     key: str

@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import DuroError, Engine, RunStatus
+from duro import DuroError, Engine, RunNotFoundError, RunStatus
 from duro.tooling import RunInfo, datetime_to_ms
 
-from ._common import ApiError, answer, engine, query_int, read_json
+from ._common import ApiError, answer, duro_error, engine, query_int, read_json
 from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut
 
 _STATUSES = [s.value for s in RunStatus]
@@ -39,8 +39,8 @@ def _before(cursor: str) -> tuple[int, str]:
 async def _run(eng: Engine, run_id: str) -> RunInfo:
     try:
         return await eng.get_run(run_id)
-    except DuroError as err:
-        raise ApiError(404, str(err)) from None
+    except RunNotFoundError as err:
+        raise duro_error(err) from None
 
 
 async def list_runs(request: Request) -> Response:
@@ -95,8 +95,8 @@ async def send_signal(request: Request) -> Response:
     payload = await read_json(request)
     try:
         await eng.signal(info.id, request.path_params["name"], payload)
-    except DuroError as err:
-        raise ApiError(422, str(err)) from None
+    except DuroError as err:  # 409 for a run that has ended, 422 for a name or payload refused
+        raise duro_error(err) from None
     return answer(SignalSentOut(sent=True), 202)
 
 

@@ -11,7 +11,7 @@ from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictErr
 from duro.contrib.starlette import RETRY_AFTER_SECONDS, concurrency_limit_body
 from duro.tooling import WorkflowSpec, version_order
 
-from ._common import ApiError, answer, engine, read_body
+from ._common import ApiError, answer, duro_error, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, VersionOut, WorkflowOut, WorkflowsOut
 
 
@@ -74,10 +74,10 @@ async def start_run(request: Request) -> Response:
         known = ", ".join(sorted(eng.workflows)) or "none"
         raise ApiError(404, f"workflow {name!r} does not exist; known workflows: {known}")
     body = await read_body(request, StartBody)
-    quota = None
-    if body.concurrency is not None:
-        quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
     try:
+        quota = None
+        if body.concurrency is not None:
+            quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
         handle, created = await eng.start_run(
             name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
         )
@@ -90,8 +90,8 @@ async def start_run(request: Request) -> Response:
         ) from None
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None
-    except DuroError as err:
-        raise ApiError(422, str(err)) from None
+    except DuroError as err:  # an InputError carries the workflow and pydantic's errors
+        raise duro_error(err) from None
     run = RunOut.of(await eng.get_run(handle.id))
     return answer(RunCreatedOut(run=run, created=created), 201 if created else 200)
 
