@@ -234,15 +234,16 @@ class Engine:
     # -- reading and acting on runs --------------------------------------------------------------
 
     def handle(self, run_id: str) -> RunHandle:
-        """The handle of an existing run (not checked until used)."""
+        """The handle of an existing run (not checked until used: then :class:`RunNotFoundError` if
+        no run has the id)."""
         return RunHandle(self._hooks.handle_target, run_id)
 
     async def get_run(self, run_id: str) -> RunInfo:
-        """The run as stored (:class:`RunInfo`); a clear error if it does not exist."""
+        """The run as stored (:class:`RunInfo`); :class:`RunNotFoundError` if no run has the id."""
         return await self._runs.get_run(run_id)
 
     async def steps(self, run_id: str) -> list[StepInfo]:
-        """The run's durable calls in sequence order."""
+        """The run's durable calls in sequence order; :class:`RunNotFoundError` if no run has the id."""
         return await self._runs.steps(run_id)
 
     async def list_runs(
@@ -258,11 +259,13 @@ class Engine:
         return await self._runs.list(workflow, status, tag, limit, before)
 
     async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
-        """Wait for the run to end; its output, or :class:`RunFailedError`."""
+        """Wait for the run to end; its output, or :class:`RunFailedError` (:class:`RunNotFoundError`
+        if no run has the id)."""
         return await self._runs.result(run_id, timeout)
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Send signal ``name`` (with a JSON ``payload``) to a run; buffered until it waits for it."""
+        """Send signal ``name`` (with a JSON ``payload``) to a run; buffered until it waits for it.
+        :class:`RunEndedError` if the run has ended, :class:`RunNotFoundError` if no run has the id."""
         await self._runs.signal(run_id, name, payload)
 
     async def cancel(self, run_id: str) -> None:

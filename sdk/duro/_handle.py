@@ -101,7 +101,8 @@ class RunAccess(Protocol):
 
 
 class RunHandle:
-    """A run by id, on an engine. Handles stay usable across engine restarts (they hold no state)."""
+    """A run by id, on an engine. Handles stay usable across engine restarts (they hold no state).
+    Each method raises :class:`~duro.RunNotFoundError` when no run has the id."""
 
     def __init__(self, engine: RunAccess, run_id: str) -> None:
         self._engine = engine
@@ -125,11 +126,12 @@ class RunHandle:
         return await self._engine.steps(self.id)
 
     async def cancel(self) -> None:
-        """Cancel the run (and its unfinished children)."""
+        """Cancel the run (and its unfinished children); a run that has ended is left as it is."""
         await self._engine.cancel(self.id)
 
     async def signal(self, name: str, payload: Any = None) -> None:
-        """Send signal ``name`` with a JSON ``payload``; buffered until the run waits for it."""
+        """Send signal ``name`` with a JSON ``payload``; buffered until the run waits for it.
+        :class:`~duro.RunEndedError` if the run has ended (nothing is sent)."""
         await self._engine.signal(self.id, name, payload)
 
     def __repr__(self) -> str:
