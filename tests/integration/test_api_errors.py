@@ -100,7 +100,12 @@ async def test_an_input_that_does_not_match_is_a_422_with_pydantics_errors(datab
         no_input = await client.post("/api/workflows/waits/runs", json={"input": {"x": 1}})
         assert no_input.status_code == 422
         assert fits(no_input, "post", "/api/workflows/{name}/runs")["errors"][0]["type"] == "none_required"
-        assert await engine.list_runs() == []
+        schedule = {"name": "nightly", "workflow": "order", "cron": "0 3 * * *", "input": {"id": "a"}}
+        refused = await client.post("/api/schedules", json=schedule)
+        assert refused.status_code == 422
+        body = fits(refused, "post", "/api/schedules")
+        assert body["workflow"] == "order" and [e["loc"] for e in body["errors"]] == [["qty"]]
+        assert await engine.list_runs() == [] and await engine.schedules.list() == []
 
 
 async def test_a_body_that_does_not_fit_is_a_422_with_pydantics_errors_too(database_url):

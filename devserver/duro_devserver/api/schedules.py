@@ -8,7 +8,7 @@ from starlette.routing import Route
 
 from duro import Concurrency, DuroError
 
-from ._common import ApiError, answer, engine, read_body
+from ._common import ApiError, answer, duro_error, engine, read_body
 from .models import DeletedOut, ScheduleBody, ScheduleOnlyOut, ScheduleOut, SchedulesOut
 
 
@@ -32,8 +32,8 @@ async def create_schedule(request: Request) -> Response:
     )
     try:
         info = await eng.schedules.create(body.name, body.workflow, body.cron, body.input, quota)
-    except DuroError as err:
-        raise ApiError(422, str(err)) from None
+    except DuroError as err:  # an InputError carries the workflow and pydantic's errors
+        raise duro_error(err) from None
     return answer(ScheduleOnlyOut(schedule=ScheduleOut.of(info)), 201)
 
 
