@@ -71,7 +71,7 @@ class _CurrentEngine:
 
 
 class DuroEnv:
-    """A project under simulated time. See the Harness section of DESIGN.md and docs/testing.md."""
+    """A project under simulated time: its engine on a fresh store and a simulated clock (docs/testing.md)."""
 
     def __init__(
         self,
