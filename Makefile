@@ -25,6 +25,8 @@ lint: $(STAMP)
 test: $(STAMP) lint typecheck
 	bash scripts/install-system-deps.sh
 	$(BIN)/pytest
+	# the FastAPI example's tests again under pytest-asyncio's auto mode, as many FastAPI projects run
+	$(BIN)/pytest examples/fastapi_chat -o asyncio_mode=auto
 
 # Unit and SQLite integration tests (and the examples' own), a few minutes: no PostgreSQL server,
 # no chaos, no e2e (live servers, the browser), so no system packages either.

@@ -7,17 +7,16 @@ runs progress fully between timers; ``restart`` simulates the box dying and comi
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-from freezegun import freeze_time
 
 from duro import ConfigError, Engine, RunHandle, RunStatus, WorkerOptions, define_workspace
 from duro.testing import EngineCrash, EngineHooks
@@ -33,9 +32,11 @@ from duro.tooling import (
 )
 
 from ._clock import DEFAULT_START, SimulatedClock, settle
+from ._frozen import FrozenTime
 
 _ENVIRONMENTS = itertools.count(1)  # names the in-memory store of each environment in this process
 _YOUNG_OBJECTS = 200_000  # allocations between the young collections of an advance (see advance_to)
+_STEP_POLL_S = 0.001  # how often, in real time, the harness looks whether steps doing real I/O ended
 
 
 class _CurrentEngine:
@@ -59,15 +60,25 @@ class _CurrentEngine:
 
     async def result(self, run_id: str, timeout: Any = None) -> Any:
         """Under simulated time nothing moves while a test waits, so a run that has not finished once
-        every runnable run settled never will: say so instead of hanging."""
-        await self._env.run_until_idle()
-        info = await self._env.engine.get_run(run_id)
+        every runnable run settled, and no step is executing, never will: say so instead of hanging."""
+        env = self._env
+        await env.run_until_idle()
+        info = await env.engine.get_run(run_id)
+        if not info.status.terminal and env.executing_steps():
+            # a step awaiting real I/O, or a run waiting on such a step: wait for them, bounded
+
+            async def ended() -> bool:
+                return (await env.engine.get_run(run_id)).status.terminal
+
+            await env.wait_for_steps(ended, f"run {run_id} to finish")
+            await env.run_until_idle()
+            info = await env.engine.get_run(run_id)
         if not info.status.terminal:
             raise AssertionError(
-                f"run {run_id} has not finished: it is {info.status.value} at {self._env.now.isoformat()} "
+                f"run {run_id} has not finished: it is {info.status.value} at {env.now.isoformat()} "
                 f"(simulated); advance time (await env.advance(...)) or send the signal it waits for first"
             )
-        return await self._env.engine.result(run_id, timeout)
+        return await env.engine.result(run_id, timeout)
 
 
 class DuroEnv:
@@ -80,6 +91,7 @@ class DuroEnv:
         config: Mapping[str, Any] | None = None,
         directory: str | Path | None = None,
         max_resident_runs: int = 10_000,
+        io_timeout: float = 30.0,
     ) -> None:
         self.project_dir = None if project is None else Path(project).resolve()
         self.start_instant = _instant(start) if start is not None else DEFAULT_START
@@ -91,6 +103,7 @@ class DuroEnv:
                 f"only 'limits' can be overridden"
             )
         self._directory = None if directory is None else Path(directory)
+        self.io_timeout = io_timeout  # seconds of real time a step awaiting real I/O may take
         # 0: every waiting run leaves memory at once and is replayed from the store when its wait
         # ends, as a production worker does with runs that wait long (see WorkerOptions)
         self.options = WorkerOptions(
@@ -105,8 +118,7 @@ class DuroEnv:
         self._hooks = EngineHooks()  # the running engine's (see _start_engine)
         self._engine_ref = _CurrentEngine(self)
         self._ids = itertools.count(1)
-        self._freezer: Any = None
-        self._frozen: Any = None
+        self._freezer: FrozenTime | None = None
         self._crash_points: dict[str, int] = {}
         self._crash_pending = False
         self._down_for: str | int | timedelta = 0
@@ -116,8 +128,8 @@ class DuroEnv:
 
     async def __aenter__(self) -> DuroEnv:
         self._project = load_project(self.project_dir) if self.project_dir is not None else None
-        self._freezer = freeze_time(self.clock.now, real_asyncio=True)
-        self._frozen = self._freezer.start()
+        self._freezer = FrozenTime(self.clock.now)
+        self._freezer.start()
         self.clock.listeners.append(self._move_frozen_time)
         try:
             if self._directory is None:
@@ -146,7 +158,8 @@ class DuroEnv:
             self._keeper = None
 
     def _move_frozen_time(self, instant_ms: int) -> None:
-        self._frozen.move_to(ms_to_datetime(instant_ms))
+        if self._freezer is not None:
+            self._freezer.move_to(ms_to_datetime(instant_ms))
 
     def _workspace(self) -> Any:
         base = self._project.workspace if self._project is not None else define_workspace()
@@ -176,6 +189,7 @@ class DuroEnv:
         hooks = engine_hooks(engine)  # how the harness drives the engine (duro._hooks.EngineHooks)
         hooks.inline_store = True  # deterministic: the loop does all the work (see _clock.settle)
         hooks.inline_sync_steps = True
+        hooks.executing = []  # the async steps executing now (see wait_for_steps)
         hooks.new_run_id = lambda: f"run-{next(self._ids):05d}"
         hooks.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
         hooks.checkpoints.append(self._checkpoint)
@@ -218,13 +232,42 @@ class DuroEnv:
     # -- time ------------------------------------------------------------------------------------
 
     async def run_until_idle(self) -> None:
-        """Let every runnable run proceed until all wait on time or on outside input."""
+        """Let every runnable run proceed until all wait on time or on outside input. A step awaiting
+        real I/O (a real timer or a socket: ``asyncio.sleep``, a local HTTP call) is waited for in real
+        time, up to ``io_timeout`` seconds."""
         while True:
             await settle()
+            if self._hooks.executing and _awaiting_real_io():
+
+                async def quiet() -> bool:
+                    return not _awaiting_real_io()
+
+                await self.wait_for_steps(quiet, "the runs to settle")
             if not self._crash_pending:
                 return
             self._crash_pending = False
             await self.restart(self._down_for)
+
+    def executing_steps(self) -> list[tuple[str, str]]:
+        """``(run id, step name)`` of each async step whose body is executing now."""
+        return list(self._hooks.executing or ())
+
+    async def wait_for_steps(self, done: Callable[[], Awaitable[bool]], what: str) -> None:
+        """Wait in real time, letting the runs progress, until ``done()`` or no step is executing; an
+        AssertionError naming the steps once ``io_timeout`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.io_timeout  # the loop keeps real time under freezegun
+        while self._hooks.executing and not await done():
+            if loop.time() >= deadline:
+                steps = ", ".join(f"step {name!r} of run {run_id}" for run_id, name in self.executing_steps())
+                raise AssertionError(
+                    f"waited {self.io_timeout:g}s of real time for {what}, but {steps} still executes: "
+                    f"a step awaiting real I/O must end by itself (allow it longer with "
+                    f"@pytest.mark.duro(io_timeout=...) or DuroEnv(io_timeout=...)), and one awaiting "
+                    f"something the test sets needs the test to set it first"
+                )
+            await asyncio.sleep(_STEP_POLL_S)
+            await settle()
 
     async def advance(self, duration: str | int | timedelta) -> None:
         """Move time forward, firing every due timer in time order with the runs settling between."""
@@ -353,6 +396,18 @@ class DuroEnv:
         ]
 
 
+def _awaiting_real_io() -> bool:
+    """Whether the loop waits on the real world: a timer (``asyncio.sleep``, a timeout) or a socket.
+    The engine under the harness waits on neither (its clock is simulated, its store in memory)."""
+    loop = asyncio.get_running_loop()
+    scheduled = getattr(loop, "_scheduled", None)
+    selector = getattr(loop, "_selector", None)
+    if scheduled is None or selector is None:
+        return True  # a loop of another kind: assume so (the wait is bounded)
+    wakeup = 1 if getattr(loop, "_ssock", None) is not None else 0  # the loop's own self-pipe
+    return any(not timer.cancelled() for timer in scheduled) or len(selector.get_map()) > wakeup
+
+
 def _run_id(run: RunHandle | str) -> str:
     return run if isinstance(run, str) else run.id
 
@@ -370,9 +425,15 @@ async def simulated(
     config: Mapping[str, Any] | None = None,
     directory: str | Path | None = None,
     max_resident_runs: int = 10_000,
+    io_timeout: float = 30.0,
 ) -> Any:
     """``async with simulated("path/to/project") as env:`` — the harness without pytest."""
     async with DuroEnv(
-        project, start=start, config=config, directory=directory, max_resident_runs=max_resident_runs
+        project,
+        start=start,
+        config=config,
+        directory=directory,
+        max_resident_runs=max_resident_runs,
+        io_timeout=io_timeout,
     ) as env:
         yield env

@@ -258,7 +258,8 @@ class RunContext:
         token = _current.inside_step.set(spec.name)
         try:
             if spec.is_async:
-                return await spec.fn(*args, **kwargs)
+                with self.runtime.hooks.executing_step(self.run_id, spec.name):
+                    return await spec.fn(*args, **kwargs)
             if self.runtime.hooks.inline_sync_steps:
                 return spec.fn(*args, **kwargs)
             context = contextvars.copy_context()

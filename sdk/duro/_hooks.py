@@ -8,6 +8,7 @@ named on each field.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +31,29 @@ class EngineHooks:
     # What handles made by the engine call (duro._handle.RunAccess): the engine itself, or the
     # harness's stand-in for whichever engine runs after a simulated restart.
     handle_target: Any = None
+    # The step bodies executing now, as (run id, step name) (duro._context), when a list: the
+    # harness waits for them (a step awaiting real I/O) before it calls the runs idle.
+    executing: list[tuple[str, str]] | None = None
+
+    def executing_step(self, run_id: str, name: str) -> AbstractContextManager[None]:
+        """``with``: the async body of step ``name`` of run ``run_id`` runs (listed in ``executing``)."""
+        return _NOT_LISTED if self.executing is None else _Executing(self.executing, (run_id, name))
 
     def checkpoint(self, point: str, run_id: str) -> None:
         """Call every checkpoint hook: the run ``run_id`` reached ``point``."""
         for hook in self.checkpoints:
             hook(point, run_id)
+
+
+_NOT_LISTED: AbstractContextManager[None] = nullcontext()
+
+
+class _Executing(AbstractContextManager[None]):
+    def __init__(self, executing: list[tuple[str, str]], entry: tuple[str, str]) -> None:
+        self._executing, self._entry = executing, entry
+
+    def __enter__(self) -> None:
+        self._executing.append(self._entry)
+
+    def __exit__(self, *exc: object) -> None:
+        self._executing.remove(self._entry)

@@ -146,7 +146,7 @@ def test_the_environment_refuses_unknown_config():
 
 def test_duro_env_needs_an_async_test(pytester):
     pytester.makepyfile("def test_sync(duro_env):\n    pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:asyncio")  # its config nag aside
     result.assert_outcomes(errors=1)
     assert "needs an `async def` test" in result.stdout.str()
 
