@@ -17,6 +17,7 @@ from ._errors import (
     InputError,
     NonDeterminismError,
     RunEndedError,
+    RunCancelled,
     RunFailedError,
     RunIdConflictError,
     RunNotFoundError,
@@ -64,4 +65,5 @@ __all__ = [
     "RunNotFoundError",
     "RunEndedError",
     "InputError",
+    "RunCancelled",
 ]

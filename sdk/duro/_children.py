@@ -39,7 +39,9 @@ class Parent(Protocol):
 
     async def resume(self) -> None: ...
 
-    async def park(self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None) -> T: ...
+    async def park(
+        self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
+    ) -> T: ...
 
 
 async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency: Concurrency | None) -> Any:
@@ -64,7 +66,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
             child = await ctx.runtime.gateway.call(ctx.runtime.gateway.store.get_run, child_id)
             if child is not None and child.status in TERMINAL_STATUS_VALUES:
                 break
-            await ctx.park(waiter.wait(), "child", child_id, None)
+            await ctx.park(waiter.wait(), "child", child_id, None, rec)
             waiter.clear()
     finally:
         ctx.runtime.wakeups.done.drop(child_id, waiter)

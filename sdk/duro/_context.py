@@ -13,21 +13,17 @@ import contextlib
 import contextvars
 import json
 from collections.abc import Awaitable
-from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import _children, _current, _patches
+from . import _cancel, _children, _current, _patches
 from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import (
-    DuroError,
-    NonDeterminismError,
-)
+from ._errors import DuroError, NonDeterminismError
 from ._replay import History
-from ._runtime import LostRun, Runtime
+from ._runtime import LostRun, Runtime, SlotCalls
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
 from ._tracing import active as tracing
@@ -42,8 +38,8 @@ _LAPSED = object()
 RECORDED_RETRY_MS = 1000  # a sync step not started: the lease ran out before its thread got to it
 
 
-class RunContext:
-    """One run's execution state. The class form receives it as ``ctx``."""
+class RunContext(SlotCalls):
+    """One run's execution state. The class form receives it as ``ctx`` (with the limits' calls)."""
 
     def __init__(self, runtime: Runtime, run: RunRecord) -> None:
         self.runtime = runtime
@@ -59,7 +55,8 @@ class RunContext:
         self.parked: Waiting | None = None  # what the run waits for while it waits (see park)
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
-        self.outcome: str | None = None  # "completed" or "failed" once its end is written here
+        self.cancel: _cancel.Cancel | None = None  # a cancel to deliver into its code (see _cancel)
+        self.outcome: str | None = None  # "completed", "failed" or "cancelled" once its end is written here
         self.patches: dict[str, bool] = {}  # each patch's answer in this run (see _patches)
         self.task: asyncio.Task[None] | None = None  # the task executing the run (set by its worker)
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
@@ -70,6 +67,8 @@ class RunContext:
 
     def load_history(self, history: list[StepRecord]) -> None:
         self.history = History(self.run_id, history)
+        if self.cancel is None and _cancel.delivers(history):
+            self.cancel = _cancel.Cancel()  # its replay raises RunCancelled where it was delivered
 
     # -- what every durable call uses ---------------------------------------------------------
 
@@ -78,10 +77,11 @@ class RunContext:
         if self.fatal is not None:
             raise self.fatal
         try:
-            return self.history.take(kind, name)
+            seq, rec = self.history.take(kind, name)
         except NonDeterminismError as err:
             self.fatal = err  # fails the run even if the workflow code catches it
             raise
+        return (seq, rec) if self.cancel is None else _cancel.at_call(self, seq, kind, name, rec)
 
     async def write(
         self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
@@ -134,18 +134,27 @@ class RunContext:
             if self.fatal is not None:
                 raise self.fatal
 
-    async def park(self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None) -> T:
+    async def park(
+        self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
+    ) -> T:
         """Wait for ``wake`` parked: the run's wait is written and checked, and nothing but ``wake``
         moves it on, so its worker may unload it here (see ``duro._residency``) and replay it when
-        the wait ends. ``kind``, ``key`` and ``due_at`` say what ends it (see ``store.Waiting``)."""
+        the wait ends. ``kind``, ``key`` and ``due_at`` say what ends it (see ``store.Waiting``).
+        A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
+        if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began
+            await _cancel.before_wait(self, record, wake)
         self.parked = Waiting(self.run_id, kind, key, due_at)
         residency = self.runtime.residency
         residency.park(self)
         try:
             return await wake
+        except asyncio.CancelledError:
+            if not _cancel.interrupted(self):
+                raise
         finally:
             self.parked = None
             residency.unpark(self)
+        await _cancel.at_wait(self, record)
 
     def checkpoint(self, point: str) -> None:
         """A named point of the run's work, for the harness (it may crash the box here)."""
@@ -187,7 +196,7 @@ class RunContext:
             except Exception as err:
                 if attempt <= spec.retries and not isinstance(err, DuroError):
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
-                    if delay < RECORDED_RETRY_MS:
+                    if delay < RECORDED_RETRY_MS or self.cancel is not None:  # (cancelled: grace bounds it)
                         await self._sleep_until(self._now() + delay)
                         continue
                     due = self._now() + delay
@@ -215,6 +224,8 @@ class RunContext:
                         detail=dump_json({"attempts": attempt}),
                     )
                 )
+                if self.cancel is not None and self.cancel.pending:
+                    await _cancel.after_call(self)
                 raise
             await self.write(
                 StepRecord(
@@ -228,13 +239,15 @@ class RunContext:
                     detail=dump_json({"attempts": attempt}) if attempt > 1 else None,
                 )
             )
+            if self.cancel is not None and self.cancel.pending:  # it came while the body ran
+                await _cancel.after_call(self)
             return value
 
     async def _retry_wait(self, waiting: StepRecord) -> None:
         """A retry's delay, recorded as the step ``waiting`` until its time with the attempts made
         so far (``suspended``): the run may leave memory meanwhile and comes back to the next attempt."""
         assert waiting.wake_at is not None
-        await self.park(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at)
+        await self.park(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at, waiting)
         if not await self._gateway.progress.write(
             RecordStep(self.run_id, self.owner, None, "running", None, self._now())
         ):
@@ -314,7 +327,7 @@ class RunContext:
             # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
             recorded = self._gateway.progress.write_nowait(
                 RecordStep(self.run_id, self.owner, rec, "suspended", rec.wake_at, started),
-                on_refused=self._refused,
+                on_refused=self.refused,
             )
             self._emit(
                 "step.waiting", self.run_id, started, self.workflow, seq=seq, step_kind="sleep", name="sleep"
@@ -324,12 +337,14 @@ class RunContext:
                 # counts as executing, so a worker's capacity bounds what it claims while its
                 # commits lag (without this, PostgreSQL under a burst of starts let a worker hold
                 # 90,000 runs and grow to 740 MB: bench/inflight.py)
-                with contextlib.suppress(Exception):  # a failure is the run's fatal (see _refused)
+                with contextlib.suppress(Exception):  # a failure is the run's fatal (see refused)
                     await recorded.outcome()
                 if not recorded.took:
                     raise self.fatal or LostRun(self.run_id)
                 recorded = None  # in
         assert rec.wake_at is not None
+        if self.cancel is not None and self.cancel.stops_waits:  # it came while the record went in
+            await _cancel.before_wait(self, rec, None)
         self._asleep = True
         self.unsettled = recorded
         self.parked = Waiting(self.run_id, "sleep", None, rec.wake_at)  # see park (written out: hot)
@@ -339,12 +354,15 @@ class RunContext:
         except asyncio.CancelledError:
             if self.fatal is not None:
                 raise self.fatal from None
-            raise
+            if not _cancel.interrupted(self):
+                raise
         finally:
             self.parked = None
             residency.unpark(self)
             self._asleep = False
             self.unsettled = None
+        if self.cancel is not None and self.cancel.interrupting:
+            await _cancel.at_wait(self, rec)
         if recorded is not None and not recorded.took and await recorded.outcome() is not True:
             raise LostRun(self.run_id)
         await self.resume()  # a run taken over while we slept stops here: our lease ran out first
@@ -354,13 +372,13 @@ class RunContext:
         # goes on while it commits; a write that does not take stops the run at once.
         woke = self._now()
         self._gateway.progress.write_nowait(
-            RecordStep(self.run_id, self.owner, None, "running", None, woke), on_refused=self._refused
+            RecordStep(self.run_id, self.owner, None, "running", None, woke), on_refused=self.refused
         )
         self._emit(
             "step.completed", self.run_id, woke, self.workflow, seq=seq, step_kind="sleep", name="sleep"
         )
 
-    def _refused(self, why: Any) -> None:
+    def refused(self, why: Any) -> None:
         """A write the run did not wait for did not take (fenced: another worker owns the run, or it
         was cancelled; or the store failed it): the run stops with why — at once if it sleeps, else
         before any more of its code runs (``resume`` and every durable call raise ``fatal``)."""
@@ -431,7 +449,11 @@ class RunContext:
                     await self.resume()
                     return None
                 await self.park(
-                    self.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at), "signal", name, rec.wake_at
+                    self.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at),
+                    "signal",
+                    name,
+                    rec.wake_at,
+                    rec,
                 )
                 waiter.clear()
         finally:
@@ -461,27 +483,3 @@ class RunContext:
     ) -> Any:
         """Start a child run without waiting; returns its :class:`RunHandle`."""
         return await _children.start_child(self, wf, inp, run_id, concurrency)
-
-    # -- limits (the class form's ctx offers every durable helper) -------------------------------
-
-    async def acquire_slot(
-        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
-    ) -> Any:
-        """See :func:`duro.acquire_slot`."""
-        return await self.runtime.slots.acquire(self, limit, label, timeout)
-
-    async def release_slot(self, slot_id: str) -> Any:
-        """See :func:`duro.release_slot`."""
-        return await self.runtime.slots.release(self, slot_id)
-
-    async def with_limit(
-        self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h"
-    ) -> Any:
-        """See :func:`duro.with_limit`."""
-        return await self.runtime.slots.with_limit(self, limit, fn, label, timeout)
-
-    def limit_slot(
-        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
-    ) -> AbstractAsyncContextManager[Any]:
-        """See :func:`duro.limit_slot`."""
-        return self.runtime.slots.limit_slot(self, limit, label, timeout)

@@ -188,7 +188,9 @@ class StoreUnavailable(DuroError):
 
 
 class RunCancelled(BaseException):
-    """Raised inside a run's code when the run is cancelled.
+    """Raised inside a run's code when the run is cancelled: at its current durable await, or its
+    next one. ``finally`` blocks and ``except RunCancelled`` run, and may make durable calls that do
+    not wait (steps, ``release_slot``); one that would wait raises ``RunCancelled`` again at once.
 
     A ``BaseException`` on purpose: ``except Exception`` in workflow code cannot swallow it.
     """

@@ -27,6 +27,10 @@ class WorkerOptions:
     run waiting on a signal, a slot or a child stays in memory this long before it is unloaded,
     and a sleep that ends later than this from now is unloaded at once (``None``: only over
     ``max_resident_runs``, as the harness runs).
+
+    ``cancel_grace``: how long a cancelled run's code may go on after the cancel reached its
+    worker (its ``finally`` blocks releasing slots, say) before the run is ended ``cancelled``
+    whatever it is doing (docs/durability.md, "Cancelling a run").
     """
 
     poll_interval: Duration | None = "1s"
@@ -35,11 +39,13 @@ class WorkerOptions:
     max_resident_runs: int = 10_000
     max_concurrent_runs: int = 250
     unload_after: Duration | None = "5s"
+    cancel_grace: Duration = "30s"
 
     def __post_init__(self) -> None:
         self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
         self.lease_ms  # noqa: B018
         self.unload_after_ms  # noqa: B018
+        self.cancel_grace_ms  # noqa: B018
         for name, least in (("max_resident_runs", 0), ("max_concurrent_runs", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -63,3 +69,8 @@ class WorkerOptions:
     def lease_ms(self) -> int:
         """The lease in milliseconds (at least 3: a heartbeat every third of it)."""
         return max(3, to_ms(self.lease, "lease"))
+
+    @property
+    def cancel_grace_ms(self) -> int:
+        """``cancel_grace`` in milliseconds."""
+        return to_ms(self.cancel_grace, "cancel_grace")

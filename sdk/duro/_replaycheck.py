@@ -5,7 +5,7 @@ Every durable call takes its record from the history (``CheckedHistory``): a com
 call returns or raises what was recorded, as in any replay, so no step body runs and nothing is
 written. The replay stops where the history does: at the first call with no record, or with a
 record still open (a sleep, a signal wait, a slot wait or a retry not over): the code is compatible
-up to there. A call that differs from its record is a divergence (``NonDeterminismError``), reported
+up to there. A cancel delivered in the run is raised again where it was recorded (see ``_cancel``). A call that differs from its record is a divergence (``NonDeterminismError``), reported
 with its sequence number and both calls.
 
 A history travels as JSON (``history_to_json`` / ``history_from_json``: the run's record and its
@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from . import _current
+from . import _cancel, _current
 from ._context import RunContext
-from ._errors import NonDeterminismError
+from ._errors import NonDeterminismError, RunCancelled
 from ._registry import Registry
 from ._replay import History
 from ._runtime import Runtime
@@ -47,7 +47,7 @@ class CheckedHistory(History):
 
     def take(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
         seq, rec = super().take(kind, name)
-        if rec is None or rec.status not in ("completed", "failed"):
+        if rec is None or rec.status not in ("completed", "failed", "cancelled"):
             raise HistoryEnd(seq)
         return seq, rec
 
@@ -92,6 +92,8 @@ async def replay(
         )
     ctx = RunContext(runtime, run)
     ctx.history = CheckedHistory(run.id, settle_sleeps(steps, run))
+    if _cancel.delivers(steps):
+        ctx.cancel = _cancel.Cancel()  # a cancel delivered is raised again where it was: no request
 
     async def body() -> Any:
         _current.current_run.set(ctx)
@@ -108,6 +110,8 @@ async def replay(
         return outcome("history", end.seq)
     except NonDeterminismError as err:
         return outcome("diverged", err.seq, seq=err.seq, recorded=err.recorded, asked=err.asked)
+    except RunCancelled:
+        ended = "raised"  # the cancel delivered in the run, raised again at the same call
     except Exception as err:  # noqa: BLE001 - a recorded failure raised again, or the code's own
         ended = "raised"
         if ctx.fatal is None and not any(step.status == "failed" for step in steps):

@@ -162,6 +162,7 @@ class Residents:
             for ctx in runs
             if ctx.parked is not None
             and ctx.fatal is None
+            and ctx.cancel is None  # a cancelled run delivers its cancel first
             and ctx.task is not None
             and ctx.run_id in self.live
         ]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ._clock import Clock
@@ -31,7 +31,7 @@ class LocalRuns(Protocol):
 
     def notify_signal(self, run_id: str, name: str) -> None: ...
 
-    def notify_cancelled(self, run_ids: builtins.list[str]) -> None: ...
+    def notify_cancelled(self, run_ids: Sequence[str], ended: Sequence[str] = ()) -> None: ...
 
 
 class Runs:
@@ -167,12 +167,14 @@ class Runs:
             local.notify_signal(run_id, name)
 
     async def cancel(self, run_id: str) -> None:
+        """Record the cancel of the run and its unfinished descendants, and return: each one's worker
+        delivers it into its code (``duro._cancel``), which ends it; one never started ends now."""
         if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL cannot be asked
             raise RunNotFoundError(run_id, reason=NO_NUL)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         now = self._clock.now_ms()
-        cancelled = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
-        for cancelled_id in cancelled:
+        outcome = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
+        for cancelled_id in outcome.ended:
             if self._events.wants("run.cancelled"):  # which workflow, and since when: a read each
                 run = await self._gateway.call(self._store.get_run, cancelled_id)
                 if run is not None:
@@ -183,5 +185,4 @@ class Runs:
             self._events.publish("run.cancelled", cancelled_id, now)
         local = self._local()
         if local is not None:
-            local.notify_cancelled(cancelled)
-        await self._limits.leave_queues(cancelled, now)
+            local.notify_cancelled(outcome.requested, outcome.ended)

@@ -83,3 +83,32 @@ class Runtime:
     handle: Callable[[str], Any]  # the RunHandle of a run id (start_child returns one)
     slots: SlotPort
     residency: Residency
+
+
+class SlotCalls:
+    """The limits' durable calls as methods (the class form's ``ctx`` offers every durable helper);
+    a base of ``duro._context.RunContext``."""
+
+    runtime: Runtime
+
+    async def acquire_slot(
+        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
+    ) -> Any:
+        """See :func:`duro.acquire_slot`."""
+        return await self.runtime.slots.acquire(self, limit, label, timeout)
+
+    async def release_slot(self, slot_id: str) -> Any:
+        """See :func:`duro.release_slot`."""
+        return await self.runtime.slots.release(self, slot_id)
+
+    async def with_limit(
+        self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h"
+    ) -> Any:
+        """See :func:`duro.with_limit`."""
+        return await self.runtime.slots.with_limit(self, limit, fn, label, timeout)
+
+    def limit_slot(
+        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
+    ) -> AbstractAsyncContextManager[Any]:
+        """See :func:`duro.limit_slot`."""
+        return self.runtime.slots.limit_slot(self, limit, label, timeout)

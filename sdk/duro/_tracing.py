@@ -16,7 +16,7 @@ The spans (tracer ``duro``):
   ``duro.step.outcome`` (completed, failed, retrying); a step replayed from history has no span;
 - ``duro.slot_wait <limit>``: a slot request that had to wait, from entering the queue to its
   outcome: ``duro.limit``, ``duro.slot.position`` (its place in the queue on entry, 1 = next) and
-  ``duro.slot.outcome`` (granted, timed_out, left).
+  ``duro.slot.outcome`` (granted, timed_out, left, cancelled).
 
 No attribute carries a quota key, a slot label, an input or a result.
 """

@@ -25,12 +25,13 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from . import _current
+from ._cancel import cancelled
 from ._clock import Clock
 from ._config import Workspace
 from ._context import RunContext
@@ -43,14 +44,14 @@ from ._hooks import EngineHooks
 from ._options import WorkerOptions
 from ._registry import Registry
 from ._residents import Residents
+from ._run_ends import RunEnds
 from ._runtime import LostRun, Runtime, Unloaded
 from ._schedules import Schedules, fire_schedules
-from ._serde import describe_error
 from ._starts import Starter
 from ._tracing import traced
 from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
-from .store import Adopter, Claim, FinishRun, RunRecord, settle_sleeps
+from .store import Adopter, Claim, RunRecord, settle_sleeps
 
 T = TypeVar("T")
 log = logging.getLogger("duro")
@@ -97,6 +98,7 @@ class Worker:
         self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
         self.lease_ms = options.lease_ms
         self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
+        self.ends = RunEnds(self.id, options.cancel_grace_ms, clock, gateway, events, limits)
         self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
         self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
         self.slots.on_adopted = self._take_up
@@ -147,14 +149,14 @@ class Worker:
     def notify_done(self, run_id: str) -> None:
         self.wakeups.done.notify(run_id)
 
-    def notify_cancelled(self, run_ids: list[str]) -> None:
+    def notify_cancelled(self, run_ids: Sequence[str], ended: Sequence[str] = ()) -> None:
+        """Cancels asked for (see ``_cancel``): the runs executing here get theirs; ``ended``, ended."""
         for run_id in run_ids:
-            ctx = self.live.get(run_id)
-            if ctx is not None and ctx.task is not None:
-                ctx.cancel_reason = "cancelled"
-                ctx.task.cancel()
-            self.notify_done(run_id)
-        self.wake()  # a parent unloaded while it waits for one of them is due now
+            if (ctx := self.live.get(run_id)) is not None:
+                self.ends.request(ctx)
+        for run_id in ended:
+            self.wakeups.done.notify(run_id)
+        self.wake()  # one unloaded (or its parent, unloaded while it waits for it) is due now
 
     def schedules_changed(self) -> None:
         self._schedules_changed.set()
@@ -196,13 +198,17 @@ class Worker:
         self.live[run.id] = ctx
 
     async def _execute(self, ctx: RunContext, fresh: bool) -> None:
-        store, now, run = self.store, self.clock.now_ms, ctx.record
+        store, run = self.store, ctx.record
         try:
             if not fresh:
                 ctx.load_history(settle_sleeps(await self.db(store.get_steps, run.id), run))
+            if run.cancel_requested_at is not None:
+                self.ends.request(ctx)  # delivered in its replay (see _cancel)
             _current.current_run.set(ctx)
             _current.current_engine.set(self._context_engine)
             await ctx.resume()  # claimed while our lease was in doubt: nothing of it runs until confirmed
+            if ctx.cancel is not None and ctx.cancel.pending and not len(ctx.history):
+                raise cancelled(run.id)  # nothing of it ran: it ends at once
             spec = self.registry.spec_for(run.workflow, run.version)  # its own version's code
             try:
                 inp = spec.input.load(run.input) if spec.takes_input else None
@@ -215,31 +221,23 @@ class Worker:
             result = await spec.invoke(inp, ctx)
             if ctx.fatal is not None:
                 raise ctx.fatal
+            if self.ends.cancelled(ctx):
+                raise cancelled(run.id)  # its code finished after its cancel came: it ends cancelled
             output = spec.dump_output(result)
             self.hooks.checkpoint("run.finishing", run.id)
-            if await self.gateway.progress.write(
-                FinishRun(run.id, self.id, "completed", output, None, now(), run.parent_id)
-            ):
-                ctx.outcome = "completed"
-                self.events.publish("run.completed", run.id, now(), run.workflow, created_at=run.created_at)
-        except (LostRun, EngineCrash, RunCancelled):
-            pass
-        except asyncio.CancelledError:
-            if ctx.cancel_reason != "cancelled":
+            await self.ends.complete(ctx, output)
+        except (LostRun, EngineCrash, RunCancelled, asyncio.CancelledError) as stop:
+            if self.ends.cancelled(ctx, stop):
+                await self.ends.cancel(ctx)
+            elif isinstance(stop, asyncio.CancelledError):
                 raise  # engine shutdown: the run stays unfinished and is recovered later
-            await self.limits.leave_queues_of_cancelled(run.id)
         except Exception as err:  # noqa: BLE001 - a failed run records whatever ended it
-            cause = ctx.fatal if ctx.fatal is not None else err
-            ended = now()
-            if await self.gateway.progress.write(
-                FinishRun(run.id, self.id, "failed", None, describe_error(cause), ended, run.parent_id)
-            ):
-                error, created, ctx.outcome = type(cause).__name__, run.created_at, "failed"
-                self.events.publish(
-                    "run.failed", run.id, ended, run.workflow, error=error, created_at=created
-                )
-                await self.limits.leave_queues([run.id], ended)
+            if self.ends.cancelled(ctx):
+                await self.ends.cancel(ctx)
+            else:
+                await self.ends.fail(ctx, ctx.fatal if ctx.fatal is not None else err)
         finally:
+            self.ends.forget(run.id)
             self.live.pop(run.id, None)
             self.residents.parked.pop(run.id, None)
             if not isinstance(ctx.fatal, Unloaded):
@@ -326,6 +324,7 @@ class Worker:
         for task in tasks:
             task.cancel()
         self.residents.close()
+        self.ends.close()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.heartbeat.stop()  # a beat in flight gives its connection back before the pool closes
         self.step_executor.shutdown(wait=False, cancel_futures=True)
@@ -437,9 +436,9 @@ class Worker:
             self.slots.changed(message[2] if isinstance(message[2], int) else None)
         elif kind == "signal" and len(message) >= 3:
             self.notify_signal(str(message[1]), str(message[2]))
+        elif kind == "cancel" and len(message) >= 2:
+            self.notify_cancelled([str(message[1])])
         elif kind == "done" and len(message) >= 3:
-            if message[2] == "cancelled" and message[1] in self.live:
-                self.notify_cancelled([message[1]])
             self.notify_done(str(message[1]))
             self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
         elif kind == "sched":
@@ -489,12 +488,13 @@ class Worker:
         watched, now = set(self.wakeups.done.keys()), self._monotonic()
         if now - self._statuses_read >= 500:  # the held runs' statuses, twice a second at most
             self._statuses_read, watched = now, watched | set(self.live)
+            unheard = [r for r, ctx in self.live.items() if ctx.cancel is None or not ctx.cancel.requested]
+            if unheard and (asked := await self.db(self.store.cancel_requested, unheard)):
+                self.notify_cancelled(list(asked))  # asked for elsewhere, its notice lost (or none sent)
         if watched:
             statuses = await self.db(self.store.run_statuses, watched)
             for run_id, status in statuses.items():
                 if status in TERMINAL_STATUS_VALUES:
-                    if status == "cancelled":
-                        self.notify_cancelled([run_id])
-                    elif run_id in self.live:
-                        self.notify_lost([run_id])
+                    if run_id in self.live:
+                        self.notify_lost([run_id])  # ended elsewhere
                     self.notify_done(run_id)

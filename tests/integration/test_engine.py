@@ -170,13 +170,14 @@ async def test_cancel_cannot_be_swallowed_and_reaches_children(database_url):
         kid = engine.handle(f"{handle.id}.0")
         await eventually(lambda: _is(kid, "suspended"), what="child asleep")
         assert await handle.status() == "blocked"
-        await handle.cancel()
-        assert await handle.status() == "cancelled"
-        assert await kid.status() == "cancelled"
+        await handle.cancel()  # recorded; each run's worker delivers it into its code
         with pytest.raises(RunFailedError, match="cancelled"):
             await kid.result(timeout="5s")
+        with pytest.raises(RunFailedError, match="cancelled"):
+            await handle.result(timeout="5s")
+        assert await kid.status() == "cancelled"
         await handle.cancel()  # a finished run is left as it is
-        assert [s.status for s in await kid.steps()] == ["waiting"]
+        assert [s.status for s in await kid.steps()] == ["cancelled"]  # its sleep, interrupted
 
 
 async def test_durable_now_and_helpers_outside_runs(database_url):

@@ -174,6 +174,9 @@ async def test_a_cancelled_unloaded_run_runs_nothing_more(database_url):
         handle = await nap.start(1)
         await clock.advance(0)
         await engine.cancel(handle.id)
+        assert row(engine, handle.id)["due_at"] == clock.now_ms()  # due: its replay gets the cancel
+        await clock.advance(0)
+        assert await handle.status() == "cancelled"
         assert row(engine, handle.id)["due_at"] is None
         await clock.advance("2h")
         assert await handle.status() == "cancelled"

@@ -120,6 +120,7 @@ async def test_a_cancelled_waiter_leaves_the_queue(duro_env):
     first, second, third = await started(duro_env, 3)
     await duro_env.advance("5m")
     await second.cancel()
+    await duro_env.run_until_idle()  # the cancel is delivered at its wait, which leaves the queue
     assert await duro_env.queue("voice-calls") == [third.id]
     hook = (await second.steps())[0]  # closed when the run left the queue, not left "waiting"
     assert (hook.name, hook.status, hook.ended_at) == (

@@ -94,7 +94,7 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 6
+    assert second.schema_version() == SCHEMA_VERSION == 7
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
@@ -169,7 +169,7 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 6
+    assert second.schema_version() == SCHEMA_VERSION == 7
     assert "ended_at IS NOT NULL" in _index_definition(second, "duro_slots_ended")
     assert second.get_run("old").trace_context is None
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
@@ -179,6 +179,25 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
         None,
         context,
     ]
+    second.close()
+
+
+def test_schema_6_gains_the_cancel_request_keeping_every_run(database_url):
+    """A version-6 database (no ``cancel_requested_at``): the column is added, the runs stay with
+    none asked for, and a cancel of a run held by a worker is recorded in it."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.insert_run(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
+    with first._engine.begin() as conn:  # back to schema 6's layout
+        conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN cancel_requested_at"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '6' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 7
+    assert second.get_run("old").cancel_requested_at is None
+    assert second.cancel_run("old", None, "{}", 5).requested == ["old"]
+    assert second.get_run("old").cancel_requested_at == 5
     second.close()
 
 
@@ -202,7 +221,7 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 6
+    assert second.schema_version() == SCHEMA_VERSION == 7
     with second._engine.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
     assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}

@@ -13,13 +13,14 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from .. import _current
-from .._config import Workspace
+from .._cancel import after_call, cancelled
+from .._config import LimitConfig, Workspace
 from .._context import RunContext
 from .._durations import Duration, to_ms
-from .._errors import DuroError, SlotTimeoutError
+from .._errors import DuroError, RunCancelled, SlotTimeoutError
 from .._events import EventBus
 from .._gateway import StoreGateway
 from .._serde import describe_error, restore_error
@@ -67,6 +68,8 @@ class RunLimits:
         if rec is not None and rec.status == "failed":
             raise restore_error(rec.error)
         slot_id = f"{ctx.run_id}.{seq}"
+        if rec is not None and ctx.cancel is not None and ctx.cancel.stops_waits:
+            await self._leave_cancelled(ctx, config, slot_id, rec)  # replayed to a cancel: it leaves
         if rec is None:
             now = ctx.now_ms()
             rec = StepRecord(
@@ -154,9 +157,14 @@ class RunLimits:
                     outcome = "timed_out"
                     await ctx.resume()
                     raise error
-                await ctx.park(
-                    self._wakeups.wait_for(waiter.wait(), rec.wake_at), "slot", slot_id, rec.wake_at
-                )
+                try:
+                    await ctx.park(
+                        self._wakeups.wait_for(waiter.wait(), rec.wake_at), "slot", slot_id, rec.wake_at, None
+                    )
+                except RunCancelled:
+                    outcome = "cancelled"
+                    local.drop(slot_id, waiter)  # no hand-over here any more: it is leaving
+                    await self._leave_cancelled(ctx, config, slot_id, done)
                 waiter.clear()
                 news = local.news(slot_id)
                 taken = news is not None and news.state == "busy"  # only a local hand-over makes ours busy
@@ -168,6 +176,22 @@ class RunLimits:
         finally:
             local.drop(slot_id, waiter)
             end_slot_wait(span, outcome)
+
+    async def _leave_cancelled(
+        self, ctx: RunContext, config: LimitConfig, slot_id: str, rec: StepRecord
+    ) -> NoReturn:
+        """The run was cancelled while it waited for ``slot_id``: the request leaves the queue and
+        its hook step is closed ``cancelled`` in one transaction; a slot reserved or handed to it
+        meanwhile goes to the next run."""
+        step = rec._replace(status="cancelled", ended_at=ctx.now_ms())
+        left: SlotOutcome = await ctx.apply(GiveUpSlot(config, slot_id, ctx.now_ms(), ctx.own(step), True))
+        ctx.recorded(step)
+        self._local.notify(left.granted)
+        for row in left.granted:
+            self._local.changed(row.due_at)  # a reservation's expiry, on time
+        assert ctx.cancel is not None
+        ctx.cancel.delivered = True
+        raise cancelled(ctx.run_id)
 
     async def release(self, ctx: RunContext, slot_id: str) -> SlotRelease:
         """The run releases ``slot_id`` (a step of its own, idempotent)."""
@@ -199,6 +223,8 @@ class RunLimits:
         local.notify(outcome.granted)
         if released:
             self._events.publish("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
+        if ctx.cancel is not None and ctx.cancel.pending:
+            await after_call(ctx)  # released first: what the cancel wants done
         return SlotRelease(released)
 
     async def with_limit(

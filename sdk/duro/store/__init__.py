@@ -17,6 +17,7 @@ from ._commands import (
 )
 from ._protocol import Store
 from ._records import (
+    CancelOutcome,
     Claim,
     Fenced,
     NewRun,
@@ -46,6 +47,7 @@ __all__ = [
     "TakeSignal",
     "Unload",
     "Waiting",
+    "CancelOutcome",
     "Claim",
     "NewRun",
     "QuotaCheck",

@@ -44,7 +44,8 @@ class RecordStep(NamedTuple):
 
 
 class FinishRun(NamedTuple):
-    """End the run (``completed`` with ``output``, or ``failed`` with ``error``). Result as :class:`RecordStep`."""
+    """End the run (``completed`` with ``output``, ``failed`` or ``cancelled`` with ``error``; a
+    cancelled run's calls still waiting are closed ``cancelled`` with it). Result as :class:`RecordStep`."""
 
     run_id: str
     owner: str | None
@@ -94,12 +95,17 @@ class ConfirmSlot(NamedTuple):
 class GiveUpSlot(NamedTuple):
     """The waiter's timeout passed: a waiting request times out (a reserved or busy one is kept:
     the slot came in time), and ``hook`` is written as given (failed). Result: :class:`SlotOutcome`
-    (``row``; ``step`` when the hook was written)."""
+    (``row``; ``step`` when the hook was written).
+
+    ``cancelled``: the waiting run was cancelled instead. Its request leaves the queue whatever
+    its state: a slot reserved for it, or handed to it a moment before, goes to the next run
+    (``granted``), and ``hook`` is written as given (cancelled)."""
 
     config: LimitConfig
     slot_id: str
     now: int
     hook: OwnStep | None = None
+    cancelled: bool = False
 
 
 class ReleaseSlot(NamedTuple):

@@ -27,7 +27,7 @@ from ._commands import (
     TakeSignal,
     Unload,
 )
-from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._records import CancelOutcome, Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 from ._slot_stats import SlotStats
 
 T = TypeVar("T")
@@ -105,8 +105,13 @@ class Store(Protocol):
     def get_steps(self, run_id: str) -> list[StepRecord]:
         """The run's steps in sequence order, as written (see ``settle_sleeps``)."""
 
-    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
-        """Cancel the run and its unfinished descendants; returns the ids actually cancelled."""
+    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
+        """Cancel the run and its unfinished descendants: one that nobody holds and that never made a
+        durable call ends ``cancelled`` now (with ``error``); any other unfinished one gets the
+        request (``cancel_requested_at``), due at once, for its worker to deliver into its code."""
+
+    def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these unfinished runs have a cancel request (a worker's poll pass)."""
 
     # -- a run's progress: typed commands, each fenced on (run id, owner, not finished) -------------
 

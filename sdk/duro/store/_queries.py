@@ -40,6 +40,7 @@ RUN_COLUMNS = (
     "updated_at",
     "ended_at",
     "trace_context",
+    "cancel_requested_at",
 )
 STEP_COLUMNS = (
     "run_id",
@@ -127,10 +128,12 @@ _ADOPT = (
 )
 # an unload: ``{due}`` is the run's due time as the kind of its wait decides it
 _UNLOAD = (
-    "UPDATE duro_runs SET owner = NULL, due_at = {due} "
+    "UPDATE duro_runs SET owner = NULL, "
+    "due_at = CASE WHEN cancel_requested_at IS NULL THEN {due} ELSE :now END "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}"
 )
 
+_CANCEL_DUE = "due_at = CASE WHEN cancel_requested_at IS NULL THEN due_at ELSE cancel_requested_at END"
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
 QUERIES: dict[str, str] = {
@@ -149,8 +152,22 @@ QUERIES: dict[str, str] = {
     f"VALUES ({_list(RUN_COLUMNS, ':')}, :created_at)",
     "run_statuses": "SELECT id, status FROM duro_runs WHERE id IN (:ids)",
     "run_in_namespace": "SELECT id FROM duro_runs WHERE id = :id AND namespace = :namespace",
-    "cancel_run": "UPDATE duro_runs SET status = 'cancelled', error = :error, ended_at = :now, updated_at = :now, "
-    f"wake_at = NULL, due_at = NULL WHERE id = :id AND status IN {ACTIVE_SQL}",
+    # a cancel: a run nobody holds that never made a durable call ends at once; any other gets the
+    # request, and is due at once (whoever takes it up delivers it: see docs/durability.md)
+    "cancel_unstarted": "UPDATE duro_runs SET status = 'cancelled', error = :error, ended_at = :now, "
+    "updated_at = :now, wake_at = NULL, due_at = NULL, cancel_requested_at = :now "
+    f"WHERE id = :id AND status IN {ACTIVE_SQL} AND owner IS NULL "
+    "AND NOT EXISTS (SELECT 1 FROM duro_steps WHERE run_id = :id)",
+    "request_cancel": "UPDATE duro_runs SET cancel_requested_at = COALESCE(cancel_requested_at, :now), "
+    f"due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} RETURNING owner, namespace",
+    "cancel_requested": "SELECT id FROM duro_runs WHERE id IN (:ids) AND cancel_requested_at IS NOT NULL "
+    f"AND status IN {ACTIVE_SQL}",
+    # the calls a cancelled run still waited on when it ended, closed with it (a sleep only if it
+    # was its last call and had not ended: an earlier one is over, see settle_sleeps)
+    "close_open_steps": "UPDATE duro_steps SET status = 'cancelled', ended_at = :now "
+    "WHERE run_id = :id AND status = 'waiting' AND (kind <> 'sleep' OR (wake_at > :now AND seq = "
+    "(SELECT max(seq) FROM duro_steps WHERE run_id = :id))) "
+    "AND EXISTS (SELECT 1 FROM duro_runs WHERE id = :id AND status = 'cancelled')",
     "active_children": f"SELECT id FROM duro_runs WHERE parent_id = :id AND status IN {ACTIVE_SQL}",
     # -- a run's progress, fenced on its owner and on its not having finished -------------------
     "fence": f"UPDATE duro_runs SET updated_at = :now WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
@@ -196,10 +213,12 @@ QUERIES: dict[str, str] = {
     "VALUES (:id, :namespace, :host, :pid, :now, :now)",
     "delete_worker": "DELETE FROM duro_workers WHERE id = :id RETURNING namespace",
     # handing a worker's runs back is bookkeeping, not a change to the run: updated_at stays
-    "hand_back": f"UPDATE duro_runs SET owner = NULL WHERE owner = :id AND status IN {ACTIVE_SQL}",
+    # (a run whose cancel was asked for is due: whoever takes it up delivers it)
+    "hand_back": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE} WHERE owner = :id AND status IN {ACTIVE_SQL}",
     # runs whose owner has no row (a worker that went on starting runs after it was condemned, and
     # died before it joined again): handed back as their owner's would have been (duro_runs_owner)
-    "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
+    "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE} "
+    f"WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
     "AND owner NOT IN (SELECT id FROM duro_workers)",
     # a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock
     # that stepped back, still change it: a watcher sees only whether it changed)

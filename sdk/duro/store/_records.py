@@ -45,9 +45,18 @@ class RunRecord(NamedTuple):
     updated_at: int
     ended_at: int | None
     trace_context: str | None = None  # the starter's trace (duro._tracing), for every attempt
+    cancel_requested_at: int | None = None  # when a cancel was asked for (see Store.cancel_run)
     # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
     # the worker skips reading them (a store that leaves it False costs that read, nothing else)
     fresh: bool = False
+
+
+class CancelOutcome(NamedTuple):
+    """What ``Store.cancel_run`` did: the runs whose cancel it recorded, for their workers to deliver
+    into their code (``requested``), and those it ended at once (``ended``: never started)."""
+
+    requested: list[str]
+    ended: list[str]
 
 
 class StepRecord(NamedTuple):

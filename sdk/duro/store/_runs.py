@@ -20,7 +20,7 @@ from ._commands import OwnStep
 from ._connection import Connector
 from ._fences import write_step
 from ._queries import RUN_COLUMNS, count_sql, list_runs_sql
-from ._records import Fenced, NewRun, QuotaCheck, RunRecord
+from ._records import CancelOutcome, Fenced, NewRun, QuotaCheck, RunRecord
 
 
 class _RunExists(Exception):
@@ -60,6 +60,7 @@ def _new_run_values(new: NewRun) -> dict[str, Any]:
         "updated_at": new.created_at,
         "ended_at": None,
         "trace_context": new.trace_context,
+        "cancel_requested_at": None,
     }
 
 
@@ -202,7 +203,14 @@ class Runs:
         with self.db.read() as conn:
             return dict(self.db.run_in(conn, "run_statuses", {"ids": ids}).fetchall())
 
-    def cancel(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
+    def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
+        ids = list(run_ids)
+        if not ids:
+            return set()
+        with self.db.read() as conn:
+            return {row[0] for row in self.db.run_in(conn, "cancel_requested", {"ids": ids})}
+
+    def cancel(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
         db = self.db
         with db.write() as conn:
             if namespace is None:
@@ -211,13 +219,25 @@ class Runs:
                 found = db.run(conn, "run_in_namespace", {"id": run_id, "namespace": namespace}).fetchone()
             if found is None:
                 raise RunNotFoundError(run_id, namespace)
-            cancelled: list[str] = []
-            db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
+            outcome = CancelOutcome([], [])
+            unowned: set[str] = set()  # namespaces with requested runs nobody holds: to claim
             frontier = [run_id]
             while frontier:
                 current = frontier.pop()
-                if db.run(conn, "cancel_run", {"id": current, "error": error, "now": now}).rowcount:
-                    cancelled.append(current)
+                params = {"id": current, "error": error, "now": now}
+                if db.run(conn, "cancel_unstarted", params).rowcount:
+                    outcome.ended.append(current)
+                elif (held := db.run(conn, "request_cancel", params).fetchone()) is not None:
+                    outcome.requested.append(current)
+                    if held[0] is None:
+                        unowned.add(held[1])
                 frontier.extend(row[0] for row in db.run(conn, "active_children", {"id": current}).fetchall())
-            db.notify(conn, *(["done", cancelled_id, "cancelled"] for cancelled_id in cancelled))
-            return cancelled
+            if run_id in outcome.ended:
+                db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
+            db.notify(
+                conn,
+                *(["done", ended, "cancelled"] for ended in outcome.ended),
+                *(["cancel", requested] for requested in outcome.requested),
+                *(["run", name] for name in sorted(unowned)),
+            )
+            return outcome

@@ -53,6 +53,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 5 -> 6: the starter's trace context, kept with the run (see _tables.Run.trace_context), and
     # ended slots indexed by their end (a limit's last hour)
     5: lambda conn, dialect: _schema_6(conn),
+    # 6 -> 7: a run's cancel request (see _tables.Run.cancel_requested_at)
+    6: lambda conn, dialect: _add_column(conn, "duro_runs", "cancel_requested_at", "BIGINT"),
 }
 
 

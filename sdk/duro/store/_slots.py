@@ -298,6 +298,8 @@ class Slots:
         the request out first."""
         view, now = self._lock_limit(conn, command.config, command.now)
         row = self._slot(conn, command.slot_id)
+        if command.cancelled:
+            return self._leave_cancelled(conn, command, view, row, now)
         if row is None or row.state not in ("waiting", "timed_out"):
             return SlotOutcome(row)
         # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
@@ -306,6 +308,28 @@ class Slots:
         return SlotOutcome(
             row if decision is None else decision.writes[-1],
             None if command.hook is None else command.hook.step,
+            events=() if decision is None else tuple(decision.events),
+        )
+
+    def _leave_cancelled(
+        self, conn: Connection, command: GiveUpSlot, view: LimitView, row: SlotRow | None, now: int
+    ) -> SlotOutcome:
+        """See ``GiveUpSlot.cancelled``: the request leaves, and what it held goes on at once."""
+        if row is None:
+            decision = None
+        elif row.state == "busy":  # handed to the run as it was cancelled: it never saw it
+            decision = rules.release(view, row, now, "run_cancelled")
+        else:
+            decision = rules.leave(view, row, now)
+        if decision is not None:
+            self._hand_out(conn, decision, now)
+        self._settle(conn, decision, now, command.hook)
+        return SlotOutcome(
+            next((written for written in decision.writes if written.id == row.id), row)
+            if decision is not None and row is not None
+            else row,
+            None if command.hook is None else command.hook.step,
+            granted=() if decision is None else tuple(decision.granted),
             events=() if decision is None else tuple(decision.events),
         )
 

@@ -34,7 +34,7 @@ from ._commands import (
     Unload,
 )
 from ._connection import Connector
-from ._records import Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
+from ._records import CancelOutcome, Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
 from ._runs import Runs
 from ._schedules import Schedules
 from ._signals import Signals
@@ -62,6 +62,7 @@ class SqlStore:
             "get_run",
             "list_runs",
             "run_statuses",
+            "cancel_requested",
             "get_steps",
             "signalled",
             "list_schedules",
@@ -209,8 +210,11 @@ class SqlStore:
     def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
         return self._runs.statuses(run_ids)
 
-    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> list[str]:
+    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
         return self._runs.cancel(run_id, namespace, error, now)
+
+    def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
+        return self._runs.cancel_requested(run_ids)
 
     # -- a run's progress ------------------------------------------------------------------------
 

@@ -152,6 +152,8 @@ class Steps:
                             )
                         case FinishRun():
                             sent.append((self._send_finish(conn, command), (command.run_id, command.status)))
+                            if command.status == "cancelled":  # only if it did end (see the query)
+                                db.run(conn, "close_open_steps", {"id": command.run_id, "now": command.now})
                             if command.parent is not None:
                                 db.run(conn, "nudge", {"id": command.parent, "now": command.now})
                         case _:
@@ -228,6 +230,8 @@ class Steps:
         result = self._send_finish(conn, command)
         if result.rowcount != 1:
             return False
+        if command.status == "cancelled":  # what it still waited on ends with it
+            self.db.run(conn, "close_open_steps", {"id": command.run_id, "now": command.now})
         if command.parent is not None:  # the parent's wait for this run is over
             self.db.run(conn, "nudge", {"id": command.parent, "now": command.now})
         if self.db.dialect == "postgresql":

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -114,6 +114,9 @@ class Run(DuroTable, table=True):
     # the W3C trace context (JSON: traceparent, tracestate) of the code that started the run, so
     # every attempt, in any process, continues its trace (schema 6; NULL without OpenTelemetry)
     trace_context: str | None = Field(default=None, max_length=1024, nullable=True)
+    # when a cancel was asked for (schema 7): the worker holding the run delivers it into its code,
+    # which ends the run (see docs/durability.md, "Cancelling a run")
+    cancel_requested_at: int | None = _ms(nullable=True)
 
 
 class Step(DuroTable, table=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from duro import ConcurrencyLimitError, DuroError
-from duro.store import SCHEMA_VERSION, OwnStep, StepRecord
+from duro.store import SCHEMA_VERSION, Claim, OwnStep, StepRecord, Unload, Waiting
 from tests.support import store_ops
 
 from ._support import _start_together, new_run, quota
@@ -49,16 +49,75 @@ class RunsContract:
         assert store.count_active("k", ["completed"], None) == 1
 
     def test_cancel_cascades_to_unfinished_children(self, store):
+        """A run nobody holds that never made a durable call ends at once; one held by a worker gets
+        the request (its worker delivers it), and so does each unfinished descendant."""
         store.insert_run(new_run("p", owner="w"), None)
         store.insert_run(new_run("c1", parent="p"), None)
         store.insert_run(new_run("c2", parent="p", owner="w"), None)
         store_ops.finish_run(store, "c2", "w", "completed", "1", None, 10)
         store.insert_run(new_run("g1", parent="c1"), None)
-        assert sorted(store.cancel_run("p", None, "{}", 50)) == ["c1", "g1", "p"]
-        assert store.get_run("c2").status == "completed"
-        assert store.cancel_run("p", None, "{}", 60) == []
+        outcome = store.cancel_run("p", None, "{}", 50)
+        assert (outcome.requested, sorted(outcome.ended)) == (["p"], ["c1", "g1"])
+        assert [store.get_run(r).status for r in ("p", "c1", "c2", "g1")] == [
+            "running",
+            "cancelled",
+            "completed",
+            "cancelled",
+        ]
+        assert store.get_run("p").cancel_requested_at == 50
+        assert store.cancel_requested(["p", "c1", "c2"]) == {"p"}
+        again = store.cancel_run("p", None, "{}", 60)  # asked again: the first request's time stays
+        assert (again.requested, again.ended, store.get_run("p").cancel_requested_at) == (["p"], [], 50)
+        assert store_ops.finish_run(store, "p", "w", "cancelled", None, "{}", 70)
+        assert store.cancel_run("p", None, "{}", 80) == ([], [])  # an ended run: nothing to do
+        assert store.cancel_requested(["p"]) == set()
         with pytest.raises(DuroError):
             store.cancel_run("nope", None, "{}", 60)
+
+    def test_a_cancel_request_makes_the_run_due_whoever_held_it(self, store, make_store):
+        """A run unloaded with a history, or held by a worker that dies before it delivers, is due:
+        whoever takes it up next delivers the cancel. Hand-backs and unloads keep it due."""
+        store.register_worker("w", "default", "h", 1, 1)
+        store.insert_run(new_run("asleep", owner="w"), None)
+        sleep = StepRecord(0, "sleep", "sleep", "waiting", 10, wake_at=10**9)
+        assert store_ops.record_step(store, "asleep", "w", sleep, "suspended", 10**9, now=10)
+        store.insert_run(new_run("held", owner="w"), None)
+        signal = StepRecord(0, "signal", "go", "waiting", 10)
+        assert store_ops.record_step(store, "held", "w", signal, "suspended", None, now=10)
+        assert store.apply(Unload("w", (Waiting("asleep", "sleep", None, 10**9),), 20)) == ["asleep"]
+        assert store.get_run("asleep").owner is None
+        outcome = store.cancel_run("asleep", None, "{}", 30)
+        assert (outcome.requested, outcome.ended) == (["asleep"], [])  # it has a history: delivered
+        store.cancel_run("held", None, "{}", 30)
+        # the holder writes its wait once more before it hears (a notice on its way), then dies
+        assert store_ops.record_step(store, "held", "w", signal, "suspended", None, now=40)
+        store.remove_worker("w", 50)
+        claimed = store.claim_runs(Claim("w2", "default", ["wf"], now=60))
+        assert sorted((run.id, run.cancel_requested_at) for run in claimed) == [("asleep", 30), ("held", 30)]
+
+    def test_a_cancelled_end_closes_the_calls_it_waited_on(self, store):
+        """``FinishRun(cancelled)`` closes the run's waiting records in its transaction: a signal wait,
+        and a sleep that was its last call; an earlier sleep, over already, stays as it was."""
+        store.insert_run(new_run("r", owner="w"), None)
+        steps = [
+            StepRecord(0, "sleep", "sleep", "waiting", 10, wake_at=20),
+            StepRecord(1, "signal", "go", "waiting", 30),
+            StepRecord(2, "sleep", "sleep", "waiting", 40, wake_at=10**9),
+        ]
+        for step in steps:
+            assert store_ops.record_step(
+                store, "r", "w", step, "suspended", step.wake_at, now=step.started_at
+            )
+        assert store_ops.finish_run(store, "r", "w", "cancelled", None, "{}", 100)
+        assert [(s.seq, s.status, s.ended_at) for s in store.get_steps("r")] == [
+            (0, "waiting", None),
+            (1, "cancelled", 100),
+            (2, "cancelled", 100),
+        ]
+        store.insert_run(new_run("f", owner="w"), None)
+        assert store_ops.record_step(store, "f", "w", steps[1], "suspended", None, now=30)
+        assert store_ops.finish_run(store, "f", "w", "failed", None, "{}", 100)
+        assert [s.status for s in store.get_steps("f")] == ["waiting"]  # only a cancel closes them
 
     def test_listing_filters_and_pages(self, store):
         for i in range(5):

@@ -92,8 +92,11 @@ class SlotsContract:
         store_ops.record_step(
             store, "leaver", "w1", StepRecord(1, "step", "other", "completed", 1000, 1001), now=1001
         )
-        if ending == "cancelled":
-            assert store.cancel_run("leaver", None, '{"type": "RunCancelled"}', 5000) == ["leaver"]
+        if ending == "cancelled":  # requested, then ended by its worker
+            assert store.cancel_run("leaver", None, '{"type": "RunCancelled"}', 4000).requested == ["leaver"]
+            assert store_ops.finish_run(
+                store, "leaver", "w1", "cancelled", None, '{"type": "RunCancelled"}', 5000
+            )
         else:
             assert store_ops.finish_run(
                 store, "leaver", "w1", "failed", None, '{"type": "RuntimeError"}', 5000
@@ -105,6 +108,38 @@ class SlotsContract:
         assert store.get_slot("leaver.0").state == "cancelled"
         assert store.slots_leave({"lines": config}, ["leaver"], 9000) == []  # again: nothing changes
         assert store.get_steps("leaver")[0].ended_at == 5000
+
+    @pytest.mark.parametrize("state", ["waiting", "reserved", "busy"])
+    def test_a_cancelled_waiter_leaves_the_queue_with_whatever_it_was_handed(self, store, state):
+        """``GiveUpSlot(cancelled=True)``: the request leaves the queue and its hook step is closed
+        cancelled in one transaction; a slot reserved for it, or handed to it a moment before, goes
+        straight to the next run in the queue."""
+        from duro._config import LimitConfig
+        from duro.store import GiveUpSlot, OwnStep
+
+        config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
+        store.insert_run(new_run("holder", owner="w1"), None)
+        store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
+        _queued_with_hook(store, config, "leaver", 1000)
+        _queued_with_hook(store, config, "next", 1001)
+        if state != "waiting":
+            takers = {"leaver.0": ("leaver", "w1", store.get_steps("leaver")[0])} if state == "busy" else None
+            _, released, granted = store_ops.slot_release(
+                store, {"lines": config}, "holder.0", 2000, takers=takers
+            )
+            assert released and [(row.id, row.state) for row in granted] == [("leaver.0", state)]
+        hook = store.get_steps("leaver")[0]._replace(status="cancelled", ended_at=3000)
+        left = store.apply(GiveUpSlot(config, "leaver.0", 3000, OwnStep("leaver", "w1", hook), True))
+        assert (left.row.state, left.step.status) == (
+            "released" if state == "busy" else "cancelled",
+            "cancelled",
+        )
+        assert store.get_steps("leaver")[0].status == "cancelled"
+        expected = [] if state == "waiting" else [("next.0", "reserved")]
+        assert [(row.id, row.state) for row in left.granted] == expected
+        active = {s.id: s.state for s in store.limit_slots("lines", 10)}
+        assert "leaver.0" not in active
+        assert active["next.0"] == ("waiting" if state == "waiting" else "reserved")
 
     def test_an_expired_request_still_closes_its_hook_step_when_its_run_gives_up(self, store):
         """The expiry pass timed the request out before its run woke: the run's give-up writes its hook

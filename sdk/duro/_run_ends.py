@@ -1,0 +1,115 @@
+"""How a run executing in a worker ends: ``completed``, ``failed`` or ``cancelled``; and the
+worker's side of cancelling (the run's side: ``duro._cancel``): a cancel reaching a run it
+executes, and its grace period.
+
+A run whose cancel reached its worker ends ``cancelled`` once its code finishes, however it
+finishes (``RunCancelled`` raised again, another error, or a return), or when
+``WorkerOptions.cancel_grace`` has passed since the cancel reached the worker, whatever the code is
+doing then: its task is stopped, nothing more of it is recorded, and the run ends. The end closes
+the calls it still waited on (``store.FinishRun``) and takes it out of any limit's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from . import _cancel
+from ._clock import Clock
+from ._errors import EngineCrash, RunCancelled
+from ._events import EventBus
+from ._gateway import StoreGateway
+from ._runtime import LostRun
+from ._serde import describe_error
+from .limits import Limits
+from .store import FinishRun
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+
+
+class RunEnds:
+    """The ends of the runs one worker executes, and their cancels."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        grace_ms: int,
+        clock: Clock,
+        gateway: StoreGateway,
+        events: EventBus,
+        limits: Limits,
+    ) -> None:
+        self.worker_id = worker_id
+        self.grace_ms = grace_ms
+        self.clock = clock
+        self.gateway = gateway
+        self.events = events
+        self.limits = limits
+        self._graces: dict[str, asyncio.Task[None]] = {}  # by run id: the end of its grace period
+
+    def request(self, ctx: RunContext) -> None:
+        """The run's cancel reached this worker: deliver it, and stop the run after the grace period."""
+        if _cancel.request(ctx) and ctx.run_id not in self._graces:
+            self._graces[ctx.run_id] = asyncio.get_running_loop().create_task(
+                self._grace(ctx), name=f"duro-cancel-grace-{ctx.run_id}"
+            )
+
+    async def _grace(self, ctx: RunContext) -> None:
+        await self.clock.sleep_until(self.clock.now_ms() + self.grace_ms)
+        self._graces.pop(ctx.run_id, None)
+        task = ctx.task
+        if task is None or task.done() or ctx.outcome is not None:
+            return
+        ctx.cancel_reason = "grace"
+        if ctx.fatal is None:
+            ctx.fatal = LostRun(ctx.run_id)  # nothing more of its code is recorded
+        task.cancel()  # the run's task ends it (see cancelled)
+
+    def cancelled(self, ctx: RunContext, stop: BaseException | None = None) -> bool:
+        """Whether the run, its code finished (or stopped by ``stop``), ends ``cancelled``."""
+        if ctx.cancel_reason == "grace":
+            return True
+        if isinstance(stop, LostRun | EngineCrash | asyncio.CancelledError):
+            return False  # not ours any more, the box dying, or its worker stopping: no end here
+        state = ctx.cancel
+        return isinstance(stop, RunCancelled) or (state is not None and state.stops_waits)
+
+    async def complete(self, ctx: RunContext, output: str | None) -> None:
+        """End the run ``completed`` (each end is fenced on this worker's ownership)."""
+        run, ended = ctx.record, self.clock.now_ms()
+        end = FinishRun(run.id, self.worker_id, "completed", output, None, ended, run.parent_id)
+        if await self.gateway.progress.write(end):
+            ctx.outcome = "completed"
+            self.events.publish("run.completed", run.id, ended, run.workflow, created_at=run.created_at)
+
+    async def fail(self, ctx: RunContext, cause: BaseException) -> None:
+        """End the run ``failed`` with ``cause``; it leaves any limit's queue."""
+        run, ended = ctx.record, self.clock.now_ms()
+        end = FinishRun(run.id, self.worker_id, "failed", None, describe_error(cause), ended, run.parent_id)
+        if await self.gateway.progress.write(end):
+            error, created, ctx.outcome = type(cause).__name__, run.created_at, "failed"
+            self.events.publish("run.failed", run.id, ended, run.workflow, error=error, created_at=created)
+            await self.limits.leave_queues([run.id], ended)
+
+    async def cancel(self, ctx: RunContext) -> None:
+        """End the run ``cancelled``: the calls it still waited on close with it (``FinishRun``),
+        and it leaves any limit's queue."""
+        run, ended = ctx.record, self.clock.now_ms()
+        error = describe_error(_cancel.cancelled(run.id))
+        end = FinishRun(run.id, self.worker_id, "cancelled", None, error, ended, run.parent_id)
+        if await self.gateway.progress.write(end):
+            ctx.outcome = "cancelled"
+            self.events.publish("run.cancelled", run.id, ended, run.workflow, created_at=run.created_at)
+            await self.limits.leave_queues_of_cancelled(run.id)
+
+    def forget(self, run_id: str) -> None:
+        """The run left this worker (ended, unloaded, lost): its grace period ends with it."""
+        grace = self._graces.pop(run_id, None)
+        if grace is not None:
+            grace.cancel()
+
+    def close(self) -> None:
+        for grace in self._graces.values():
+            grace.cancel()
+        self._graces.clear()
