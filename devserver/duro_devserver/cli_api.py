@@ -356,9 +356,11 @@ def render_cancelled(answer: dict[str, Any], before: str | None = None) -> str:
     (a run that had already ended, cancelled included, had nothing to cancel)."""
     run = answer.get("run", {})
     rid, status = clean(run.get("id")), clean(run.get("status"))
-    if status == "cancelled" and before not in ENDED_STATUSES:
+    if before in ENDED_STATUSES or (status in ENDED_STATUSES and status != "cancelled"):
+        return f"run {rid} is {status}: nothing to cancel"
+    if status == "cancelled":
         return f"cancelled run {rid}"
-    return f"run {rid} is {status}: nothing to cancel"
+    return f"cancelling run {rid}: its code is told now, and the run ends cancelled when it has finished"
 
 
 def render_released(answer: dict[str, Any]) -> str:

@@ -235,6 +235,9 @@ def run(**over):
 def test_cancel_says_nothing_was_cancelled_when_the_run_had_already_ended():
     cancelled = {"run": {"id": "r1", "status": "cancelled"}}
     assert render_cancelled(cancelled, "running") == "cancelled run r1"
+    assert render_cancelled({"run": {"id": "r1", "status": "suspended"}}, "suspended") == (
+        "cancelling run r1: its code is told now, and the run ends cancelled when it has finished"
+    )
     assert render_cancelled(cancelled, "cancelled") == "run r1 is cancelled: nothing to cancel"
     assert render_cancelled({"run": {"id": "r1", "status": "completed"}}, "completed") == (
         "run r1 is completed: nothing to cancel"
