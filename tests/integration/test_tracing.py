@@ -204,3 +204,22 @@ def test_with_the_extra_but_no_tracer_provider_duro_makes_no_spans(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "False", "None"]
+
+
+async def test_a_cancelled_run_ends_its_span_cancelled(duro_env, spans):
+    busy = await duro_env.start(holder, {})
+    with trace.get_tracer("app").start_as_current_span("POST /calls") as request:
+        waiting = await duro_env.start(holder, {})
+    await duro_env.run_until_idle()
+    await waiting.cancel()
+    await duro_env.run_until_idle()
+    assert await waiting.status() == "cancelled"
+    trace_id = request.get_span_context().trace_id
+    mine = [s for s in spans.get_finished_spans() if s.context.trace_id == trace_id]
+    attempts = [s for s in mine if s.name == f"duro.run {holder.name}"]
+    assert attempts[-1].attributes["duro.outcome"] == "cancelled"
+    waits = [s.attributes["duro.slot.outcome"] for s in mine if s.name == "duro.slot_wait voice-calls"]
+    # resident, the wait itself is cancelled; unloaded, it ended "suspended" and the replay delivers
+    assert waits == (["suspended"] if request_id(duro_env) == "unloaded" else ["cancelled"])
+    await busy.signal("done")
+    await duro_env.run_until_idle()
