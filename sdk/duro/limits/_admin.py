@@ -79,10 +79,9 @@ class Limits:
             self._notify(granted)
 
     async def leave_queues_of_cancelled(self, run_id: str) -> None:
-        """A run cancelled from elsewhere (a client engine, which may not know the project's limits,
-        so could not take it out of their queues) leaves them here, in its worker: a dead waiter
-        must not hold up the queue. When the canceller did it already, nothing is left to leave (the
-        hook step keeps the run's own end time, whoever closes it)."""
+        """A run that ended cancelled leaves the queues here, in its worker (whoever cancelled it, a
+        client engine that knows no limits too): a dead waiter must not hold up the queue. When the
+        delivery took it out already, nothing is left to leave."""
         try:
             await self.leave_queues([run_id])
         except Exception as err:  # noqa: BLE001 - the store out of reach: the waiter times out in the end
