@@ -7,7 +7,18 @@ refuses starts beyond a per-key quota (:class:`Concurrency`), and queues work fo
 from ._config import Workspace, define_workspace
 from ._decorators import Workflow, step, workflow
 from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
-from ._durable import child, deprecate_patch, now, patched, sleep, start_child, wait_for_signal
+from ._durable import (
+    CurrentRun,
+    child,
+    current_run,
+    deprecate_patch,
+    now,
+    patched,
+    send_signal,
+    sleep,
+    start_child,
+    wait_for_signal,
+)
 from ._engine import Engine
 from ._errors import (
     ChildWorkflowError,
@@ -66,4 +77,7 @@ __all__ = [
     "RunEndedError",
     "InputError",
     "RunCancelled",
+    "current_run",
+    "CurrentRun",
+    "send_signal",
 ]

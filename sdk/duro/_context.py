@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import _cancel, _children, _current, _patches
+from . import _cancel, _children, _current, _patches, _sending
 from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
@@ -468,6 +468,10 @@ class RunContext(SlotCalls):
             return False, None
         self.recorded(taken)
         return True, _JSON.load(taken.result)
+
+    async def send_signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """See :func:`duro.send_signal`: recorded, so a replay sends nothing again."""
+        await _sending.send_signal(self, run_id, name, payload)
 
     # -- children (see _children) ------------------------------------------------------------
 

@@ -16,6 +16,8 @@ class CurrentRun(Protocol):
     Workflows, steps and ``Concurrency`` are ``Any`` here: their types live on floors above this one.
     """
 
+    record: Any  # the run as loaded (store.RunRecord): what duro.current_run() reads
+
     async def run_step(self, spec: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
     async def sleep(self, duration: Duration) -> None: ...
@@ -35,6 +37,8 @@ class CurrentRun(Protocol):
     async def patched(self, change_id: str) -> bool: ...
 
     async def deprecate_patch(self, change_id: str) -> None: ...
+
+    async def send_signal(self, run_id: str, name: str, payload: Any = None) -> None: ...
 
 
 current_engine: ContextVar[Any] = ContextVar("duro_current_engine", default=None)

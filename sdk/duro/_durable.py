@@ -1,15 +1,17 @@
 """The durable helpers workflow code calls (``duro.sleep``, ``now``, ``wait_for_signal``, ``child``,
-``start_child``, ``patched``, ``deprecate_patch``): each finds the current run through a context variable and makes the call on it.
-Called inside a step or outside any run, they raise a clear error."""
+``start_child``, ``patched``, ``deprecate_patch``, ``send_signal``): each finds the current run
+through a context variable and makes the call on it. Called inside a step or outside any run, they
+raise a clear error (``send_signal`` and ``current_run`` excepted: see each)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _current
 from ._definitions import Concurrency
 from ._durations import Duration
+from ._errors import DuroError
 
 
 async def sleep(duration: Duration) -> None:
@@ -54,3 +56,44 @@ async def deprecate_patch(change_id: str) -> None:
     """Where ``if await patched(change_id):`` was, once no run without its marker remains: a history
     with the marker still replays (the marker is passed over), and new runs record nothing."""
     await _current.run_or_raise("deprecate_patch").deprecate_patch(change_id)
+
+
+class CurrentRun(NamedTuple):
+    """The run whose code is executing, as :func:`current_run` returns it: its ``id``, its
+    ``workflow`` name, the ``version`` of the code it executes on, and its engine's ``namespace``.
+    Immutable; read from memory, never from the store (``engine.get_run(id)`` reads the stored run)."""
+
+    id: str
+    workflow: str
+    version: str
+    namespace: str
+
+
+def current_run() -> CurrentRun:
+    """The run executing this code: in workflow code (function or class form) and inside its
+    steps (sync steps too, in their threads). Anywhere else a :class:`DuroError` says so."""
+    run = _current.current_run.get()
+    if run is None:
+        raise DuroError(
+            "current_run() was called outside any workflow run: call it from a @workflow function "
+            "(or a step it calls) started through an engine"
+        )
+    record = run.record
+    return CurrentRun(record.id, record.workflow, record.version, record.namespace)
+
+
+async def send_signal(run_id: str, name: str, payload: Any = None) -> None:
+    """Send signal ``name`` with a JSON ``payload`` to run ``run_id`` (buffered until that run waits
+    for it with ``wait_for_signal``).
+
+    In workflow code it is a durable call: recorded with the signal in one transaction, so a replay
+    sends nothing again, and a run that does not exist or has ended raises the same error on every
+    replay. Outside any run, and inside a step, it signals at once on the current engine (the one
+    entered with ``async with engine:``, the harness's, or the dev server's), like
+    ``engine.signal``; a step that is retried, or whose worker dies before its result is recorded,
+    sends again: make the target tolerate a repeat, or send from the workflow."""
+    run = _current.current_run.get()
+    if run is None or _current.inside_step.get() is not None:
+        await _current.resolve_engine().signal(run_id, name, payload)
+        return
+    await run.send_signal(run_id, name, payload)

@@ -32,6 +32,7 @@ from .store import (
     RecordStep,
     ReleaseSlot,
     RequestSlot,
+    SendSignal,
     SlotOutcome,
     StepRecord,
     Store,
@@ -65,7 +66,7 @@ class StoreGateway:
         return (self._hooks.inline_store or self._now_or_never is not None) and self._alone()
 
     @overload
-    async def apply(self, command: RecordStep | FinishRun) -> bool: ...
+    async def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
     @overload
     async def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload

@@ -67,6 +67,21 @@ class TakeSignal(NamedTuple):
     step: StepRecord
 
 
+class SendSignal(NamedTuple):
+    """Buffer signal ``name`` (its JSON ``payload``) for run ``target`` and write the sender's
+    ``step`` (completed), in one transaction, fenced on the sender's run like :class:`RecordStep`.
+    Result: ``True``. Raises ``Fenced`` when the sender is not ``owner``'s, and the store's signal
+    error when ``target`` is unknown or has ended (nothing written either way). Made again after a
+    commit it did not hear of (a lost connection), it finds its step written and sends nothing."""
+
+    run_id: str
+    owner: str | None
+    target: str
+    name: str
+    payload: str | None
+    step: StepRecord
+
+
 class RequestSlot(NamedTuple):
     """Ask for a slot (idempotent by ``slot_id``): busy at once when one is free and nobody waits,
     else queued last. ``hook``, the run's hook step, is written alongside: completed when the slot
@@ -163,7 +178,17 @@ class Unload(NamedTuple):
     now: int
 
 
-Command = RecordStep | FinishRun | TakeSignal | RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot | Unload
+Command = (
+    RecordStep
+    | FinishRun
+    | TakeSignal
+    | SendSignal
+    | RequestSlot
+    | ConfirmSlot
+    | GiveUpSlot
+    | ReleaseSlot
+    | Unload
+)
 SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 
 

@@ -23,6 +23,7 @@ from ._commands import (
     RecordStep,
     ReleaseSlot,
     RequestSlot,
+    SendSignal,
     SlotOutcome,
     TakeSignal,
     Unload,
@@ -116,7 +117,7 @@ class Store(Protocol):
     # -- a run's progress: typed commands, each fenced on (run id, owner, not finished) -------------
 
     @overload
-    def apply(self, command: RecordStep | FinishRun) -> bool: ...
+    def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
     @overload
     def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload

@@ -1,4 +1,5 @@
-"""Signals: buffered for a run until a ``wait_for_signal`` of that name consumes one (``TakeSignal``)."""
+"""Signals: buffered for a run until a ``wait_for_signal`` of that name consumes one (``TakeSignal``).
+A signal comes from outside any run (``send``) or from another run's code (``SendSignal``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from sqlalchemy.engine import Connection
 
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import RunEndedError, RunNotFoundError
-from ._commands import TakeSignal
+from ._commands import SendSignal, TakeSignal
 from ._connection import Connector
 from ._fences import write_step
 from ._records import Fenced, StepRecord
@@ -19,16 +20,31 @@ class Signals:
         self.db = db
 
     def send(self, run_id: str, name: str, payload: str | None, now: int) -> None:
+        with self.db.write() as conn:
+            self._deliver(conn, run_id, name, payload, now)
+
+    def _deliver(self, conn: Connection, run_id: str, name: str, payload: str | None, now: int) -> None:
         db = self.db
-        with db.write() as conn:
-            found = db.run(conn, "run_status", {"id": run_id}).fetchone()
-            if found is None:
-                raise RunNotFoundError(run_id)
-            if found[0] not in ACTIVE_STATUS_VALUES:
-                raise RunEndedError(run_id, found[0], name)
-            db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
-            db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due
-            db.notify(conn, ["signal", run_id, name])
+        found = db.run(conn, "run_status", {"id": run_id}).fetchone()
+        if found is None:
+            raise RunNotFoundError(run_id)
+        if found[0] not in ACTIVE_STATUS_VALUES:
+            raise RunEndedError(run_id, found[0], name)
+        db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
+        db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due
+        db.notify(conn, ["signal", run_id, name])
+
+    def send_from_run(self, conn: Connection, command: SendSignal) -> bool:
+        """See :class:`SendSignal`."""
+        db, step = self.db, command.step
+        now = step.ended_at or step.started_at
+        written = db.run(conn, "select_step", {"run_id": command.run_id, "seq": step.seq}).fetchone()
+        if written is None:  # else this very command committed already: nothing is sent twice
+            self._deliver(conn, command.target, command.name, command.payload, now)
+        if not write_step(db, conn, command.run_id, command.owner, step, None, None, now):
+            conn.rollback()
+            raise Fenced(command.run_id)
+        return True
 
     def take(self, conn: Connection, command: TakeSignal) -> StepRecord | None:
         """See :class:`TakeSignal`."""

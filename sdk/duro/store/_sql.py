@@ -29,6 +29,7 @@ from ._commands import (
     RecordStep,
     ReleaseSlot,
     RequestSlot,
+    SendSignal,
     SlotOutcome,
     TakeSignal,
     Unload,
@@ -222,7 +223,7 @@ class SqlStore:
         return self._steps.get(run_id)
 
     @overload
-    def apply(self, command: RecordStep | FinishRun) -> bool: ...
+    def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
     @overload
     def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload

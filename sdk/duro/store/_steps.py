@@ -22,6 +22,7 @@ from ._commands import (
     RecordStep,
     ReleaseSlot,
     RequestSlot,
+    SendSignal,
     TakeSignal,
     Unload,
 )
@@ -98,6 +99,8 @@ class Steps:
                 return self._finish(conn, command)
             case TakeSignal():
                 return self.signals.take(conn, command)
+            case SendSignal():
+                return self.signals.send_from_run(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
                 return self.slots.command(conn, command)
             case Unload():

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from duro import DuroError
-from duro.store import StepRecord
+from duro.store import Fenced, SendSignal, StepRecord
 from tests.support import store_ops
 from tests.support.waiting import wait_until
 
@@ -59,6 +59,30 @@ class StepsContract:
             store.send_signal("r1", "go", "null", 21)
         with pytest.raises(DuroError, match="does not exist"):
             store.send_signal("ghost", "go", "null", 21)
+
+    def test_a_run_sends_a_signal_with_its_step_in_one_transaction(self, store):
+        store.insert_run(new_run("sender", owner="w"), None)
+        store.insert_run(new_run("target", owner="w2"), None)
+        step = StepRecord(0, "send_signal", "go", "completed", 10, 10)
+        assert store.apply(SendSignal("sender", "w", "target", "go", '"hi"', step)) is True
+        assert store.get_steps("sender") == [step]
+        assert store.signalled(["target"]) == {("target", "go")}
+        # made again (a commit the caller did not hear of): nothing is sent twice
+        assert store.apply(SendSignal("sender", "w", "target", "go", '"hi"', step)) is True
+        taken = StepRecord(0, "signal", "go", "waiting", 5, 12)
+        assert store_ops.take_signal(store, "target", "w2", "go", taken).result == '"hi"'
+        assert store_ops.take_signal(store, "target", "w2", "go", taken._replace(seq=1)) is None
+        # fenced: the sender is not ours; nothing is sent and nothing written
+        with pytest.raises(Fenced):
+            store.apply(SendSignal("sender", "other", "target", "go", "1", step._replace(seq=1)))
+        assert store.signalled(["target"]) == set() and len(store.get_steps("sender")) == 1
+        # no such target, or one that ended: the store's error, nothing written
+        with pytest.raises(DuroError, match="does not exist"):
+            store.apply(SendSignal("sender", "w", "ghost", "go", "1", step._replace(seq=1)))
+        store_ops.finish_run(store, "target", "w2", "completed", "null", None, 20)
+        with pytest.raises(DuroError, match="completed"):
+            store.apply(SendSignal("sender", "w", "target", "go", "1", step._replace(seq=1)))
+        assert len(store.get_steps("sender")) == 1
 
     def test_a_batch_keeps_each_writes_fence_and_result(self, store):
         store.insert_run(new_run("a", owner="w1"), None)
