@@ -12,6 +12,7 @@ state, and executes nothing. ``async with engine:`` runs its worker.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -337,5 +338,15 @@ class Engine:
         return worker
 
     def close(self) -> None:
-        """Release the store's pooled connections and threads; a later call opens them again."""
+        """Release the store's pooled connections and threads; a later call opens them again. From
+        async code use :meth:`aclose`: this waits, blocking the event loop, for store calls in flight."""
         self._gateway.close()
+
+    async def aclose(self) -> None:
+        """Close the engine from async code: stop its worker if it runs (as leaving ``async with``
+        does), then release the store's pooled connections and threads, waiting for the store calls
+        in flight without blocking the event loop. A later call opens them again."""
+        worker = self._leave()
+        if worker is not None:
+            await worker.stop()
+        await asyncio.to_thread(self._gateway.close)

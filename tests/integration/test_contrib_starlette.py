@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from duro import Concurrency, ConcurrencyLimitError, Engine, wait_for_signal, workflow
+from duro import Concurrency, ConcurrencyLimitError, DuroError, Engine, wait_for_signal, workflow
 from duro.contrib.starlette import (
     RETRY_AFTER_SECONDS,
     concurrency_limit_body,
@@ -73,7 +73,7 @@ async def serving(app: Any, timeout: float = 20.0) -> AsyncIterator[httpx.AsyncC
             await asyncio.wait_for(serve, timeout)
 
 
-def turns_app(engine: Engine, lifespan: Any = None) -> Starlette:
+def turns_app(engine: Engine, lifespan: Any = None, worker: bool = True) -> Starlette:
     """``POST /turns`` starts a run of ``turn``; ``GET /turns/{id}`` waits (20 s at most) for its result."""
 
     async def start(request: Request) -> Response:
@@ -86,13 +86,19 @@ def turns_app(engine: Engine, lifespan: Any = None) -> Starlette:
     async def state(request: Request) -> Response:
         return JSONResponse({"greeting": getattr(request.state, "greeting", None)})
 
+    async def dispatch(request: Request) -> Response:  # the current engine, found by the workflow
+        return JSONResponse({"run_id": await turn.dispatch(await request.json())}, status_code=202)
+
     return Starlette(
         routes=[
             Route("/turns", start, methods=["POST"]),
             Route("/turns/{run_id}", result),
             Route("/state", state),
+            Route("/dispatch", dispatch, methods=["POST"]),
         ],
-        lifespan=duro_lifespan(engine) if lifespan is None else duro_lifespan(engine, lifespan),
+        lifespan=duro_lifespan(engine, worker=worker)
+        if lifespan is None
+        else duro_lifespan(engine, lifespan, worker=worker),
         exception_handlers={ConcurrencyLimitError: on_concurrency_limit},
     )
 
@@ -125,6 +131,30 @@ async def test_the_engine_is_up_around_the_apps_own_lifespan_and_its_state_passe
         assert (await client.get(f"/turns/{started.json()['run_id']}")).json() == {"result": "reply to acme"}
     assert seen == [("own starts", True), ("serving", True), ("own ends", True)]
     assert engine.worker is None
+
+
+async def test_worker_false_opens_the_engine_as_a_client_beside_a_worker(engine, sqlite_url):
+    async with serving(turns_app(engine, worker=False)) as client:
+        assert engine.worker is None  # executes nothing
+        started = await client.post("/turns", json={"tenant": "acme"})
+        dispatched = await client.post("/dispatch", json={"tenant": "umbrella"})
+        assert (started.status_code, dispatched.status_code) == (202, 202)
+        ids = [started.json()["run_id"], dispatched.json()["run_id"]]
+        assert [(await engine.get_run(run_id)).status for run_id in ids] == ["pending", "pending"]
+        async with Engine(sqlite_url) as worker:  # a `duro worker` beside the API process
+            worker.register(turn)
+            assert (await client.get(f"/turns/{ids[0]}")).json() == {"result": "reply to acme"}
+            assert (await client.get(f"/turns/{ids[1]}")).json() == {"result": "reply to umbrella"}
+    assert engine.worker is None
+    with pytest.raises(DuroError, match="no duro engine is running here"):
+        await turn.dispatch({"tenant": "acme"})  # no longer the current engine once the app stopped
+
+
+async def test_worker_false_refuses_an_engine_already_running(engine):
+    async with engine:
+        with pytest.raises(DuroError, match="already runs its worker"):
+            async with duro_lifespan(engine, worker=False)(object()):
+                pass
 
 
 async def test_an_own_lifespan_that_fails_to_start_leaves_the_engine_stopped(engine):

@@ -12,7 +12,8 @@
     )
 
 :func:`duro_lifespan` runs the engine's worker for the app's lifetime (composed with the app's own
-lifespan, if it has one); :func:`on_concurrency_limit` answers a start refused by a quota with the
+lifespan, if it has one), or with ``worker=False`` opens it as a client only (an API process beside
+``duro worker`` processes: it starts runs and reads them, and executes nothing); :func:`on_concurrency_limit` answers a start refused by a quota with the
 dev server's 429: the same JSON body (:func:`concurrency_limit_body`) and ``Retry-After`` header.
 
 Needs starlette, which the ``dev`` extra brings: ``pip install 'duro[dev]'``.
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from .. import ConcurrencyLimitError
+from .. import ConcurrencyLimitError, DuroError, _current
 from .._extras import missing  # the one wording of a missing extra
 
 try:
@@ -80,21 +81,28 @@ async def on_concurrency_limit(request: Request, exc: Exception) -> Response:
 
 @overload
 def duro_lifespan(
-    engine: Engine, lifespan: None = None
+    engine: Engine, lifespan: None = None, *, worker: bool = True
 ) -> Callable[[Any], AbstractAsyncContextManager[None]]: ...
 
 
 @overload
 def duro_lifespan(
-    engine: Engine, lifespan: Callable[[AppT], AbstractAsyncContextManager[StateT]]
+    engine: Engine, lifespan: Callable[[AppT], AbstractAsyncContextManager[StateT]], *, worker: bool = True
 ) -> Callable[[AppT], AbstractAsyncContextManager[StateT]]: ...
 
 
 def duro_lifespan(
-    engine: Engine, lifespan: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None
+    engine: Engine,
+    lifespan: Callable[[Any], AbstractAsyncContextManager[Any]] | None = None,
+    *,
+    worker: bool = True,
 ) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
     """A Starlette / FastAPI lifespan that runs ``engine`` (``async with engine:``, its worker
     included) for the app's lifetime and closes it after: ``FastAPI(lifespan=duro_lifespan(engine))``.
+
+    ``worker=False``: the app is a client only, beside ``duro worker`` processes sharing the store.
+    The engine is the current one for the app's requests (``Workflow.start()`` finds it), starts and
+    reads runs, executes none, and is closed (:meth:`~duro.Engine.aclose`) at shutdown.
 
     ``lifespan``: the app's own lifespan (a function of the app returning an async context manager,
     as ``@asynccontextmanager`` makes). The engine is up before it starts, so it may start runs, and
@@ -103,7 +111,7 @@ def duro_lifespan(
 
     @asynccontextmanager
     async def run(app: Any) -> AsyncIterator[Any]:
-        async with engine:
+        async with engine if worker else _client(engine):
             if lifespan is None:
                 yield None
             else:
@@ -111,3 +119,25 @@ def duro_lifespan(
                     yield state
 
     return run
+
+
+@asynccontextmanager
+async def _client(engine: Engine) -> AsyncIterator[Engine]:
+    """``engine`` as the current engine, its worker not run; closed on the way out. Requests run in
+    tasks of the server's, not of the lifespan's context: they find it in the entered engines."""
+    if engine.worker is not None:
+        raise DuroError(
+            "duro_lifespan(engine, worker=False): this engine already runs its worker; pass an "
+            "engine that is not entered, or leave worker=True"
+        )
+    _current.push_entered(engine)
+    token = _current.current_engine.set(engine)
+    try:
+        yield engine
+    finally:
+        _current.pop_entered(engine)
+        try:
+            _current.current_engine.reset(token)
+        except ValueError:  # left in another context than entered
+            _current.current_engine.set(None)
+        await engine.aclose()
