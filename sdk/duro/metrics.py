@@ -14,7 +14,8 @@ Two kinds of figures, with different sources:
 - **Counters and histograms** count what this process did from the moment its engine was given a
   collector (or, in ``duro dev`` and ``duro serve``, since the server started): slot waits and holds,
   expiries (a ``release_slot`` that never happened), timeouts, lapsed reservations, refused starts,
-  started and finished runs. Sum them across processes in PromQL.
+  started and finished runs. Sum them across processes in PromQL. Those of each declared limit and
+  registered workflow are exported at 0 from the first scrape, so ``increase()`` sees the first event.
 
 No label carries a quota key, a slot label or a run id: only a limit's or a workflow's name, and a
 run's final status. The metric list, with a PromQL line for the common questions: docs/observability.md.
@@ -23,7 +24,7 @@ run's final status. The metric list, with a PromQL line for the common questions
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._config import Workspace
@@ -48,6 +49,9 @@ class Engine(Protocol):
     store: Store
     workspace: Workspace
     meter: Any
+
+    @property
+    def workflows(self) -> Mapping[str, Any]: ...
 
 
 __all__ = ["Meter", "collector"]
@@ -169,6 +173,19 @@ class Meter:
             elif kind == "lapsed":
                 child(self.lapsed, limit).inc()
 
+    def declare(self, limits: Iterable[str], workflows: Iterable[str]) -> None:
+        """Export every series of these limits and workflows from now on, at 0 until its first
+        event: ``increase()`` over a series that appears with its first event misses that event."""
+        child = self._child
+        for limit in limits:
+            for metric in (self.slot_wait, self.slot_hold, self.expired, self.timeouts, self.lapsed):
+                child(metric, limit)
+        for workflow in workflows:
+            for metric in (self.refused, self.started, self.duration):
+                child(metric, workflow)
+            for status in _FINISHED.values():
+                child(self.finished, workflow, status)
+
     # -- reading ---------------------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
@@ -205,6 +222,7 @@ class DuroCollector(Collector):
         try:
             engine = self._engine()
             declared = engine.workspace.limits
+            self.meter.declare(declared, engine.workflows)  # cached: free after the first scrape
             states = engine.store.limit_states() if declared else {}
         except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
             log.warning("duro metrics: the limits' gauges are missing from this scrape: %s", err)

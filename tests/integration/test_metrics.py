@@ -181,3 +181,25 @@ def test_a_scrape_reads_the_store_once_whatever_the_limits_and_queues(tmp_path, 
         assert 'duro_limit_busy{limit="limit-099"} 5.0' in text
     finally:
         engine.close()
+
+
+async def test_the_counters_of_declared_limits_and_workflows_are_exported_at_0_from_the_first_scrape(
+    duro_env,
+):
+    """``increase()`` needs a series before its first event: a series that appears with it counts 0."""
+    duro_env.engine.register(turn)
+    samples = scrape(duro_env.engine)
+    for limit in ("voice-calls", "partner-api"):
+        for name in (
+            "duro_slot_expired_total",
+            "duro_slot_timeouts_total",
+            "duro_slot_reservations_lapsed_total",
+            "duro_slot_wait_seconds_count",
+            "duro_slot_hold_seconds_count",
+        ):
+            assert samples[(name, (("limit", limit),))] == 0, (name, limit)
+    workflow = (("workflow", turn.name),)
+    for name in ("duro_quota_refused_total", "duro_runs_started_total", "duro_run_duration_seconds_count"):
+        assert samples[(name, workflow)] == 0, name
+    for status in ("completed", "failed", "cancelled"):
+        assert samples[("duro_runs_finished_total", (("status", status), *workflow))] == 0
