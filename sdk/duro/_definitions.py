@@ -67,14 +67,35 @@ class Concurrency:
     On a workflow, ``key`` is a function of the input returning a string (``None``: unlimited) and
     ``limit`` an int or a sync/async function of the key. Per start both are plain values, and the
     per-start quota replaces the workflow's entirely. ``count_statuses`` names the statuses that count.
+    ``retry_after`` (a duration, ``"30s"``): what a refused start tells its caller to wait before
+    trying again (:attr:`ConcurrencyLimitError.retry_after`, the 429's ``Retry-After``, in whole
+    seconds, at least 1); unset, duro estimates it from how long the key's runs recently lasted.
     """
 
     key: str | Callable[[Any], str | None] | None
     limit: int | Callable[[str], Any]
     count_statuses: Iterable[str | RunStatus] = DEFAULT_CONCURRENCY_STATUSES
+    retry_after: Duration | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "count_statuses", _status_names(self.count_statuses))
+        if self.retry_after is not None:
+            try:
+                ms = to_ms(self.retry_after, "Concurrency retry_after")
+            except DuroError as err:
+                raise ConfigError(str(err)) from None
+            if ms <= 0:
+                raise ConfigError(
+                    f"Concurrency retry_after {self.retry_after!r} must be more than zero "
+                    f"(a duration such as '30s'), or None to let duro estimate it"
+                )
+
+    @property
+    def retry_after_s(self) -> int | None:
+        """``retry_after`` in whole seconds (rounded up), or ``None`` when duro estimates it."""
+        if self.retry_after is None:
+            return None
+        return max(1, -(-to_ms(self.retry_after) // 1000))
         if isinstance(self.limit, bool) or not (isinstance(self.limit, int) or callable(self.limit)):
             raise ConfigError(
                 f"Concurrency limit {self.limit!r} must be an int or a function of the key returning one"

@@ -19,21 +19,25 @@ class ConfigError(DuroError):
 class ConcurrencyLimitError(DuroError):
     """A start was refused because its concurrency key is at its limit (HTTP 429).
 
-    Nothing was created. Attributes: ``workflow``, ``key``, ``limit``, ``active``.
+    Nothing was created. Attributes: ``workflow``, ``key``, ``limit``, ``active``, and
+    ``retry_after``: the seconds to wait before trying again (an int, at least 1; the 429's
+    ``Retry-After``), the quota's own ``Concurrency(retry_after=...)`` or duro's estimate from how
+    long the key's runs recently lasted (at most 5 minutes).
     """
 
-    def __init__(self, workflow: str, key: str, limit: int, active: int) -> None:
+    def __init__(self, workflow: str, key: str, limit: int, active: int, retry_after: int = 1) -> None:
         self.workflow = workflow
         self.key = key
         self.limit = limit
         self.active = active
+        self.retry_after = retry_after
         super().__init__(
             f"workflow {workflow!r} refused: concurrency key {key!r} has {active} active run(s) "
             f"and its limit is {limit}; retry when one of them finishes"
         )
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.workflow, self.key, self.limit, self.active))
+        return (type(self), (self.workflow, self.key, self.limit, self.active, self.retry_after))
 
 
 class SlotTimeoutError(DuroError):

@@ -18,6 +18,8 @@ from ._events import EventBus
 from ._gateway import StoreGateway
 from ._hooks import EngineHooks
 from ._observe import log_quota_refused
+from ._quota import RECENT_RUNS
+from ._quota import retry_after as estimate_retry_after
 from ._registry import Registry
 from ._text import check_run_id, refuse_nul
 from ._tracing import start_span
@@ -85,7 +87,8 @@ class Starter:
                 if existing is not None:
                     return _same_workflow(existing, spec.name), False
         value, input_json = spec.prepare_input(inp)
-        quota = await self._quota(spec, concurrency if concurrency is not None else spec.concurrency, value)
+        conc = concurrency if concurrency is not None else spec.concurrency
+        quota = await self._quota(spec, conc, value)
         worker = self.worker
         # A serial workflow's runs are always claimed, in order, one at a time (see claim_runs).
         # Beyond the worker's capacity (max_concurrent_runs), the run is left to the store, due now.
@@ -109,6 +112,7 @@ class Starter:
             try:
                 record, created = await self._gateway.call(store.insert_run, new, quota, parent)
             except ConcurrencyLimitError as refused:
+                refused.retry_after = await self._retry_after(conc, refused)
                 log_quota_refused(spec.name, refused.limit)
                 self._events.publish("quota.refused", new.id, new.created_at, spec.name)
                 raise
@@ -154,6 +158,20 @@ class Starter:
             statuses=tuple(conc.count_statuses),
             namespace=self._read_namespace,
         )
+
+    async def _retry_after(self, conc: Concurrency | None, refused: ConcurrencyLimitError) -> int:
+        """The quota's own ``retry_after``, else the estimate from the key's recent runs (one
+        bounded read, on refusal only; a store that fails it leaves the refusal as it is: 1 s)."""
+        given = None if conc is None else conc.retry_after_s
+        if given is not None:
+            return given
+        try:
+            durations = await self._gateway.call(
+                self._gateway.store.recent_durations, refused.key, self._read_namespace, RECENT_RUNS
+            )
+        except Exception:  # noqa: BLE001 - the refusal is what the caller must hear
+            return 1
+        return estimate_retry_after(durations, refused.active, refused.limit)
 
 
 def _same_workflow(record: RunRecord, workflow: str) -> RunRecord:

@@ -289,3 +289,27 @@ def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
                 name,
                 plan,
             )
+
+
+def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
+    """A version-6 database (the quota index on key and status only): it is rebuilt with the runs'
+    end, and a count and a refusal's recent durations read it."""
+    first = SqlStore(database_url)
+    first.create_schema()
+    first.insert_run(NewRun("old", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
+    with first._engine.begin() as conn:  # back to schema 6's layout
+        conn.execute(sa.text("DROP INDEX duro_runs_quota"))
+        conn.execute(
+            sa.text(
+                "CREATE INDEX duro_runs_quota ON duro_runs (concurrency_key, status) "
+                "WHERE concurrency_key IS NOT NULL"
+            )
+        )
+        conn.execute(sa.text("UPDATE duro_meta SET value = '6' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 7
+    assert "ended_at" in _index_definition(second, "duro_runs_quota")
+    assert second.count_active("tenant:a", ("pending",), None) == 1
+    second.close()

@@ -99,10 +99,14 @@ class InputErrorOut(ErrorOut):
 
 
 class QuotaErrorOut(ErrorOut):
+    """429: a quota refused the start; ``retry_after`` is the seconds to wait, as the ``Retry-After``
+    header says."""
+
     workflow: str
     key: str
     limit: int
     active: int
+    retry_after: int
 
 
 class DivergenceOut(BaseModel):

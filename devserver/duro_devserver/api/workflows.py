@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
-from duro.contrib.starlette import RETRY_AFTER_SECONDS, concurrency_limit_body
+from duro.contrib.starlette import concurrency_limit_body, retry_after_header
 from duro.tooling import WorkflowSpec, version_order
 
 from ._common import ApiError, answer, duro_error, engine, read_body
@@ -85,9 +85,7 @@ async def start_run(request: Request) -> Response:
         # the body duro.contrib.starlette answers with too; error_response puts back its first two fields
         refusal = concurrency_limit_body(err)
         fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
-        raise ApiError(
-            429, refusal["message"], headers={"Retry-After": RETRY_AFTER_SECONDS}, **fields
-        ) from None
+        raise ApiError(429, refusal["message"], headers=retry_after_header(err), **fields) from None
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None
     except DuroError as err:  # an InputError carries the workflow and pydantic's errors

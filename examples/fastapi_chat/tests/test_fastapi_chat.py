@@ -104,6 +104,7 @@ async def test_turns_run_under_each_tenants_quota_and_metrics_count_them(chat_ap
             "key": "tenant:initech",
             "limit": 1,
             "active": 1,
+            "retry_after": 1,  # no turn of initech has completed yet: nothing to estimate from
         }
         assert refused.content == json.dumps(body).encode()  # the dev server's bytes, in its order
 

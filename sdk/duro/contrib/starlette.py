@@ -14,7 +14,8 @@
 :func:`duro_lifespan` runs the engine's worker for the app's lifetime (composed with the app's own
 lifespan, if it has one), or with ``worker=False`` opens it as a client only (an API process beside
 ``duro worker`` processes: it starts runs and reads them, and executes nothing); :func:`on_concurrency_limit` answers a start refused by a quota with the
-dev server's 429: the same JSON body (:func:`concurrency_limit_body`) and ``Retry-After`` header.
+dev server's 429: the same JSON body (:func:`concurrency_limit_body`) and ``Retry-After`` header
+(the error's ``retry_after``: the quota's own, or duro's estimate; docs/quotas.md).
 
 Needs starlette, which the ``dev`` extra brings: ``pip install 'duro[dev]'``.
 """
@@ -40,11 +41,7 @@ except ModuleNotFoundError as err:
 if TYPE_CHECKING:
     from .. import Engine
 
-__all__ = ["RETRY_AFTER_SECONDS", "concurrency_limit_body", "duro_lifespan", "on_concurrency_limit"]
-
-# What a refused start's answer tells the caller to wait before retrying: a quota frees a place when
-# one of its runs ends, which is no time the server can know.
-RETRY_AFTER_SECONDS = "1"
+__all__ = ["concurrency_limit_body", "duro_lifespan", "on_concurrency_limit", "retry_after_header"]
 
 AppT = TypeVar("AppT")
 StateT = TypeVar("StateT")
@@ -52,8 +49,8 @@ StateT = TypeVar("StateT")
 
 def concurrency_limit_body(err: ConcurrencyLimitError) -> dict[str, Any]:
     """The JSON body of the 429 that answers ``err``, here and in the dev server (one definition):
-    the error code, the message that says what to do, and the quota's workflow, key, limit and
-    active count."""
+    the error code, the message that says what to do, the quota's workflow, key, limit and active
+    count, and ``retry_after``, the seconds to wait (as the ``Retry-After`` header says)."""
     return {
         "error": "concurrency_limit",
         "message": str(err),
@@ -61,7 +58,14 @@ def concurrency_limit_body(err: ConcurrencyLimitError) -> dict[str, Any]:
         "key": err.key,
         "limit": err.limit,
         "active": err.active,
+        "retry_after": err.retry_after,
     }
+
+
+def retry_after_header(err: ConcurrencyLimitError) -> dict[str, str]:
+    """The 429's ``Retry-After`` header for ``err``: its ``retry_after`` seconds (see
+    :attr:`~duro.ConcurrencyLimitError.retry_after`)."""
+    return {"Retry-After": str(max(1, int(err.retry_after)))}
 
 
 async def on_concurrency_limit(request: Request, exc: Exception) -> Response:
@@ -74,7 +78,7 @@ async def on_concurrency_limit(request: Request, exc: Exception) -> Response:
     return Response(
         json.dumps(concurrency_limit_body(exc)),
         status_code=429,
-        headers={"Retry-After": RETRY_AFTER_SECONDS},
+        headers=retry_after_header(exc),
         media_type="application/json",
     )
 

@@ -100,6 +100,11 @@ class Store(Protocol):
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         """How many runs tagged ``concurrency:<key>`` are in ``statuses`` (a quota's count)."""
 
+    def recent_durations(self, key: str, namespace: str | None, n: int = 20) -> list[int]:
+        """How long (ms, creation to end) the last ``n`` completed runs tagged ``concurrency:<key>``
+        lasted, latest end first (within ``namespace`` when set): one bounded index walk, made only
+        when a start is refused (its ``retry_after`` estimate)."""
+
     def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
         """The status of each known run, in one query."""
 

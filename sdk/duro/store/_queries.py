@@ -320,6 +320,15 @@ def count_sql(statuses: tuple[str, ...], scoped: bool) -> str:
     return sql + " AND namespace = :namespace" if scoped else sql
 
 
+def recent_durations_sql(scoped: bool) -> str:
+    """How long a key's last completed runs lasted, newest end first: a walk of ``duro_runs_quota``
+    from its (key, 'completed') end, stopped at ``:n`` rows."""
+    where = "concurrency_key = :key AND status = 'completed'" + (
+        " AND namespace = :namespace" if scoped else ""
+    )
+    return f"SELECT ended_at - created_at FROM duro_runs WHERE {where} ORDER BY ended_at DESC LIMIT :n"
+
+
 # list_runs: each filter given adds its condition
 LIST_RUNS_FILTERS = {
     "namespace": "namespace = :namespace",

@@ -19,7 +19,7 @@ from .._quota import admit
 from ._commands import OwnStep
 from ._connection import Connector
 from ._fences import write_step
-from ._queries import RUN_COLUMNS, count_sql, list_runs_sql
+from ._queries import RUN_COLUMNS, count_sql, list_runs_sql, recent_durations_sql
 from ._records import CancelOutcome, Fenced, NewRun, QuotaCheck, RunRecord
 
 
@@ -81,6 +81,14 @@ class Runs:
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         with self.db.read() as conn:
             return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
+
+    def recent_durations(self, key: str, namespace: str | None, n: int) -> list[int]:
+        params: dict[str, Any] = {"key": key, "n": n}
+        if namespace is not None:
+            params["namespace"] = namespace
+        with self.db.read() as conn:
+            rows = self.db.run_text(conn, recent_durations_sql(namespace is not None), params)
+            return [int(row[0]) for row in rows]
 
     def insert(self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None) -> tuple[RunRecord, bool]:
         try:

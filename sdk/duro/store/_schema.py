@@ -53,14 +53,20 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 5 -> 6: the starter's trace context, kept with the run (see _tables.Run.trace_context), and
     # ended slots indexed by their end (a limit's last hour)
     5: lambda conn, dialect: _schema_6(conn),
-    # 6 -> 7: a run's cancel request (see _tables.Run.cancel_requested_at)
-    6: lambda conn, dialect: _add_column(conn, "duro_runs", "cancel_requested_at", "BIGINT"),
+    # 6 -> 7: a run's cancel request (see _tables.Run.cancel_requested_at), and a quota's index also
+    # orders a key's runs by their end (a refusal's retry estimate)
+    6: lambda conn, dialect: _schema_7(conn),
 }
 
 
 def _schema_6(conn: Connection) -> None:
     _add_column(conn, "duro_runs", "trace_context", "VARCHAR(1024)")
     _recreate_indexes(conn, "duro_slots_ended")
+
+
+def _schema_7(conn: Connection) -> None:
+    _add_column(conn, "duro_runs", "cancel_requested_at", "BIGINT")
+    _recreate_indexes(conn, "duro_runs_quota")
 
 
 def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:

@@ -60,6 +60,7 @@ class SqlStore:
         {
             "schema_version",
             "count_active",
+            "recent_durations",
             "get_run",
             "list_runs",
             "run_statuses",
@@ -207,6 +208,9 @@ class SqlStore:
 
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         return self._runs.count_active(key, statuses, namespace)
+
+    def recent_durations(self, key: str, namespace: str | None, n: int = 20) -> list[int]:
+        return self._runs.recent_durations(key, namespace, n)
 
     def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
         return self._runs.statuses(run_ids)

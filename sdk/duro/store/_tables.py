@@ -88,8 +88,16 @@ class Run(DuroTable, table=True):
         # (schema 5; a finished run leaves it, so a worker's past runs never slow a hand-back)
         Index("duro_runs_owner", "owner", **_where(f"owner IS NOT NULL AND status IN {ACTIVE_SQL}")),
         # partial: a start without a quota or a parent writes neither (schema 4; each was about a
-        # tenth of a start's SQLite time)
-        Index("duro_runs_quota", "concurrency_key", "status", **_where("concurrency_key IS NOT NULL")),
+        # tenth of a start's SQLite time). A quota's count reads (key, status); a refusal's estimate
+        # of when to retry reads a key's last completed runs by their end (schema 7): the end comes
+        # with the status, so the entry is rewritten at the run's end either way
+        Index(
+            "duro_runs_quota",
+            "concurrency_key",
+            "status",
+            "ended_at",
+            **_where("concurrency_key IS NOT NULL"),
+        ),
         Index("duro_runs_parent", "parent_id", **_where("parent_id IS NOT NULL")),
         Index("duro_runs_list", "namespace", "created_at"),
     )

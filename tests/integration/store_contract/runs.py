@@ -26,6 +26,21 @@ class RunsContract:
         assert not created and again.id == "r1"
         assert store.get_run("r1").input == '{"a":1}'
 
+    def test_recent_durations_are_a_keys_last_completed_runs_latest_end_first(self, store):
+        for i, (ends, status) in enumerate(
+            [(1500, "completed"), (4000, "completed"), (9000, "failed"), (3000, "completed")]
+        ):
+            store.insert_run(new_run(f"r{i}", owner="w", key="tenant:a"), None)  # created at 1000
+            store_ops.finish_run(store, f"r{i}", "w", status, "null", None, ends)
+        store.insert_run(new_run("other", owner="w", key="tenant:b", namespace="elsewhere"), None)
+        store_ops.finish_run(store, "other", "w", "completed", "null", None, 99_000)
+        store.insert_run(new_run("active", key="tenant:a"), None)
+        assert store.recent_durations("tenant:a", None, 20) == [3000, 2000, 500]
+        assert store.recent_durations("tenant:a", None, 2) == [3000, 2000]
+        assert store.recent_durations("tenant:b", "default", 20) == []
+        assert store.recent_durations("tenant:b", "elsewhere", 20) == [98_000]
+        assert store.recent_durations("nobody", None, 20) == []
+
     def test_owned_insert_starts_running(self, store):
         run, _ = store.insert_run(new_run(owner="w1"), None)
         assert run.status == "running" and run.owner == "w1"
