@@ -89,13 +89,6 @@ class Concurrency:
                     f"Concurrency retry_after {self.retry_after!r} must be more than zero "
                     f"(a duration such as '30s'), or None to let duro estimate it"
                 )
-
-    @property
-    def retry_after_s(self) -> int | None:
-        """``retry_after`` in whole seconds (rounded up), or ``None`` when duro estimates it."""
-        if self.retry_after is None:
-            return None
-        return max(1, -(-to_ms(self.retry_after) // 1000))
         if isinstance(self.limit, bool) or not (isinstance(self.limit, int) or callable(self.limit)):
             raise ConfigError(
                 f"Concurrency limit {self.limit!r} must be an int or a function of the key returning one"
@@ -109,6 +102,13 @@ class Concurrency:
                 f"Concurrency key {self.key!r} contains a NUL character (\\x00); remove it: "
                 f"quota keys never hold one"
             )
+
+    @property
+    def retry_after_s(self) -> int | None:
+        """``retry_after`` in whole seconds (rounded up), or ``None`` when duro estimates it."""
+        if self.retry_after is None:
+            return None
+        return max(1, -(-to_ms(self.retry_after) // 1000))
 
 
 @dataclass(frozen=True)

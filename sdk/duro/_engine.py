@@ -287,6 +287,10 @@ class Engine:
         if self._worker is not None:
             raise DuroError("this engine is already running; enter it once")
         await self._gateway.call(self.store.create_schema)
+        if self.workspace.limits:  # what a client engine without the project lists
+            await self._gateway.call(
+                self.store.declare_limits, list(self.workspace.limits.values()), self.clock.now_ms()
+            )
         worker = Worker(
             self.options,
             self.namespace,

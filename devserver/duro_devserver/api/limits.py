@@ -29,10 +29,11 @@ _JSON_DURATIONS = "a JSON integer of milliseconds, or null to reset to duro.conf
 
 
 async def _limit(eng: Engine, name: str) -> LimitInfo:
-    for info in await eng.limits.list():
+    infos = await eng.limits.list()  # the project's, and those the store knows (a client engine)
+    for info in infos:
         if info.name == name:
             return info
-    known = ", ".join(sorted(eng.workspace.limits)) or "none (declare them in duro.config.py)"
+    known = ", ".join(info.name for info in infos) or "none (declare them in duro.config.py)"
     raise ApiError(404, f"limit {name!r} does not exist; known limits: {known}")
 
 

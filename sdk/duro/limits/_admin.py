@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +16,7 @@ from .._errors import ConfigError, DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
 from .._text import NUL
-from ..store import OwnStep, ReleaseSlot
+from ..store import LimitState, OwnStep, ReleaseSlot
 from ._local import LocalSlots
 from ._types import LimitInfo, SlotInfo, SlotRelease, limit_config
 
@@ -87,11 +87,25 @@ class Limits:
         except Exception as err:  # noqa: BLE001 - the store out of reach: the waiter times out in the end
             store_trouble("taking a cancelled run out of the limits' queues", err)
 
+    async def _config(self, name: str) -> LimitConfig:
+        """The limit ``name`` as this engine's workspace declares it, else as the store knows it (a
+        client engine without the project), else a clear error listing both."""
+        if isinstance(name, str) and name in self._workspace.limits:
+            return self._workspace.limits[name]
+        states = await self._gateway.call(self._gateway.store.limit_states)
+        stored = _declared(self._workspace, states)
+        if isinstance(name, str) and name in stored:
+            return stored[name]
+        return limit_config(replace(self._workspace, limits=stored), name)  # its error names them all
+
     async def list(self) -> builtins.list[LimitInfo]:
-        """Every declared limit: capacity and max hold (declared, overridden, effective) and counts."""
+        """Every limit declared in this engine's workspace, and every other limit the store knows
+        (as the last worker to start with it declared it: what a client engine ``Engine(url)``
+        without the project lists): capacity and max hold (declared, overridden, effective) and
+        counts."""
         states = await self._gateway.call(self._gateway.store.limit_states)
         infos = []
-        for name, config in sorted(self._workspace.limits.items()):
+        for name, config in sorted(_declared(self._workspace, states).items()):
             state = states.get(name)
             capacity_override = state.capacity_override if state else None
             hold_override = state.max_hold_override_ms if state else None
@@ -113,7 +127,7 @@ class Limits:
 
     async def slots(self, name: str) -> builtins.list[SlotInfo]:
         """The limit's slots: busy (and reserved) first, then the queue in order."""
-        limit_config(self._workspace, name)
+        await self._config(name)
         now = self._clock.now_ms()
         rows = await self._gateway.call(self._gateway.store.limit_slots, name)
         infos, position = [], 0
@@ -141,7 +155,7 @@ class Limits:
     async def stats(self, name: str, window: Duration = "1h") -> LimitStats:
         """The limit's figures over the last ``window`` (a duration, by default an hour) on the
         engine's clock: grants and their waits' p50/p90/p99, expiries and timeouts. One query."""
-        limit_config(self._workspace, name)
+        await self._config(name)
         window_ms = to_ms(window, "window")
         if window_ms <= 0:
             raise DuroError(f"limit {name!r}: the stats window must be longer than 0, got {window!r}")
@@ -169,10 +183,11 @@ class Limits:
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         if NUL in slot_id:
             return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
+        configs: Mapping[str, LimitConfig] = self._workspace.limits
+        if not configs:  # a client engine: the limits as the store knows them
+            configs = _declared(self._workspace, await self._gateway.call(self._gateway.store.limit_states))
         outcome = await self._gateway.apply(
-            ReleaseSlot(
-                self._workspace.limits, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()
-            ),
+            ReleaseSlot(configs, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()),
         )
         self._notify(outcome.granted)
         return outcome.row, outcome.released
@@ -194,14 +209,14 @@ class Limits:
     async def set_capacity(self, name: str, capacity: int | None) -> LimitInfo:
         """Override the limit's capacity (1..100000) until reset with ``None``; survives restarts.
         Raising it hands slots to waiting runs at once; lowering it takes no slot back."""
-        config = limit_config(self._workspace, name)
+        config = await self._config(name)
         value = None if capacity is None else _as_duro(check_capacity, name, capacity)
         return await self._override(config, "capacity", value)
 
     async def set_max_hold(self, name: str, max_hold: Duration | None) -> LimitInfo:
         """Override the limit's max hold (at most 30 days) until reset with ``None``; applies to
         slots granted from now on."""
-        config = limit_config(self._workspace, name)
+        config = await self._config(name)
         value = None if max_hold is None else _as_duro(check_max_hold, name, max_hold)
         return await self._override(config, "max_hold", value)
 
@@ -211,6 +226,16 @@ class Limits:
         )
         self._notify(granted)
         return next(info for info in await self.list() if info.name == config.name)
+
+
+def _declared(workspace: Workspace, states: Mapping[str, LimitState]) -> dict[str, LimitConfig]:
+    """The workspace's limits, and those the store knows the declaration of that it lacks."""
+    configs = {
+        name: LimitConfig(name, state.capacity, state.max_hold_ms)
+        for name, state in states.items()
+        if state.capacity is not None and state.max_hold_ms is not None
+    }
+    return {**configs, **workspace.limits}
 
 
 def _as_duro(check: Callable[[str, Any], int], name: str, value: Any) -> int:

@@ -194,6 +194,10 @@ class Store(Protocol):
     def limit_states(self) -> dict[str, Any]:
         """Each limit's row: overrides and counts (``LimitState``), by name."""
 
+    def declare_limits(self, configs: Iterable[LimitConfig], now: int) -> None:
+        """Record each limit's declared capacity and max hold (a worker's config, at its start), so
+        that an engine without the project lists them (``limit_states``: ``capacity``, ``max_hold_ms``)."""
+
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         """The limit's active slots: busy and reserved first, then the queue in order."""
 

@@ -287,7 +287,12 @@ QUERIES: dict[str, str] = {
     ":now), status = COALESCE((SELECT status FROM duro_runs "
     "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
     "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
-    "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting FROM duro_limits",
+    "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting, capacity, "
+    "max_hold_ms FROM duro_limits",
+    # a worker's config declares a limit (written only when it changed: no lock taken for nothing)
+    "limit_declare": "UPDATE duro_limits SET capacity = :capacity, max_hold_ms = :max_hold_ms "
+    "WHERE name = :name AND (capacity IS NULL OR max_hold_ms IS NULL OR capacity <> :capacity "
+    "OR max_hold_ms <> :max_hold_ms)",
     "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
 }

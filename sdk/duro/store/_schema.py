@@ -54,7 +54,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # ended slots indexed by their end (a limit's last hour)
     5: lambda conn, dialect: _schema_6(conn),
     # 6 -> 7: a run's cancel request (see _tables.Run.cancel_requested_at), and a quota's index also
-    # orders a key's runs by their end (a refusal's retry estimate)
+    # orders a key's runs by their end (a refusal's retry estimate), and a limit's row keeps its
+    # declared capacity and max hold (what a client engine lists)
     6: lambda conn, dialect: _schema_7(conn),
 }
 
@@ -67,6 +68,8 @@ def _schema_6(conn: Connection) -> None:
 def _schema_7(conn: Connection) -> None:
     _add_column(conn, "duro_runs", "cancel_requested_at", "BIGINT")
     _recreate_indexes(conn, "duro_runs_quota")
+    _add_column(conn, "duro_limits", "capacity", "INTEGER")
+    _add_column(conn, "duro_limits", "max_hold_ms", "BIGINT")
 
 
 def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:

@@ -40,6 +40,8 @@ class LimitState:
     busy: int
     reserved: int
     waiting: int
+    capacity: int | None = None  # as declared by the last worker to start with it in its config
+    max_hold_ms: int | None = None
 
 
 def _row(values: Any) -> SlotRow:
@@ -461,6 +463,17 @@ class Slots:
     def limit_states(self) -> dict[str, LimitState]:
         with self.db.single_read() as conn:
             return {r[0]: LimitState(*r) for r in self.db.run(conn, "limit_rows", {})}
+
+    def declare_limits(self, configs: Iterable[LimitConfig], now: int) -> None:
+        with self.db.write() as conn:
+            for config in configs:
+                params = {"name": config.name, "now": now}
+                self.db.run(conn, "limit_insert", params)
+                self.db.run(
+                    conn,
+                    "limit_declare",
+                    {**params, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms},
+                )
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         with self.db.single_read() as conn:

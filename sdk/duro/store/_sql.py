@@ -317,6 +317,9 @@ class SqlStore:
     def limit_states(self) -> dict[str, LimitState]:
         return self._slots.limit_states()
 
+    def declare_limits(self, configs: Iterable[LimitConfig], now: int) -> None:
+        self._slots.declare_limits(configs, now)
+
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         return self._slots.limit_slots(name, max_rows)
 

@@ -199,6 +199,10 @@ class LimitRow(DuroTable, table=True):
 
     __tablename__ = "duro_limits"
     name: str = Field(primary_key=True, max_length=64)
+    # as the last worker to start declared it in its duro.config.py (schema 7): what an engine
+    # without the project (a client) lists
+    capacity: int | None = Field(default=None, nullable=True)
+    max_hold_ms: int | None = _ms(nullable=True)
     capacity_override: int | None = Field(default=None, nullable=True)
     max_hold_override_ms: int | None = _ms(nullable=True)
     busy: int = Field(default=0)
