@@ -21,6 +21,7 @@ from duro import (
     wait_for_signal,
     workflow,
 )
+from duro.tooling import history_to_json
 
 SEEN: list[tuple[str, CurrentRun]] = []
 
@@ -210,3 +211,14 @@ async def test_send_signal_across_processes_sharing_the_store(database_url):
 def test_current_run_pickles():
     me = CurrentRun("run-1", "whoami", "1", "default")
     assert pickle.loads(pickle.dumps(me)) == me
+
+
+async def test_a_replay_check_of_a_history_with_sends_sends_nothing(duro_env):
+    target = await duro_env.start(receiver)
+    run = await duro_env.start(sender, target.id)
+    await duro_env.run_until_idle()
+    history = history_to_json(duro_env.engine.store.get_run(run.id), duro_env.engine.store.get_steps(run.id))
+    outcome = await duro_env.replay(history)
+    assert not outcome.diverged and outcome.replayed == 1  # the send replayed, then the wait: history ends
+    await duro_env.advance("2h")
+    assert await target.result() == [{"from": run.id}, None]  # one signal, not two
