@@ -39,10 +39,9 @@ def _runs(store: SqlStore, workflow: str | None, statuses: tuple[str, ...]) -> I
         before = (page[-1].created_at, page[-1].id)
 
 
-def _selected(store: SqlStore, workflow: str | None, since_ms: int | None) -> Iterator[RunRecord]:
+def _selected(store: SqlStore, workflow: str | None, cutoff: int | None) -> Iterator[RunRecord]:
     yield from _runs(store, workflow, ACTIVE)
-    if since_ms is not None:
-        cutoff = SystemClock().now_ms() - since_ms
+    if cutoff is not None:
         for run in _runs(store, workflow, FINISHED):
             if run.ended_at is not None and run.ended_at >= cutoff:
                 yield run
@@ -53,11 +52,13 @@ async def _check(
 ) -> tuple[int, list[ReplayOutcome]]:
     from duro_harness import simulated  # the harness's world: its own store, a simulated clock
 
+    # Read the real clock now: inside the harness's world time is frozen at its simulated instant.
+    cutoff = None if since_ms is None else SystemClock().now_ms() - since_ms
     store = SqlStore(url)
     checked, diverged = 0, []
     try:
         async with simulated(project) as env:
-            for run in _selected(store, workflow, since_ms):
+            for run in _selected(store, workflow, cutoff):
                 outcome = await env.engine.replay_history(run, store.get_steps(run.id))
                 checked += 1
                 if outcome.diverged:

@@ -3,6 +3,7 @@ file): `duro run`, and what `duro dev`, `serve` and `worker` say when they canno
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from duro import Engine
+from duro.tooling import SystemClock
 from duro_devserver.cli import main
 
 WORKFLOW = """
@@ -114,3 +117,37 @@ def test_the_readmes_say_how_to_put_duro_on_the_path(tmp_path):
     assert created.exit_code == 0, created.output
     scaffolded = (tmp_path / "myapp" / "README.md").read_text()
     assert "`duro: command not found`?" in scaffolded and ".venv/bin/activate" in scaffolded
+
+
+class TwoDaysAgo(SystemClock):
+    """Real time, two days back: a run it finishes ended two days ago."""
+
+    def now_ms(self) -> int:
+        return super().now_ms() - 2 * 86_400_000
+
+
+async def _finish_echo(root: Path, db: str, clock: SystemClock) -> None:
+    engine = Engine.from_project(root, database_url=db, clock=clock)
+    async with engine:
+        handle = await engine.start("echo", "old")
+        assert await handle.result() == "OLD"
+    engine.close()
+
+
+def test_replay_check_since_measures_from_the_real_clock(tmp_path):
+    """The cutoff of --since is real time minus the duration, not the harness's simulated instant
+    the check replays in."""
+    root = project(tmp_path)
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    asyncio.run(_finish_echo(root, db, TwoDaysAgo()))
+
+    def checked(since: str) -> str:
+        result = CliRunner().invoke(main, ["replay-check", str(root), "--database-url", db, "--since", since])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "checked 1 run(s): all replay on this code" in checked("7d")
+    assert "checked 0 run(s)" in checked("1d")
+    asyncio.run(_finish_echo(root, db, SystemClock()))  # and one that ended just now
+    assert "checked 1 run(s)" in checked("1d")
+    assert "checked 2 run(s)" in checked("3d")
