@@ -148,13 +148,17 @@ class _Run(Protocol):
     def outcome(self) -> str | None: ...
 
 
+def _unloaded(ctx: _Run) -> bool:
+    return type(ctx.fatal).__name__ == "Unloaded"
+
+
 def _outcome(ctx: _Run) -> str:
     if ctx.outcome is not None:
         return ctx.outcome  # completed, failed: its end is written
     if ctx.cancel_reason == "cancelled":
         return "cancelled"
     if ctx.fatal is not None:
-        return "unloaded" if type(ctx.fatal).__name__ == "Unloaded" else "lost"
+        return "unloaded" if _unloaded(ctx) else "lost"
     return "stopped"  # its worker stopped or crashed: another attempt follows
 
 
@@ -163,7 +167,12 @@ async def _traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -
     try:
         await execute()
     except BaseException as err:
-        span.end("stopped", len(ctx.history), None if isinstance(err, asyncio.CancelledError) else err)
+        # An unload cancels the run's task: a wait that does not turn that into the run's fatal
+        # (a slot queue's) ends the task cancelled, and the attempt still ended unloaded.
+        if _unloaded(ctx):
+            span.end("unloaded", len(ctx.history))
+        else:
+            span.end("stopped", len(ctx.history), None if isinstance(err, asyncio.CancelledError) else err)
         raise
     span.end(_outcome(ctx), len(ctx.history))
 

@@ -223,3 +223,26 @@ async def test_a_cancelled_run_ends_its_span_cancelled(duro_env, spans):
     assert waits == (["suspended"] if request_id(duro_env) == "unloaded" else ["cancelled"])
     await busy.signal("done")
     await duro_env.run_until_idle()
+
+
+@workflow
+async def queued(n: int) -> int:
+    slot = await acquire_slot("voice-calls", label="secret-customer", timeout="1h")
+    await release_slot(slot.id)
+    return n
+
+
+async def test_a_run_that_leaves_memory_queued_for_a_slot_ends_its_attempt_unloaded(duro_env, spans):
+    busy = await duro_env.start(holder, {})
+    await duro_env.run_until_idle()
+    run = await duro_env.start(queued, 7)
+    await duro_env.run_until_idle()
+    await busy.signal("done")
+    await duro_env.run_until_idle()
+    assert await run.result() == 7
+    attempts = [s for s in spans.get_finished_spans() if s.name == f"duro.run {queued.name}"]
+    outcomes = [a.attributes["duro.outcome"] for a in attempts]
+    if "unloaded" in request_id(duro_env):  # left memory while queued, replayed holding its slot
+        assert outcomes == ["unloaded", "completed"]
+    else:
+        assert outcomes == ["completed"]
