@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from duro import DuroError, Engine, RunFailedError
+from duro import DuroError, Engine, RunFailedError, RunHandle
+from duro.tooling import LimitInfo, SlotInfo
 
 from .cli_server import project_database_url
 
@@ -23,12 +24,55 @@ def _steps_table(steps: list[Any]) -> str:
     return "\n".join(lines)
 
 
+QUEUE_POLL_S = 0.5  # how often a run that has not ended is checked for a slot queue it waits in
+
+
+def queue_line(run_id: str, limit: LimitInfo | None, name: str, slots: list[SlotInfo]) -> str:
+    """Where ``run_id`` waits in the queue of limit ``name``, for a person watching ``duro run``."""
+    capacity = f"capacity {limit.effective_capacity}" if limit is not None else "capacity unknown"
+    busy = sum(1 for s in slots if s.state in ("busy", "reserved"))
+    waiting = sum(1 for s in slots if s.state == "waiting")
+    mine = next((s for s in slots if s.run_id == run_id and s.state in ("waiting", "reserved")), None)
+    where = f"{capacity}, {busy} busy, {waiting} waiting"
+    if mine is not None and mine.state == "reserved":
+        return f"run {run_id} waits for a slot of limit {name!r} ({where}): a slot is reserved for it"
+    position = "" if mine is None or mine.position is None else f": position {mine.position} of {waiting}"
+    return f"run {run_id} waits for a slot of limit {name!r} ({where}){position}"
+
+
+async def _queue_line(engine: Engine, run_id: str) -> tuple[str | None, str | None]:
+    """The limit whose queue the run waits in (``None`` if none) and the line that says where."""
+    name = (await engine.limits.queued_for([run_id])).get(run_id)
+    if name is None:
+        return None, None
+    limit = next((info for info in await engine.limits.list() if info.name == name), None)
+    return name, queue_line(run_id, limit, name, await engine.limits.slots(name))
+
+
+async def _result_telling_the_queue(engine: Engine, handle: RunHandle) -> None:
+    """``handle.result()``; meanwhile, on stderr, where the run waits for a slot, each time that
+    changes (a run that ends within the first poll costs no query)."""
+    result = asyncio.ensure_future(handle.result())
+    said: tuple[str | None, str | None] = (None, None)
+    try:
+        while not (await asyncio.wait({result}, timeout=QUEUE_POLL_S))[0]:
+            now = await _queue_line(engine, handle.id)
+            if now[1] is not None and now[1] != said[1]:
+                click.echo(now[1], err=True)
+            elif now[0] is None and said[0] is not None:
+                click.echo(f"run {handle.id} left the queue of limit {said[0]!r}", err=True)
+            said = now
+    finally:
+        result.cancel()
+    result.result()
+
+
 async def _run(project: Path, workflow: str, inp: Any, database_url: str, as_json: bool) -> int:
     engine = Engine.from_project(project, database_url=database_url)
     async with engine:
         handle = await engine.start(workflow, inp)
         try:
-            await handle.result()
+            await _result_telling_the_queue(engine, handle)
             failed = None
         except RunFailedError as err:
             _result, failed = None, err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,78 @@ def test_replay_check_since_measures_from_the_real_clock(tmp_path):
     asyncio.run(_finish_echo(root, db, SystemClock()))  # and one that ended just now
     assert "checked 1 run(s)" in checked("1d")
     assert "checked 2 run(s)" in checked("3d")
+
+
+QUEUED = """
+from duro import acquire_slot, release_slot, wait_for_signal, workflow
+
+@workflow
+async def hold(n: int) -> None:
+    slot = await acquire_slot("line", label="holder")
+    await wait_for_signal("done", timeout="1h")
+    await release_slot(slot.id)
+
+@workflow
+async def call(n: int) -> str:
+    slot = await acquire_slot("line", timeout="1h")
+    await release_slot(slot.id)
+    return f"called {n}"
+"""
+
+
+async def _until(check, what: str, seconds: float = 30) -> None:
+    """A bounded wait on a condition."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+async def test_run_says_where_it_waits_for_a_slot_each_time_that_changes(tmp_path):
+    root = tmp_path / "calls"
+    (root / "workflows").mkdir(parents=True)
+    (root / "workflows" / "calls.py").write_text(QUEUED)
+    (root / "duro.config.py").write_text(
+        "from duro import define_workspace\n\n"
+        'workspace = define_workspace(limits={"line": {"capacity": 1, "max_hold": "1h"}})\n'
+    )
+    db = f"sqlite:///{tmp_path / 'calls.db'}"
+    engine = Engine.from_project(root, database_url=db)
+    async with engine:  # one run holds the line, another queues for it; both stay in the store
+        holder = await engine.start("hold", 0)
+        first = await engine.start("call", 1)
+
+        async def first_queued() -> bool:
+            return (await engine.limits.queued_for([first.id])) == {first.id: "line"}
+
+        await _until(first_queued, "the first call did not queue")
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "duro_devserver", "run", "call", "--input", "2"),
+        *("--project", str(root), "--database-url", db),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+
+        async def line() -> str:
+            return (await asyncio.wait_for(proc.stderr.readline(), 30)).decode().rstrip("\n")
+
+        said = await line()
+        assert said.endswith(
+            "waits for a slot of limit 'line' (capacity 1, 1 busy, 2 waiting): position 2 of 2"
+        ), said
+        await engine.cancel(first.id)  # the run ahead leaves the queue
+        said = await line()
+        assert said.endswith("(capacity 1, 1 busy, 1 waiting): position 1 of 1"), said
+        (busy,) = [s for s in await engine.limits.slots("line") if s.state == "busy"]
+        assert busy.run_id == holder.id
+        await engine.limits.release(busy.id)  # the line frees: the run takes it and completes
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        engine.close()
+    assert proc.returncode == 0, (out, err)
+    assert 'result: "called 2"' in out.decode()
