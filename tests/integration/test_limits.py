@@ -164,6 +164,37 @@ async def test_timeouts_raise_slot_timeout_error_and_leave_the_queue(duro_env):
     assert (await run.steps())[0].status == "failed"
 
 
+@workflow
+async def try_line(n: int) -> str:
+    """A try-acquire: ``timeout=0`` takes a free slot or raises at once."""
+    try:
+        slot = await acquire_slot("voice-calls", label=f"try-{n}", timeout=0)
+    except SlotTimeoutError as err:
+        return f"busy: {err.limiter} {err.timeout}"
+    await release_slot(slot.id)
+    return f"took {slot.id}"
+
+
+async def test_a_zero_timeout_takes_a_free_slot_or_raises_at_once_leaving_no_queue_entry(duro_env):
+    free = await duro_env.start(try_line, 1)
+    await duro_env.run_until_idle()
+    assert (await free.result()).startswith("took ")
+    (holder,) = await started(duro_env, 1)
+    before = duro_env.now
+    busy = await duro_env.start(try_line, 2)
+    await duro_env.run_until_idle()  # no time passes: the refusal does not wait
+    assert await busy.result() == "busy: voice-calls 0"
+    assert duro_env.now == before
+    assert await duro_env.queue("voice-calls") == []
+    assert [s.run_id for s in await duro_env.engine.limits.slots("voice-calls")] == [holder.id]
+    (step,) = await busy.steps()
+    assert (step.kind, step.status) == ("hook", "failed")
+    assert step.error["type"].endswith("SlotTimeoutError")
+    await holder.signal("done")
+    await duro_env.run_until_idle()
+    assert (await holder.result())["released"] is True
+
+
 async def test_the_default_timeout_is_24_hours(duro_env):
     await duro_env.engine.limits.set_max_hold("voice-calls", "30d")
     (holder,) = await started(duro_env, 1, work="30d", keep=True)

@@ -273,7 +273,12 @@ def _runtime_limits(run: _current.CurrentRun) -> tuple[RunContext, RunLimits]:
 
 async def acquire_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Slot:
     """Take a slot of ``limit``, waiting in its durable FIFO queue up to ``timeout`` (24 h by
-    default): then :class:`SlotTimeoutError`. The run stays ``running`` while it waits."""
+    default; ``None`` waits for ever): then :class:`SlotTimeoutError`. The run stays ``running``
+    while it waits.
+
+    ``timeout=0`` is a try-acquire: a free slot is taken at once; if every slot is busy,
+    :class:`SlotTimeoutError` is raised at once, without waiting, and the request leaves no entry
+    in the queue (the hook step is recorded ``failed``, so a replay raises it again)."""
     ctx, limits = _runtime_limits(_current.run_or_raise("acquire_slot"))
     return await limits.acquire(ctx, limit, label, timeout)
 
