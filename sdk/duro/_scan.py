@@ -1,10 +1,12 @@
 """Project loading: ``duro.config.py`` at the root, then the workflows (convention scan or list).
 
 Every entry point (``make dev``, the harness, the dev server, workers) loads a project this way.
-Modules under ``workflows/`` are imported as the package ``workflows`` with the project root first on
-``sys.path``, so workflow files may import each other either way (``from workflows.common import x``
-or ``from .common import x``). Loading another project (or reloading) first drops the previously
-imported ``workflows`` modules.
+The project root goes first on ``sys.path`` before ``duro.config.py`` runs, so the config, like the
+workflows, may import the project's own modules (``from workflows.common import LIMITS``, a
+``settings.py`` beside it). Modules under ``workflows/`` are imported as the package ``workflows``,
+so workflow files may import each other either way (``from workflows.common import x`` or ``from
+.common import x``). Loading another project (or reloading) first drops the previously imported
+``workflows`` modules.
 """
 
 from __future__ import annotations
@@ -107,9 +109,9 @@ def load_project(root: str | Path = ".") -> Project:
     root = Path(root).resolve()
     if not root.is_dir():
         raise ConfigError(f"project directory {root} does not exist")
-    workspace = load_config(root)
     _forget_workflows_package()
     _put_root_first(root)
+    workspace = load_config(root)
 
     if workspace.workflows is None:
         directory = root / WORKFLOWS_DIR

@@ -67,6 +67,39 @@ def test_a_workflows_list_replaces_the_scan_and_marks_serial(tmp_path):
     assert [(s.name, s.serial) for s in project.workflows] == [("alpha", True)]
 
 
+CONFIG_IMPORTING_THE_PROJECT = """
+from duro import define_workspace
+from workflows.common import LIMITS
+from {settings} import MAX_HOLD
+
+workspace = define_workspace(limits={{name: {{"capacity": n, "max_hold": MAX_HOLD}} for name, n in LIMITS.items()}})
+"""
+
+
+def test_the_config_imports_the_projects_own_modules(tmp_path):
+    """``duro.config.py`` may import ``workflows.common`` and a module beside it; the scan then finds
+    the module the config imported (one import, not two), and the next project its own."""
+    roots = []
+    for name, capacity in (("one", 3), ("two", 7)):
+        roots.append(
+            write(
+                tmp_path / name,
+                {
+                    "duro.config.py": CONFIG_IMPORTING_THE_PROJECT.format(settings=f"settings_{name}"),
+                    f"settings_{name}.py": f"MAX_HOLD = '{capacity}m'\n",
+                    "workflows/common.py": f"LIMITS = {{'line': {capacity}}}\n"
+                    + WORKFLOW.format(name="common_flow", delta=capacity),
+                },
+            )
+        )
+    for root, capacity in zip(roots, (3, 7), strict=True):
+        project = load_project(root)
+        line = project.workspace.limits["line"]
+        assert (line.capacity, line.max_hold_ms) == (capacity, capacity * 60_000)
+        assert [spec.name for spec in project.workflows] == ["common_flow"]
+        assert (root / "imports.log").read_text().split() == ["workflows.common"]
+
+
 async def test_engines_load_projects_one_after_another(tmp_path):
     one = write(tmp_path / "one", {"workflows/a.py": WORKFLOW.format(name="flow", delta=1)})
     two = write(tmp_path / "two", {"workflows/a.py": WORKFLOW.format(name="flow", delta=100)})
