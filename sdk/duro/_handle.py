@@ -49,7 +49,18 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """A run as stored: its workflow, status, input, output or error, tags and times."""
+    """A run as stored: its workflow, status, input, output or error, tags and times.
+
+    The times are aware datetimes in UTC (stored as UTC, on the engine's clock):
+
+    - ``created_at``: when the run was created, the moment its start was accepted (by
+      ``engine.start``, ``POST /api/workflows/{name}/runs``, a parent, a schedule or an event; a
+      start refused by a quota creates nothing). It never changes. A run may begin executing
+      later (a serial workflow's run waits ``pending``): the first step's ``started_at`` (see
+      :class:`StepInfo`) says when its code ran;
+    - ``updated_at``: the last write to the run (a status change, a step recorded, a claim);
+    - ``ended_at``: when it completed, failed or was cancelled; ``None`` while it has not ended.
+    """
 
     id: str
     workflow: str

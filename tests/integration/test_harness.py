@@ -24,6 +24,25 @@ async def test_a_three_day_sleep_ends_after_three_days_and_not_a_millisecond_bef
     assert duro_env.now == datetime(2030, 1, 4, tzinfo=UTC)
 
 
+async def test_a_runs_times_are_its_acceptance_its_last_write_and_its_end_in_utc(duro_env):
+    """What ``RunInfo`` documents: ``created_at`` is when the start was accepted and never moves;
+    ``updated_at`` the last write; ``ended_at`` the end (``None`` until then)."""
+    t0 = duro_env.now
+    run = await duro_env.start("nap", 1)
+    await duro_env.advance("1h")
+    waiting = await run.info()
+    assert (waiting.created_at, waiting.ended_at) == (t0, None)
+    assert waiting.created_at.tzinfo == UTC
+    await duro_env.advance("1d")
+    done = await run.info()
+    assert done.status == "completed"
+    assert (done.created_at, done.ended_at, done.updated_at) == (
+        t0,
+        t0 + timedelta(days=1),
+        t0 + timedelta(days=1),
+    )
+
+
 @pytest.mark.duro(project=PROJECT, start="2031-06-01T08:00:00Z")
 async def test_user_code_reading_the_time_sees_simulated_time(duro_env):
     run = await duro_env.start("wall_clock", 1)

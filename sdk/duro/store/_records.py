@@ -25,7 +25,11 @@ class WouldWait(Exception):
 
 class RunRecord(NamedTuple):
     """A run as stored (immutable: a named tuple, a third of a frozen dataclass's cost to build,
-    and runs and steps are built on every hot path). Change one with ``_replace``."""
+    and runs and steps are built on every hot path). Change one with ``_replace``.
+
+    Times are milliseconds since the Unix epoch, UTC, on the engine's clock: ``created_at`` is
+    when the start was accepted (it never changes), ``updated_at`` the last write to the run,
+    ``ended_at`` its end (``None`` until then); see ``duro.tooling.RunInfo``."""
 
     id: str
     namespace: str
