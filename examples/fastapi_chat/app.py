@@ -6,10 +6,15 @@
   ``Retry-After``) when the tenant already has as many turns running as its plan allows.
 - ``GET /turns/{run_id}``: the turn's status and reply; ``?wait=10`` waits up to 10 s for it to end.
 - ``POST /turns/{run_id}/confirm``: the user confirms the booking a turn waits for.
+- ``POST /calls`` places a call to a human agent (``place_call``): 202 with its run id; the call
+  waits for one of the provider's phone lines; 429 with ``Retry-After: 30`` at the tenant's two calls.
+- ``GET /calls/{run_id}``: the call's status; ``DELETE /calls/{run_id}``: the caller gave up (the
+  call hangs up and its line goes to the next caller).
+- ``POST /webhooks/call-ended``: the provider says a call ended; its line is given back.
 - ``GET /metrics``: Prometheus text from the app's own registry, duro's collector registered on it.
 
 The engine runs in the app's process (``duro_lifespan``), on ``DURO_DATABASE_URL`` (default: the
-SQLite file ``.duro/app.db`` next to this file).
+SQLite file ``.duro/app.db`` next to this file). Tests pass their own engine instead (the harness's).
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Query, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
+from workflows.calls import CallEnded, CallRequest
 
 import duro.metrics
-from duro import ConcurrencyLimitError, DuroError, Engine, RunFailedError
+from duro import ConcurrencyLimitError, Engine, InputError, RunEndedError, RunFailedError, RunNotFoundError
 from duro.contrib.starlette import duro_lifespan, on_concurrency_limit
 
 HERE = Path(__file__).resolve().parent
@@ -42,6 +49,12 @@ class TurnStarted(BaseModel):
     run_id: str
 
 
+class Call(BaseModel):
+    run_id: str
+    status: str
+    seconds: int | None = None
+
+
 class Turn(BaseModel):
     run_id: str
     status: str
@@ -53,19 +66,30 @@ class Turn(BaseModel):
 def create_app(
     database_url: str | None = None,
     *,
+    engine: Engine | None = None,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[Any]] | None = None,
 ) -> FastAPI:
     """The app, with its own engine and metrics registry (no module-level state). ``lifespan``: the
-    app's own, run while the engine is up (its state reaches ``request.state``)."""
-    url = database_url or os.environ.get("DURO_DATABASE_URL") or f"sqlite:///{HERE / '.duro' / 'app.db'}"
-    engine = Engine.from_project(HERE, database_url=url)
+    app's own, run while the engine is up (its state reaches ``request.state``). ``engine``: one the
+    caller runs (a test's ``duro_env.engine``) instead of the app's own."""
+    own_engine = engine is None
+    if engine is None:
+        url = database_url or os.environ.get("DURO_DATABASE_URL") or f"sqlite:///{HERE / '.duro' / 'app.db'}"
+        engine = Engine.from_project(HERE, database_url=url)
     registry = CollectorRegistry()
     registry.register(duro.metrics.collector(engine))  # counts from here on; no label names a tenant
 
     app = FastAPI(
         title="fastapi_chat",
-        lifespan=duro_lifespan(engine) if lifespan is None else duro_lifespan(engine, lifespan),
-        exception_handlers={ConcurrencyLimitError: on_concurrency_limit},
+        lifespan=(duro_lifespan(engine) if lifespan is None else duro_lifespan(engine, lifespan))
+        if own_engine
+        else lifespan,
+        exception_handlers={
+            ConcurrencyLimitError: on_concurrency_limit,  # 429 with the quota's Retry-After
+            RunNotFoundError: _answer(404, "not_found"),
+            RunEndedError: _answer(409, "run_ended"),
+            InputError: _answer(422, "invalid_input"),
+        },
     )
     app.state.engine = engine
 
@@ -98,6 +122,30 @@ def create_app(
         await engine.signal(run_id, "confirmed", True)
         return {"run_id": run_id}
 
+    @app.post("/calls", status_code=202)
+    async def place_call(call: CallRequest) -> TurnStarted:
+        handle = await engine.start("place_call", call)  # the app's own model, as FastAPI parsed it
+        return TurnStarted(run_id=handle.id)
+
+    @app.get("/calls/{run_id}")
+    async def get_call(run_id: str) -> Call:
+        info = await engine.get_run(run_id)  # RunNotFoundError: a 404
+        if info.workflow != "place_call":
+            raise HTTPException(404, f"there is no call {run_id!r}")
+        output = info.output if isinstance(info.output, dict) else {}
+        return Call(run_id=info.id, status=info.status.value, seconds=output.get("seconds"))
+
+    @app.delete("/calls/{run_id}", status_code=202)
+    async def cancel_call(run_id: str) -> dict[str, str]:
+        await engine.cancel(run_id)  # the call hangs up and gives its line back (workflows/calls.py)
+        return {"run_id": run_id}
+
+    @app.post("/webhooks/call-ended", status_code=202)
+    async def call_ended(event: CallEnded) -> TurnStarted:
+        # the provider retries a webhook it got no answer to: one run per call, whatever the retries
+        handle = await engine.start("call_ended", event, run_id=f"call-ended-{event.slot_id}")
+        return TurnStarted(run_id=handle.id)
+
     @app.get("/metrics")
     def metrics() -> Response:  # a def, not async: FastAPI runs it off the event loop
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -108,7 +156,20 @@ def create_app(
 async def _existing(engine: Engine, run_id: str) -> None:
     try:
         info = await engine.get_run(run_id)
-    except DuroError:
+    except RunNotFoundError:
         raise HTTPException(404, f"there is no turn {run_id!r}") from None
     if info.workflow != "chat_turn":
         raise HTTPException(404, f"there is no turn {run_id!r}")
+
+
+def _answer(status: int, error: str) -> Callable[[Request, Exception], Any]:
+    """An exception handler answering a duro error with ``status`` and its message, which names the
+    run or the workflow and says what to do."""
+
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        body: dict[str, Any] = {"error": error, "message": str(exc)}
+        if isinstance(exc, InputError):
+            body["errors"] = exc.errors
+        return JSONResponse(body, status_code=status)
+
+    return handler

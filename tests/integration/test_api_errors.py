@@ -4,15 +4,25 @@ body fits the OpenAPI document's schema for it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import jsonschema_rs  # schemathesis's validator (the fuzz test's dependency)
+import pytest
 from pydantic import BaseModel
 
-from duro import Engine, RunNotFoundError, WorkerOptions, define_workspace, wait_for_signal, workflow
+from duro import (
+    Engine,
+    RunFailedError,
+    RunNotFoundError,
+    WorkerOptions,
+    define_workspace,
+    wait_for_signal,
+    workflow,
+)
 from duro_devserver.api._common import duro_error
 from duro_devserver.api.openapi import openapi_document
 from duro_devserver.app import create_app
@@ -75,7 +85,9 @@ async def test_a_run_that_does_not_exist_is_a_404_naming_it(database_url):
 async def test_a_signal_to_an_ended_run_is_a_409_with_its_status(database_url):
     async with served(database_url) as (engine, client):
         run = await engine.start("waits", run_id="ended")
-        await engine.cancel(run.id)
+        await engine.cancel(run.id)  # delivered into the run's wait: the run ends a moment later
+        with pytest.raises(RunFailedError):
+            await asyncio.wait_for(run.result(), 10)
         answer = await client.post("/api/runs/ended/signals/go", json={"late": True})
         assert answer.status_code == 409, answer.text
         body = fits(answer, "post", "/api/runs/{id}/signals/{name}")

@@ -77,7 +77,9 @@ async def test_a_signal_to_an_ended_run_is_run_ended_and_sends_nothing(database_
             await done.signal("go", {"late": True})
         assert (ended.value.run_id, ended.value.status, ended.value.signal) == (done.id, "completed", "go")
         cancelled = await waits.start()
-        await cancelled.cancel()
+        await cancelled.cancel()  # delivered into its wait: it ends a moment later
+        with pytest.raises(RunFailedError):
+            await cancelled.result(timeout="10s")
         with pytest.raises(RunEndedError) as ended:
             await engine.signal(cancelled.id, "go")
         assert ended.value.status == "cancelled"

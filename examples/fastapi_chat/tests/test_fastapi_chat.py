@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import json
 import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,12 +26,20 @@ APP_FILE = Path(__file__).resolve().parent.parent / "app.py"
 
 @pytest.fixture(scope="module")
 def chat_app() -> ModuleType:
-    """The example's ``app.py`` (a script beside the project, not a package)."""
-    spec = importlib.util.spec_from_file_location("fastapi_chat_app", APP_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The example's ``app.py`` (a script beside the project, not a package), imported as
+    ``uvicorn app:create_app`` does: from the project folder, which holds the ``workflows`` package
+    it imports its models from."""
+    for name in [n for n in sys.modules if n == "workflows" or n.startswith("workflows.")]:
+        del sys.modules[name]  # another example's workflows package, imported earlier in this run
+    sys.path.insert(0, str(APP_FILE.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("fastapi_chat_app", APP_FILE)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(APP_FILE.parent))
 
 
 @pytest.fixture

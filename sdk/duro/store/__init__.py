@@ -29,7 +29,7 @@ from ._records import (
     WouldWait,
     settle_sleeps,
 )
-from ._slots import LimitState
+from ._slot_rows import LimitState
 from ._sql import SqlStore
 from ._tables import SCHEMA_VERSION
 from ._urls import DEFAULT_SQLITE_URL, parse_database_url

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -25,51 +24,9 @@ from .._slots import Decision, LimitView, SlotEvent, SlotRow
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector
 from ._fences import send_step, write_step
-from ._queries import SLOT_COLUMNS
 from ._records import Fenced, RunRecord, StepRecord
 from ._runs import to_run
-
-
-@dataclass(frozen=True)
-class LimitState:
-    """A limit's row: overrides and live counts (for the admin listing)."""
-
-    name: str
-    capacity_override: int | None
-    max_hold_override_ms: int | None
-    busy: int
-    reserved: int
-    waiting: int
-    capacity: int | None = None  # as declared by the last worker to start with it in its config
-    max_hold_ms: int | None = None
-
-
-def _row(values: Any) -> SlotRow:
-    data = dict(zip(SLOT_COLUMNS, values, strict=True))
-    data["limit"] = data.pop("limit_name")
-    data.pop("due_at")
-    return SlotRow(**data)
-
-
-def _values(row: SlotRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "limit_name": row.limit,
-        "run_id": row.run_id,
-        "state": row.state,
-        "pos": row.pos,
-        "label": row.label,
-        "enqueued_at": row.enqueued_at,
-        "timeout_at": row.timeout_at,
-        "reserved_until": row.reserved_until,
-        "granted_at": row.granted_at,
-        "held_since": row.held_since,
-        "max_hold_ms": row.max_hold_ms,
-        "expires_at": row.expires_at,
-        "ended_at": row.ended_at,
-        "reason": row.reason,
-        "due_at": row.due_at,
-    }
+from ._slot_rows import LimitState, slot_json, slot_row, slot_values
 
 
 class Slots:
@@ -105,7 +62,7 @@ class Slots:
 
     def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
-            self.db.run(conn, "slot_upsert", _values(row))
+            self.db.run(conn, "slot_upsert", slot_values(row))
         view = decision.view
         self.db.run(
             conn,
@@ -168,7 +125,7 @@ class Slots:
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
             stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
-            rows = {row.id: changed.get(row.id, row) for row in map(_row, stored)}
+            rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
             taken = set()
@@ -179,7 +136,7 @@ class Slots:
                     hook = self._adopt(conn, row, adopter, now, adopted)
                 if hook is None:
                     continue
-                done = hook.step._replace(status="completed", ended_at=now, result=_slot_json(row))
+                done = hook.step._replace(status="completed", ended_at=now, result=slot_json(row))
                 if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
             rules.hand_out(decision, heads, now, frozenset(taken))
@@ -214,7 +171,7 @@ class Slots:
 
     def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
         found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
-        return None if found is None else _row(found)
+        return None if found is None else slot_row(found)
 
     # -- operations ------------------------------------------------------------------------------
 
@@ -260,7 +217,7 @@ class Slots:
                 hook.step._replace(
                     status="completed" if granted else "waiting",
                     ended_at=now if granted else None,
-                    result=_slot_json(row) if granted else None,
+                    result=slot_json(row) if granted else None,
                 ),
             )
         self._settle(conn, decision, now, hook)
@@ -283,7 +240,7 @@ class Slots:
             hook = OwnStep(
                 hook.run_id,
                 hook.owner,
-                hook.step._replace(status="completed", ended_at=now, result=_slot_json(confirmed)),
+                hook.step._replace(status="completed", ended_at=now, result=slot_json(confirmed)),
             )
         else:
             hook = None
@@ -378,7 +335,7 @@ class Slots:
         with self.db.write() as conn:
             ended = list(run_ids)
             leaving = [
-                _row(found)
+                slot_row(found)
                 for run_id in ended
                 for found in self.db.run(conn, "run_slots", {"run_id": run_id})
             ]
@@ -414,7 +371,7 @@ class Slots:
             now = self.db.now(conn, now)
             due: dict[str, list[SlotRow]] = {}
             for found in self.db.run(conn, "due_slots", {"now": now}):
-                row = _row(found)
+                row = slot_row(found)
                 if row.limit in configs:
                     due.setdefault(row.limit, []).append(row)
             for name, config in sorted(configs.items()):
@@ -477,7 +434,7 @@ class Slots:
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         with self.db.single_read() as conn:
-            return [_row(r) for r in self.db.run(conn, "limit_slots", {"name": name, "n": max_rows})]
+            return [slot_row(r) for r in self.db.run(conn, "limit_slots", {"name": name, "n": max_rows})]
 
     def set_limit_override(
         self, config: LimitConfig, field: str, value: int | None, now: int
@@ -497,7 +454,3 @@ class Slots:
             self.db.notify(conn, ["limits"])
         self.on_events(decision.events)
         return decision.granted
-
-
-def _slot_json(row: SlotRow) -> str:
-    return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})

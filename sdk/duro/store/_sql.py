@@ -39,8 +39,9 @@ from ._records import CancelOutcome, Claim, NewRun, QuotaCheck, RunRecord, Sched
 from ._runs import Runs
 from ._schedules import Schedules
 from ._signals import Signals
+from ._slot_rows import LimitState
 from ._slot_stats import SlotStats, limit_stats, queued_limits
-from ._slots import LimitState, Slots
+from ._slots import Slots
 from ._steps import Steps
 from ._urls import DEFAULT_SQLITE_URL
 from ._versions import unfinished_by_version
