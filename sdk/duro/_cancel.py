@@ -165,11 +165,21 @@ async def at_wait(ctx: RunContext, rec: StepRecord | None) -> NoReturn:
 async def before_wait(ctx: RunContext, rec: StepRecord | None, wake: Awaitable[Any] | None) -> NoReturn:
     """A wait about to begin in a run whose cancel came meanwhile (its call began before): it
     delivers the cancel instead, as :func:`at_wait`; ``wake``, never awaited, is dropped."""
+    _discard(wake)
+    await _deliver_at(ctx, rec)
+
+
+def _discard(wake: Awaitable[Any] | None) -> None:
+    """Close a wait that will never be awaited, and the waits it was handed and has not started
+    (``wakeups.wait_for(event.wait(), ...)``): a coroutine never awaited warns when collected."""
     if inspect.iscoroutine(wake):
+        frame = wake.cr_frame
+        handed = [] if frame is None else [v for v in frame.f_locals.values() if inspect.isawaitable(v)]
         wake.close()
+        for inner in handed:
+            _discard(inner)
     elif isinstance(wake, asyncio.Future):
         wake.cancel()
-    await _deliver_at(ctx, rec)
 
 
 async def _deliver_at(ctx: RunContext, rec: StepRecord | None) -> NoReturn:
