@@ -264,7 +264,7 @@ class Worker:
         self.heartbeat.start()
         if self.workspace.limits:
             self._limits_task = loop.create_task(self.slots.expire_loop(), name=f"duro-limits-{self.id}")
-        if self.store.notifies:
+        if self.store.notifies and not (self.hooks.inline_store and self.store.dialect == "sqlite"):
             self._listening = threading.Event()
             self._listener = threading.Thread(
                 target=self.store.listen,
@@ -275,10 +275,10 @@ class Worker:
             self._listener.start()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
-        """From the listener thread: hand a notification to the event loop, unless it has stopped.
-        Runs to claim are announced once per start to every worker: one such notice on its way to
-        the loop stands for those that follow it (its claim pass sees their runs too), and notices
-        for other namespaces go no further."""
+        """From the listener thread (none under the harness: no thread may wake its loop): hand a
+        notice to the event loop, unless it has stopped. Runs to claim are announced once per start
+        to every worker: one such notice on its way to the loop stands for those that follow it (its
+        claim pass sees their runs too), and notices for other namespaces go no further."""
         if self._listening.is_set():
             return
         if message[:1] == ["run"]:
@@ -445,7 +445,7 @@ class Worker:
             self.schedules_changed()
         elif kind == "limits":
             self.slots.look_again()
-        elif kind == "reconnected":  # notifications were lost while disconnected: look again
+        elif kind in ("reconnected", "changed"):  # notices lost, or another process wrote: look again
             self._full_pass = True
             self.wake()
             self.schedules_changed()

@@ -146,6 +146,7 @@ class Connector:
         self._positional: dict[str, str] = {}
         self._writer: Connection | None = None
         self._writer_lock = threading.RLock()
+        self.writes = 0  # SQLite write transactions begun by this process (see _notify.watch_sqlite)
         self._local = _CallState()  # per thread: inside without_waiting, and its connections there
         self._nowait_connections: list[Connection] = []
 
@@ -361,6 +362,7 @@ class Connector:
                 if not waits and sqlite_busy(err):
                     raise WouldWait from None  # another process holds the file's write lock
                 raise
+            self.writes += 1  # under the writer lock
             try:
                 yield writer
                 if writer.in_transaction():

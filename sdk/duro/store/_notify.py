@@ -4,13 +4,18 @@ other processes' workers at its commit.
 Each notice is a JSON list: ``["run", namespace]`` (a run to claim), ``["done", run_id, status]``
 (a child's end, for its parent), ``["signal", run_id, name]``, ``["slot", slot_id, due_at]``,
 ``["sched", namespace]``, ``["limits"]``; and ``["reconnected"]`` from the listener itself after
-it lost its connection. Losing one costs only latency: workers still poll. SQLite's workers (one
-process) only poll.
+it lost its connection. Losing one costs only latency: workers still poll.
+
+SQLite has no notices: ``watch_sqlite`` reads the file's ``PRAGMA data_version`` every 50 ms and
+says ``["changed"]`` (look again) when another process committed, so that workers in several
+processes on one file hear a cancel, a signal or a freed slot within a poll pass of it, not a poll
+interval.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -53,3 +58,52 @@ def listen(url: URL, deliver: Callable[[list[Any]], None], stopping: threading.E
                             deliver(message)
         except psycopg.Error:
             stopping.wait(0.5)
+
+
+WATCH_S = 0.05  # how often watch_sqlite reads the file's data_version
+AMBIGUOUS_READS = 10  # a change that may be this process's own is said at most every 10 reads (0.5 s)
+
+
+def sqlite_file(url: URL) -> str | None:
+    """The file of a SQLite URL, or None: another dialect, or a database in memory."""
+    database = url.database
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or url.query.get("mode") == "memory":
+        return None  # a URI filename (the harness's shared memory, say): nothing to watch
+    return database
+
+
+def watch_sqlite(
+    path: str, own_writes: Callable[[], int], deliver: Callable[[list[Any]], None], stopping: threading.Event
+) -> None:
+    """Block, delivering ``["changed"]`` after another process committed to the SQLite file at
+    ``path``, until ``stopping`` is set. ``data_version`` moves at every commit of any other
+    connection, this process's own included: when ``own_writes`` (this process's write
+    transactions) moved too, the change may be ours alone, and it is said at most every
+    ``AMBIGUOUS_READS`` reads (a busy worker looks again twice a second, not at every commit). Errors (the
+    file locked, replaced, gone) are waited out."""
+    conn: sqlite3.Connection | None = None
+    version = writes = None
+    unsaid = AMBIGUOUS_READS  # reads since an ambiguous change was last said
+    while not stopping.wait(WATCH_S):
+        try:
+            if conn is None:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+                version, writes = None, own_writes()
+            now_writes = own_writes()
+            now_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            if conn is not None:
+                conn.close()
+            conn = None
+            continue
+        if version is not None and now_version != version:
+            if now_writes == writes:
+                deliver(["changed"])
+            elif unsaid >= AMBIGUOUS_READS:
+                unsaid = 0
+                deliver(["changed"])
+        version, writes, unsaid = now_version, now_writes, unsaid + 1
+    if conn is not None:
+        conn.close()

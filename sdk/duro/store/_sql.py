@@ -120,7 +120,8 @@ class SqlStore:
         self.batches: frozenset[type[Command]] = frozenset(
             {RecordStep, FinishRun} | ({RequestSlot, ReleaseSlot} if self.dialect == "sqlite" else set())
         )
-        self.notifies = self.dialect == "postgresql"  # LISTEN/NOTIFY; SQLite's workers poll
+        # PostgreSQL: LISTEN/NOTIFY; a SQLite file: its data_version (see _notify.watch_sqlite)
+        self.notifies = self.dialect == "postgresql" or _notify.sqlite_file(self.url) is not None
         self._runs = Runs(db)
         self._signals = Signals(db)
         # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
@@ -173,9 +174,11 @@ class SqlStore:
 
     def listen(self, deliver: Callable[[list[Any]], None], stopping: Any) -> None:
         """Block, handing each notice (see :mod:`._notify`) to ``deliver``, until ``stopping`` is
-        set. PostgreSQL only; returns at once elsewhere."""
+        set. On SQLite, another process's commit is said as ``["changed"]``."""
         if self.dialect == "postgresql":
             _notify.listen(self.url, deliver, stopping)
+        elif (path := _notify.sqlite_file(self.url)) is not None:
+            _notify.watch_sqlite(path, lambda: self.db.writes, deliver, stopping)
 
     def create_schema(self) -> None:
         _schema.create_schema(self.db)
