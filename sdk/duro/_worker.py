@@ -446,7 +446,7 @@ class Worker:
         elif kind == "limits":
             self.slots.look_again()
         elif kind in ("reconnected", "changed"):  # notices lost, or another process wrote: look again
-            self._full_pass = True
+            self._full_pass, self._statuses_read = True, -1000  # a cancel asked for elsewhere, say
             self.wake()
             self.schedules_changed()
             self.slots.look_again()

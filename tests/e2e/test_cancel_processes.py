@@ -86,8 +86,22 @@ def _start(project: Path, url: str, label: str) -> str:
         client.close()
 
 
+def _cancel_to_grant_ms(url: str, holder: str, waiter: str) -> int | None:
+    """From the stored cancel request of ``holder`` to the grant of ``waiter``'s slot (both stamped
+    by processes on this host)."""
+    store = SqlStore(url)
+    try:
+        run = store.get_run(holder)
+        [slot] = [row for row in store.limit_slots("line") if row.run_id == waiter]
+        if run is None or run.cancel_requested_at is None or slot.granted_at is None:
+            return None
+        return slot.granted_at - run.cancel_requested_at
+    finally:
+        store.close()
+
+
 def test_a_cancelled_holder_in_one_worker_frees_the_line_for_a_waiter_in_another(
-    tmp_path: Path, shared_url: str
+    tmp_path: Path, shared_url: str, record_property: pytest.RecordProperty
 ):
     first_project, second_project = _project(tmp_path, "caller_a"), _project(tmp_path, "caller_b")
     serve_args = ("--no-worker", "--database-url", shared_url)
@@ -122,6 +136,8 @@ def test_a_cancelled_holder_in_one_worker_frees_the_line_for_a_waiter_in_another
         wait_until(
             lambda: _slots(shared_url) == [(waiter, "busy")], GRANT_BOUND_S, "the line to go to w-b's caller"
         )
+        # measured, not asserted (figures belong in BENCHMARKS.md): shown by -rA or --junitxml
+        record_property("cancel_to_grant_ms", _cancel_to_grant_ms(shared_url, holder, waiter))
         wait_until(lambda: _status(shared_url, holder) == "cancelled", 10, "the holder to end cancelled")
         store = SqlStore(shared_url)
         try:
