@@ -305,6 +305,8 @@ POSTGRESQL: dict[str, str] = {
     "insert_run_announced": f"WITH ins AS ({_INSERT_RUN_NEW} RETURNING 1) "
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
+    # the rows of runs about to be handed back (see _steps.Steps._unload), in id order
+    "lock_runs": "SELECT id FROM duro_runs WHERE id IN (:ids) ORDER BY id FOR UPDATE",
     "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)
     "beat": QUERIES["beat"].replace("max(", "GREATEST("),
 }

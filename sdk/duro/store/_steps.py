@@ -107,8 +107,16 @@ class Steps:
                 return self._unload(conn, command)
 
     def _unload(self, conn: Connection, command: Unload) -> list[str]:
-        """See :class:`Unload`: one statement per run, by the kind of its wait (pipelined)."""
+        """See :class:`Unload`: one statement per run, by the kind of its wait (pipelined).
+
+        On PostgreSQL the runs' rows are locked first, in a statement of their own: a transaction
+        that ended what a run waits for and nudged it (a child's end, a signal) holds the row, and
+        the hand-back's check must read what that transaction committed. Checked in the same
+        statement that waited for the row, it would read the snapshot taken before it waited, and
+        overwrite the nudge with "not due": an unowned run nobody would ever take up again."""
         sent = []
+        if self.db.dialect == "postgresql":
+            self.db.run_in(conn, "lock_runs", {"ids": sorted({wait.run_id for wait in command.waits})})
         with self.db.pipeline(conn):  # on PostgreSQL one round trip for all of them
             for wait in command.waits:
                 params = {
