@@ -33,6 +33,7 @@ from ._errors import (
     RunIdConflictError,
     RunNotFoundError,
     SlotTimeoutError,
+    UserExitError,
 )
 from ._handle import RunHandle
 from ._options import WorkerOptions
@@ -77,6 +78,7 @@ __all__ = [
     "RunEndedError",
     "InputError",
     "RunCancelled",
+    "UserExitError",
     "current_run",
     "CurrentRun",
     "send_signal",

@@ -21,7 +21,7 @@ from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import DuroError, NonDeterminismError
+from ._errors import DuroError, NonDeterminismError, as_code, retried, user_exit
 from ._replay import History
 from ._runtime import LostRun, Runtime, SlotCalls
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -194,7 +194,7 @@ class RunContext(SlotCalls):
                 text = self._dump_step_result(spec, result)
                 value = spec.output.load(text)
             except Exception as err:
-                if attempt <= spec.retries and not isinstance(err, DuroError):
+                if attempt <= spec.retries and retried(err):
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
                     if delay < RECORDED_RETRY_MS or self.cancel is not None:  # (cancelled: grace bounds it)
                         await self._sleep_until(self._now() + delay)
@@ -261,13 +261,18 @@ class RunContext(SlotCalls):
             try:
                 result = await self._call_step(spec, args, kwargs)
             except Exception as err:
-                retrying = attempt <= spec.retries and not isinstance(err, DuroError)
+                retrying = attempt <= spec.retries and retried(err)
                 step_outcome(span, "retrying" if retrying else "failed", err)
                 raise
             step_outcome(span, "completed")
             return result
 
     async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The step's body; a ``BaseException`` it raises that is not duro's own is its failure
+        (``UserExitError``: retried like any error), never its worker's exit."""
+        return await as_code(self._call_body(spec, args, kwargs), f"step {spec.name!r}")
+
+    async def _call_body(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _current.inside_step.set(spec.name)
         try:
             if spec.is_async:
@@ -297,7 +302,10 @@ class RunContext(SlotCalls):
         that reaches this point only after that sees a good lease, and must see the lost run too."""
         if self.fatal is not None or not self.runtime.lease.owns_runs():
             return _LAPSED
-        return spec.fn(*args, **kwargs)
+        try:
+            return spec.fn(*args, **kwargs)
+        except BaseException as err:  # converted here: a GeneratorExit must not reach the loop as one
+            raise user_exit(err, f"step {spec.name!r}") from None
 
     @staticmethod
     def _dump_step_result(spec: StepSpec, result: Any) -> str:

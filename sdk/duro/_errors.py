@@ -5,7 +5,11 @@ Each message names the run, workflow, limit or field involved and says what to d
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class DuroError(Exception):
@@ -191,7 +195,13 @@ class StoreUnavailable(DuroError):
         self.retry_after_s = retry_after_s
 
 
-class RunCancelled(BaseException):
+class DuroInterrupt(BaseException):
+    """Internal: the base of duro's own ``BaseException``s, raised through user code on purpose (a
+    cancel, a lost run, a simulated crash); any other ``BaseException`` from user code is the code's
+    failure (see :func:`user_exit`)."""
+
+
+class RunCancelled(DuroInterrupt):
     """Raised inside a run's code when the run is cancelled: at its current durable await, or its
     next one. ``finally`` blocks and ``except RunCancelled`` run, and may make durable calls that do
     not wait (steps, ``release_slot``); one that would wait raises ``RunCancelled`` again at once.
@@ -200,8 +210,64 @@ class RunCancelled(BaseException):
     """
 
 
-class EngineCrash(BaseException):
+class EngineCrash(DuroInterrupt):
     """Raised at an engine checkpoint to simulate the box dying there (the harness does this).
 
     The run being executed stops at once and writes nothing more, as if the process had died.
     """
+
+
+class UserExitError(DuroError):
+    """A step body or workflow code raised a ``BaseException`` that is not an ``Exception``
+    (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, a ``CancelledError`` nobody asked
+    for): it fails that step (retried by the step's ``retries`` like any error) or that run, and
+    never stops the worker that executes it.
+
+    Attributes: ``raised`` (the exception's type, module and qualified name), ``where`` (``step
+    'NAME'`` or ``workflow 'NAME'``), ``detail`` (its message: a ``SystemExit``'s code, say)."""
+
+    def __init__(self, raised: str, where: str, detail: str = "") -> None:
+        self.raised, self.where, self.detail = raised, where, detail
+        said = f"{raised}({detail})" if detail else raised
+        super().__init__(
+            f"{where} raised {said}: duro fails the step or run instead of stopping the worker; "
+            f"raise an Exception to fail it, or return"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.raised, self.where, self.detail))
+
+
+def user_exit(err: BaseException, where: str) -> BaseException:
+    """What ``err``, raised by user code (``where``), stands for: itself if it is an ``Exception``
+    or duro's own (a cancel, a lost run, the engine stopping); else a :class:`UserExitError`.
+
+    A ``CancelledError`` is duro's own when the task running the code is being cancelled (an engine
+    shutdown cancels it: ``Task.cancelling()``); one the code raised by itself is not."""
+    if isinstance(err, Exception):
+        return err
+    if isinstance(err, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            return err
+    elif isinstance(err, DuroInterrupt):
+        return err
+    kind = type(err)
+    return UserExitError(f"{kind.__module__}.{kind.__qualname__}", where, " ".join(str(err).split())[:200])
+
+
+async def as_code(code: Awaitable[T], where: str) -> T:
+    """Await user code (a step's body, a run's workflow code: ``where`` names it); a
+    ``BaseException`` it raises that is not duro's own comes out as a :class:`UserExitError`."""
+    try:
+        return await code
+    except BaseException as err:
+        if (failure := user_exit(err, where)) is err:
+            raise
+        raise failure from None
+
+
+def retried(err: Exception) -> bool:
+    """Whether a step's ``retries`` apply to ``err``: the code's errors, its ``SystemExit`` and the
+    like included; not duro's own refusals (a result that cannot be stored, say)."""
+    return not isinstance(err, DuroError) or isinstance(err, UserExitError)

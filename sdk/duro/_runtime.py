@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from ._clock import Clock
 from ._durations import Duration
+from ._errors import DuroInterrupt
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._hooks import EngineHooks
@@ -20,7 +21,7 @@ from ._starts import Starter
 from ._wakeups import Wakeups
 
 
-class LostRun(BaseException):
+class LostRun(DuroInterrupt):
     """Internal: this worker may no longer write the run (cancelled, or another worker took it)."""
 
 

@@ -36,7 +36,7 @@ from ._clock import Clock
 from ._config import Workspace
 from ._context import RunContext
 from ._definitions import TERMINAL_STATUS_VALUES
-from ._errors import DuroError, EngineCrash, RunCancelled
+from ._errors import DuroError, EngineCrash, RunCancelled, as_code
 from ._events import EventBus
 from ._gateway import StoreGateway, store_trouble
 from ._heartbeat import Heartbeat
@@ -218,7 +218,7 @@ class Worker:
                     f"{' '.join(str(err).split())}"
                 ) from None
             assert spec.invoke is not None  # a worker claims only the workflows it has the code of
-            result = await spec.invoke(inp, ctx)
+            result = await as_code(spec.invoke(inp, ctx), f"workflow {spec.name!r}")  # SystemExit: failed
             if ctx.fatal is not None:
                 raise ctx.fatal
             if self.ends.cancelled(ctx):
