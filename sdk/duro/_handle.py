@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from ._clock import ms_to_datetime
 from ._definitions import RunStatus
-from ._serde import error_summary
+from ._serde import error_summary, stored_json
 from .store import RunRecord, StepRecord
 
 
@@ -40,10 +39,10 @@ class StepInfo:
             status=rec.status,
             started_at=ms_to_datetime(rec.started_at),
             ended_at=ms_to_datetime(rec.ended_at),
-            result=None if rec.result is None else json.loads(rec.result),
+            result=None if rec.result is None else stored_json(rec.result),
             error=error_summary(rec.error),
             wake_at=ms_to_datetime(rec.wake_at),
-            detail=None if rec.detail is None else json.loads(rec.detail),
+            detail=None if rec.detail is None else stored_json(rec.detail),
         )
 
 
@@ -85,8 +84,8 @@ class RunInfo:
             version=rec.version,
             namespace=rec.namespace,
             status=RunStatus(rec.status),
-            input=None if rec.input is None else json.loads(rec.input),
-            output=None if rec.output is None else json.loads(rec.output),
+            input=None if rec.input is None else stored_json(rec.input),
+            output=None if rec.output is None else stored_json(rec.output),
             error=error_summary(rec.error),
             tags=tuple(rec.tags),
             parent_id=rec.parent_id,

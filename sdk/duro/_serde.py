@@ -20,7 +20,7 @@ from typing import Any
 
 import pydantic
 
-from ._errors import DuroError, NonDeterminismError
+from ._errors import DuroError, NonDeterminismError, RunCancelled
 
 _NO_HINT = inspect.Parameter.empty
 
@@ -219,19 +219,47 @@ def _loaded_class(module: Any, qualname: Any) -> type[BaseException] | None:
         if found is None or part.startswith("<"):
             return None
         found = getattr(found, part, None)
-    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+    if not isinstance(found, type):
+        return None
+    # an Exception, or duro's cancel: a stored SystemExit or KeyboardInterrupt is never rebuilt, so
+    # a row (hostile or corrupt) cannot stop the process reading it
+    return found if issubclass(found, Exception) or found is RunCancelled else None
+
+
+UNREADABLE = "duro_unreadable"  # the key of a stored value that is not JSON (see stored_json)
+
+
+def stored_json(text: str) -> Any:
+    """A stored JSON value (an input, output, step result or detail) for a reader; one that is not
+    JSON (a corrupt or hostile row) reads as ``{"duro_unreadable": <its first 200 characters>}``:
+    that field is unreadable, the rest of the run, its page and the process are not affected."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return {UNREADABLE: str(text)[:200]}
+
+
+def _stored_error(text: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def restore_error(text: str | None) -> BaseException:
     """Rebuild an error from :func:`describe_error`: the same class with the same arguments when the
-    class is loaded here, else a :class:`DuroError` naming its type and message.
+    class is loaded here and is an ``Exception`` (or duro's ``RunCancelled``), else a
+    :class:`DuroError` naming its type and message (and one saying so for text that is not JSON).
 
     Never unpickles: the stored text is data, and rebuilding calls only an exception class already
     loaded in this process, with JSON arguments. (Errors stored by older versions carried a pickle;
     they come back as that DuroError.)"""
     if not text:
         return DuroError("unknown error")
-    data = json.loads(text)
+    data = _stored_error(text)
+    if data is None:
+        return DuroError(f"a stored error is unreadable (not duro's JSON): {str(text)[:200]!r}")
     cls = _loaded_class(data.get("module"), data.get("qualname"))
     state = data.get("state")
     if cls is not None and isinstance(state, dict):
@@ -250,7 +278,9 @@ def error_summary(text: str | None) -> dict[str, Any] | None:
     has one (a :class:`NonDeterminismError`'s ``seq``, ``recorded`` and ``asked``)."""
     if not text:
         return None
-    data = json.loads(text)
+    data = _stored_error(text)
+    if data is None:
+        return {"type": UNREADABLE, "message": f"not duro's JSON: {str(text)[:200]}", "traceback": None}
     summary = {k: data.get(k) for k in ("type", "message", "traceback")}
     detail = data.get("detail") or _divergence(data)
     if isinstance(detail, dict):

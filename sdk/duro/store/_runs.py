@@ -29,7 +29,11 @@ class _RunExists(Exception):
 
 def to_run(row: Any) -> RunRecord:
     values = dict(zip(RUN_COLUMNS, row, strict=True))
-    values["tags"] = json.loads(values["tags"] or "[]")
+    try:
+        tags = json.loads(values["tags"] or "[]")
+    except ValueError:
+        tags = []  # a corrupt or hostile row: its tags are unreadable, the run is not
+    values["tags"] = tags if isinstance(tags, list) else []
     return RunRecord(**values)
 
 
