@@ -2,7 +2,8 @@
 project's current code (see ``duro._replaycheck``), in the harness's simulated world.
 
 Both read the project's database directly (``--database-url``, default the dev server's SQLite file):
-a check needs every run's steps, and must not depend on a server being up. Neither writes to it.
+a check needs every run's steps, and must not depend on a server being up. Neither writes to it: the
+store is opened read-only (SQLite ``mode=ro``, PostgreSQL read-only sessions) and never migrated.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ async def _check(
 
     # Read the real clock now: inside the harness's world time is frozen at its simulated instant.
     cutoff = None if since_ms is None else SystemClock().now_ms() - since_ms
-    store = SqlStore(url)
+    store = SqlStore(url, read_only=True)  # a missing file or another schema version: exit 2
     checked, diverged = 0, []
     try:
         async with simulated(project) as env:
@@ -146,7 +147,11 @@ def add_commands(main: click.Group) -> None:
     )
     def runs_export(run_id: str, project: Path, database_url: str | None, output: Path | None) -> None:
         """Write RUN_ID's history (its record and steps) as JSON, for ``await env.replay(...)`` in a test."""
-        store = SqlStore(project_database_url(project.resolve(), database_url))
+        try:
+            store = SqlStore(project_database_url(project.resolve(), database_url), read_only=True)
+        except DuroError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
         try:
             run = store.get_run(run_id)
             if run is None:

@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 
 from . import _cancel, _current
 from ._context import RunContext
-from ._errors import NonDeterminismError, RunCancelled
+from ._errors import DuroError, NonDeterminismError, RunCancelled
 from ._registry import Registry
 from ._replay import History
 from ._runtime import Runtime
+from ._serde import stored_json
 from .store import RunRecord, StepRecord, settle_sleeps
 
 FORMAT = "duro.history/1"
@@ -114,8 +115,10 @@ async def replay(
         ended = "raised"  # the cancel delivered in the run, raised again at the same call
     except Exception as err:  # noqa: BLE001 - a recorded failure raised again, or the code's own
         ended = "raised"
-        if ctx.fatal is None and not any(step.status == "failed" for step in steps):
-            return outcome("error", history.next_seq, error=f"{type(err).__name__}: {err}")
+        if ctx.fatal is None and not _recorded_failure(err, run, steps):
+            recorded = [_said(text) for text in _failures(run, steps)]
+            was = f"; the history's failures: {', '.join(recorded)}" if recorded else ""
+            return outcome("error", history.next_seq, error=f"{_name(err)}: {err}{was}")
     fatal = ctx.fatal
     if isinstance(fatal, NonDeterminismError):  # caught by the code, still a divergence
         return outcome("diverged", fatal.seq, seq=fatal.seq, recorded=fatal.recorded, asked=fatal.asked)
@@ -142,3 +145,33 @@ def history_from_json(data: Mapping[str, Any] | str) -> tuple[RunRecord, list[St
     except (KeyError, TypeError) as err:
         raise ValueError(f"this duro history is incomplete or malformed: {err}") from None
     return run, steps
+
+
+def _failures(run: RunRecord, steps: list[StepRecord]) -> list[str]:
+    """The errors the history recorded: its failed steps', and the run's own if it failed."""
+    found = [step.error for step in steps if step.status == "failed" and step.error]
+    return found + ([run.error] if run.status == "failed" and run.error else [])
+
+
+def _recorded_failure(err: Exception, run: RunRecord, steps: list[StepRecord]) -> bool:
+    """Whether ``err`` is a failure the history recorded, raised again: same type, same message (or
+    the DuroError that stands for a recorded error whose class is not loaded here)."""
+    for text in _failures(run, steps):
+        data = stored_json(text)
+        if not isinstance(data, dict):
+            continue
+        kind, message = data.get("type"), data.get("message")
+        if _name(err) == kind and str(err) == message:
+            return True
+        if type(err) is DuroError and str(err) == f"{kind}: {message}":
+            return True
+    return False
+
+
+def _name(err: BaseException) -> str:
+    return f"{type(err).__module__}.{type(err).__qualname__}"
+
+
+def _said(text: str) -> str:
+    data = stored_json(text)
+    return f"{data.get('type')}: {data.get('message')}" if isinstance(data, dict) else "unreadable"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -126,3 +127,87 @@ async def test_an_exported_history_replays_in_the_harness(project, tmp_path):
 def test_a_bad_since_is_a_usage_error(project):
     done = duro("replay-check", str(project), "--since", "soon")
     assert done.returncode == 2 and "--since" in done.stderr
+
+
+FAILING = """
+    from pydantic import BaseModel
+    from duro import step, wait_for_signal, workflow
+
+    class Order(BaseModel):
+        n: int
+        {field}
+
+    @step
+    def reserve(n: int) -> int:
+        raise ValueError(f"no stock for {{n}}")
+
+    @workflow
+    async def order(inp: Order) -> int:
+        try:
+            await reserve(inp.n)
+        except ValueError:
+            {handler}
+        await wait_for_signal("ship", timeout="1d")
+        return inp.n
+"""
+
+
+def write_failing(project: Path, field: str = "", handler: str = "pass") -> None:
+    code = textwrap.dedent(FAILING.format(field=field, handler=handler))
+    (project / "workflows" / "orders.py").write_text(code)
+
+
+async def failed_in_flight(project: Path, url: str) -> str:
+    """A run whose step failed (caught by the code), waiting for "ship"."""
+    write_failing(project)
+    engine = Engine.from_project(project, database_url=url)
+    async with engine:
+        handle = await engine.start("order", {"n": 7})
+        deadline = asyncio.get_running_loop().time() + 30
+        while await handle.status() != "suspended":  # a bounded wait on the condition
+            assert asyncio.get_running_loop().time() < deadline, "the run did not reach its wait"
+            await asyncio.sleep(0.01)
+    engine.close()
+    return handle.id
+
+
+async def test_a_replayed_failure_matches_only_the_recorded_error(project, tmp_path):
+    url = f"sqlite:///{tmp_path}/shop.db"
+    run_id = await failed_in_flight(project, url)
+    same = duro("replay-check", str(project), "--database-url", url)
+    assert same.returncode == 0, same.stdout + same.stderr  # the recorded ValueError, raised again
+
+    write_failing(project, handler="None.nope  # new code that breaks where the failure is handled")
+    broken = duro("replay-check", str(project), "--database-url", url)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert f"run {run_id}" in broken.stdout and "AttributeError" in broken.stdout
+    assert "builtins.ValueError: no stock for 7" in broken.stdout  # what the history recorded
+
+    write_failing(project, field="sku: str  # a field the stored input lacks")
+    refitted = duro("replay-check", str(project), "--database-url", url)
+    assert refitted.returncode == 1, refitted.stdout + refitted.stderr
+    assert "ValidationError" in refitted.stdout
+
+
+def test_a_path_that_does_not_exist_is_refused_and_not_created(project, tmp_path):
+    missing = tmp_path / "typo" / "shop.db"
+    done = duro("replay-check", str(project), "--database-url", f"sqlite:///{missing}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "there is no SQLite database" in done.stderr and str(missing) in done.stderr
+    assert not missing.exists() and not missing.parent.exists()
+    exported = duro(
+        "runs", "export", "r1", "--project", str(project), "--database-url", f"sqlite:///{missing}"
+    )
+    assert exported.returncode == 2 and not missing.exists()
+
+
+async def test_a_schema_of_another_version_is_refused_and_never_migrated(project, tmp_path):
+    url = f"sqlite:///{tmp_path}/shop.db"
+    await in_flight(project, url, 1)
+    with sqlite3.connect(tmp_path / "shop.db") as db:
+        db.execute("UPDATE duro_meta SET value = '6' WHERE key = 'schema_version'")
+    done = duro("replay-check", str(project), "--database-url", url)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "schema version 6" in done.stderr and "never migrates" in done.stderr
+    with sqlite3.connect(tmp_path / "shop.db") as db:
+        assert db.execute("SELECT value FROM duro_meta WHERE key = 'schema_version'").fetchone() == ("6",)

@@ -126,9 +126,18 @@ class Connector:
     ``database_clock``: decisions are judged by the PostgreSQL server's clock (``{clock}`` in a
     query, :meth:`now`), not by the ``now`` the caller passes."""
 
-    def __init__(self, url: str | URL, *, pool_size: int, database_clock: bool, idle_ms: int | None) -> None:
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        pool_size: int,
+        database_clock: bool,
+        idle_ms: int | None,
+        read_only: bool = False,
+    ) -> None:
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
+        self.read_only = read_only
         self.database_clock = database_clock and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
@@ -248,12 +257,16 @@ class Connector:
 
     def _server_engine(self, pool_size: int, idle_ms: int | None) -> sa.Engine:
         engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size)
-        if idle_ms is not None and self.dialect == "postgresql":
+        read_only = self.read_only
+        if (idle_ms is not None or read_only) and self.dialect == "postgresql":
 
             @sa.event.listens_for(engine, "connect")
             def _on_connect(dbapi_conn: Any, _record: Any) -> None:
                 cur = dbapi_conn.cursor()
-                cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_ms)}")
+                if idle_ms is not None:
+                    cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_ms)}")
+                if read_only:  # every transaction of this session: the server refuses any write
+                    cur.execute("SET default_transaction_read_only = on")
                 cur.close()
                 dbapi_conn.commit()
 
@@ -261,7 +274,15 @@ class Connector:
 
     def _sqlite_engine(self, synchronous: str, busy_timeout_ms: int) -> sa.Engine:
         path = self.url.database
-        if path and path != ":memory:" and not path.startswith("file:"):
+        url = self.url
+        if self.read_only:  # the file must exist, and is opened so that SQLite refuses any write
+            if not path or path == ":memory:" or path.startswith("file:") or not os.path.isfile(path):
+                raise DuroError(
+                    f"there is no SQLite database at {path!r}: check --database-url (or the project "
+                    f"directory, whose .duro/dev.db is the default)"
+                )
+            url = self.url.set(database=f"file:{os.path.abspath(path)}", query={"mode": "ro", "uri": "true"})
+        elif path and path != ":memory:" and not path.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         options: dict[str, Any] = {}
         if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
@@ -269,14 +290,16 @@ class Connector:
         # how long a statement waits for another process's write lock (both sqlite3's own wait and
         # the PRAGMA say the same), then fails "database is locked" (see is_unavailable)
         connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
-        engine = sa.create_engine(self.url, connect_args=connect_args, **options)
+        engine = sa.create_engine(url, connect_args=connect_args, **options)
+        read_only = self.read_only
 
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            _enable_wal(cur)
+            if not read_only:  # a reader takes the file's journal mode as it is
+                _enable_wal(cur)
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.close()
 

@@ -144,6 +144,34 @@ def _migrate(db: Connector, conn: Connection, found: int) -> None:
     db.run(conn, "schema_version_update", {"value": str(SCHEMA_VERSION)})
 
 
+def check_readable(db: Connector) -> None:
+    """For a read-only store: the schema must be this duro's version exactly (nothing is created or
+    migrated); then the store is ready."""
+    try:
+        with db.engine.connect() as conn:  # not db.read(): that would create the schema first
+            row = db.run(conn, "schema_version", {}).fetchone()
+    except Exception as err:  # noqa: BLE001 - no such table, whichever driver says it
+        cause = getattr(err, "orig", None) or err
+        raise DuroError(
+            f"the database at {db.safe_url} holds no duro schema ({' '.join(str(cause).split())[:200]}): "
+            f"check the URL; a read-only check creates nothing"
+        ) from None
+    found = None if row is None else int(row[0])
+    if found != SCHEMA_VERSION:
+        newer = found is not None and found > SCHEMA_VERSION
+        raise DuroError(
+            f"the database at {db.safe_url} has duro schema version {found}, this duro reads version "
+            f"{SCHEMA_VERSION} and a read-only check never migrates: "
+            + (
+                "use the duro version that wrote it"
+                if newer
+                else "start a worker or dev server of this version on it first (it migrates), or "
+                "check it with the duro version that wrote it"
+            )
+        )
+    db.schema_ready = True
+
+
 def schema_version(db: Connector) -> int:
     with db.single_read() as conn:
         return int(db.run(conn, "schema_version", {}).fetchone()[0])

@@ -91,6 +91,7 @@ class SqlStore:
         pool_size: int = 10,
         decisions_clock: str = "database",
         idle_in_transaction_timeout: Duration | None = "5s",
+        read_only: bool = False,
     ) -> None:
         """``decisions_clock``: on PostgreSQL, ``"database"`` (the default) judges leases and slot
         expiries by the database server's clock, whatever the workers' clocks say; ``"caller"``
@@ -102,7 +103,12 @@ class SqlStore:
         for anything but their own statements, so only a frozen process (stopped, a paused VM) hits
         it, and its locks (a limit's row, say) go back to everyone else instead of blocking every
         slot decision until it thaws; the frozen process's call fails as a lost connection and is
-        made again. ``None`` leaves the server's setting."""
+        made again. ``None`` leaves the server's setting.
+
+        ``read_only``: a reader that must change nothing (``duro replay-check``, ``duro runs
+        export``): SQLite opens the file with ``mode=ro`` (a path that does not exist is refused,
+        never created), PostgreSQL sessions are ``default_transaction_read_only``, and the schema is
+        never created or migrated: one of another version is refused with what to do."""
         if decisions_clock not in ("database", "caller"):
             raise DuroError(f"decisions_clock {decisions_clock!r} is not 'database' or 'caller'")
         idle_ms = (
@@ -111,8 +117,18 @@ class SqlStore:
             else to_ms(idle_in_transaction_timeout, "idle_in_transaction_timeout")
         )
         self.db = db = Connector(
-            url, pool_size=pool_size, database_clock=decisions_clock == "database", idle_ms=idle_ms
+            url,
+            pool_size=pool_size,
+            database_clock=decisions_clock == "database",
+            idle_ms=idle_ms,
+            read_only=read_only,
         )
+        if read_only:
+            try:
+                _schema.check_readable(db)
+            except BaseException:
+                db.close()
+                raise
         self.url, self.dialect = db.url, db.dialect
         # what apply_batch takes: on SQLite (one writer at a time anyway) slot requests and releases
         # too; on PostgreSQL they keep transactions of their own, so that a batch never holds the
