@@ -32,6 +32,7 @@ from ._errors import (
     RunFailedError,
     RunIdConflictError,
     RunNotFoundError,
+    RunSetAsideError,
     SlotTimeoutError,
     UserExitError,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "InputError",
     "RunCancelled",
     "UserExitError",
+    "RunSetAsideError",
     "current_run",
     "CurrentRun",
     "send_signal",

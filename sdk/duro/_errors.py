@@ -195,6 +195,26 @@ class StoreUnavailable(DuroError):
         self.retry_after_s = retry_after_s
 
 
+class RunSetAsideError(DuroError):
+    """A run was failed instead of being executed again: ``deaths`` workers in a row died while
+    executing it with its history at the same point (the first, then ``WorkerOptions.max_recoveries``
+    that took it up again), most likely in a step that crashes the process (``os._exit``, a segfault,
+    running out of memory).
+
+    Attributes: ``run_id``, ``deaths``, ``steps`` (how many calls its history had recorded)."""
+
+    def __init__(self, run_id: str, deaths: int, steps: int) -> None:
+        self.run_id, self.deaths, self.steps = run_id, deaths, steps
+        super().__init__(
+            f"run {run_id!r} was set aside: {deaths} workers in a row died while executing it, each "
+            f"after its first {steps} recorded call(s), so its next call most likely crashes the "
+            f"process (os._exit, a segfault, out of memory): fix that step, then start the run again"
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.deaths, self.steps))
+
+
 class DuroInterrupt(BaseException):
     """Internal: the base of duro's own ``BaseException``s, raised through user code on purpose (a
     cancel, a lost run, a simulated crash); any other ``BaseException`` from user code is the code's

@@ -188,4 +188,4 @@ class Heartbeat:
             if wid != self.worker_id and not _process_alive(pid)
         ]
         for worker_id in dead:
-            await gateway.call(gateway.store.remove_worker, worker_id, self._clock.now_ms())
+            await gateway.call(gateway.store.remove_worker, worker_id, self._clock.now_ms(), True)

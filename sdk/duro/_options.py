@@ -31,6 +31,11 @@ class WorkerOptions:
     ``cancel_grace``: how long a cancelled run's code may go on after the cancel reached its
     worker (its ``finally`` blocks releasing slots, say) before the run is ended ``cancelled``
     whatever it is doing (docs/durability.md, "Cancelling a run").
+
+    ``max_recoveries``: a run whose worker died while executing it this many times in a row, its
+    history no longer each time (a step that crashes the process: ``os._exit``, a segfault, the OOM
+    killer), is failed with a :class:`~duro.RunSetAsideError` by the worker that would take it up
+    next, instead of taking that worker down too.
     """
 
     poll_interval: Duration | None = "1s"
@@ -40,13 +45,14 @@ class WorkerOptions:
     max_concurrent_runs: int = 250
     unload_after: Duration | None = "5s"
     cancel_grace: Duration = "30s"
+    max_recoveries: int = 5
 
     def __post_init__(self) -> None:
         self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
         self.lease_ms  # noqa: B018
         self.unload_after_ms  # noqa: B018
         self.cancel_grace_ms  # noqa: B018
-        for name, least in (("max_resident_runs", 0), ("max_concurrent_runs", 1)):
+        for name, least in (("max_resident_runs", 0), ("max_concurrent_runs", 1), ("max_recoveries", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise DuroError(f"WorkerOptions.{name} must be an int of at least {least}, got {value!r}")

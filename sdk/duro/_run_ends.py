@@ -19,6 +19,8 @@ from ._clock import Clock
 from ._errors import EngineCrash, RunCancelled
 from ._events import EventBus
 from ._gateway import StoreGateway
+from ._options import WorkerOptions
+from ._recovery import Suspects
 from ._runtime import LostRun
 from ._serde import describe_error
 from .limits import Limits
@@ -34,14 +36,15 @@ class RunEnds:
     def __init__(
         self,
         worker_id: str,
-        grace_ms: int,
+        options: WorkerOptions,
         clock: Clock,
         gateway: StoreGateway,
         events: EventBus,
         limits: Limits,
     ) -> None:
         self.worker_id = worker_id
-        self.grace_ms = grace_ms
+        self.suspects = Suspects(worker_id, options.max_recoveries, gateway, events)  # see duro._recovery
+        self.grace_ms = options.cancel_grace_ms
         self.clock = clock
         self.gateway = gateway
         self.events = events
@@ -104,7 +107,9 @@ class RunEnds:
             await self.limits.leave_queues_of_cancelled(run.id)
 
     def forget(self, run_id: str) -> None:
-        """The run left this worker (ended, unloaded, lost): its grace period ends with it."""
+        """The run left this worker (ended, unloaded, lost): its grace period ends with it, and its
+        turn as a suspect (see duro._recovery)."""
+        self.suspects.leave(run_id)
         grace = self._graces.pop(run_id, None)
         if grace is not None:
             grace.cancel()

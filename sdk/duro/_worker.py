@@ -6,14 +6,13 @@ of workers it judged dead (see :mod:`duro._lease`), and a worker whose process i
 host is removed at once. Claiming is one conditional ``UPDATE``, with ``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, so two live workers never execute the same run; every progress write is fenced on
 ownership, so a worker that lost a run changes nothing; and a worker whose own lease ran out
-executes no code of any run until a heartbeat has gone through again (``RunContext.resume``), so a
-worker that lost a run never runs its code again.
+executes no code of any run until a heartbeat has gone through again (``RunContext.resume``).
 
 A waiting run stays in memory a while (parked), then is unloaded: the store holds enough to replay
 it anywhere, and its ``due_at`` says when (see ``_residents``). Due work is claimed in due order,
 in batches of the worker's free capacity. What other processes did (a run to claim, a slot handed
 to one of our waiters, a signal, a child's end, a cancel) arrives through the store's ``listen``
-(PostgreSQL ``LISTEN/NOTIFY``) at once, and through the poll pass when a notice is lost.
+(PostgreSQL ``LISTEN/NOTIFY``, a SQLite file's ``data_version``), and the poll pass when it is lost.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ class Worker:
         self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
         self.lease_ms = options.lease_ms
         self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
-        self.ends = RunEnds(self.id, options.cancel_grace_ms, clock, gateway, events, limits)
+        self.ends = RunEnds(self.id, options, clock, gateway, events, limits)
         self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
         self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
         self.slots.on_adopted = self._take_up
@@ -202,6 +201,7 @@ class Worker:
         try:
             if not fresh:
                 ctx.load_history(settle_sleeps(await self.db(store.get_steps, run.id), run))
+                await self.ends.suspects.enter(ctx)  # left by a dead worker: RunSetAsideError at the last
             if run.cancel_requested_at is not None:
                 self.ends.request(ctx)  # delivered in its replay (see _cancel)
             _current.current_run.set(ctx)

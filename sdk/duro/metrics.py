@@ -103,6 +103,11 @@ class Meter:
         self.finished = counter(
             "duro_runs_finished_total", "Runs that ended, by final status.", "workflow", "status"
         )
+        self.set_aside = counter(
+            "duro_runs_set_aside_total",
+            "Runs failed after their workers died executing them max_recoveries times in a row.",
+            "workflow",
+        )
         self.duration = histogram(
             "duro_run_duration_seconds", "Runs: from start (creation) to end.", "workflow", RUN_BUCKETS
         )
@@ -117,6 +122,7 @@ class Meter:
             self.refused,
             self.started,
             self.finished,
+            self.set_aside,
             self.duration,
         )
 
@@ -152,6 +158,8 @@ class Meter:
         elif kind in _FINISHED:
             workflow = event.workflow or event.detail.get("workflow") or ""
             child(self.finished, workflow, _FINISHED[kind]).inc()
+            if event.detail.get("error") == "RunSetAsideError":
+                child(self.set_aside, workflow).inc()
             created = event.detail.get("created_at")
             if created is not None:
                 child(self.duration, workflow).observe(max(0, event.at - created) / 1000)
@@ -181,7 +189,7 @@ class Meter:
             for metric in (self.slot_wait, self.slot_hold, self.expired, self.timeouts, self.lapsed):
                 child(metric, limit)
         for workflow in workflows:
-            for metric in (self.refused, self.started, self.duration):
+            for metric in (self.refused, self.started, self.duration, self.set_aside):
                 child(metric, workflow)
             for status in _FINISHED.values():
                 child(self.finished, workflow, status)

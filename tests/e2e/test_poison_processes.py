@@ -95,3 +95,73 @@ def test_poison_steps_fail_their_runs_and_the_worker_stays_up(tmp_path: Path, sh
         assert [statuses[r] for r in good] == ["completed"] * 5
         assert worker.poll() is None, "the worker exited"
         assert "w-poison" in registered(shared_url)
+
+
+CRASHER = """
+import os
+
+from duro import step, workflow
+
+
+@step
+async def crash() -> str:
+    os._exit(1)  # the process dies at once: no exception, nothing recorded
+
+
+@workflow(name="crasher")
+async def crasher() -> str:
+    return await crash()
+
+
+@workflow(name="healthy")
+async def healthy(n: int) -> int:
+    return n + 1
+"""
+
+
+def _run(url: str, run_id: str):
+    store = SqlStore(url)
+    try:
+        return store.get_run(run_id)
+    finally:
+        store.close()
+
+
+async def _start_crasher(project: Path, url: str) -> tuple[str, list[str]]:
+    client = Engine.from_project(project, database_url=url)
+    try:
+        crash = (await client.start("crasher")).id
+        return crash, [(await client.start("healthy", n)).id for n in range(3)]
+    finally:
+        await client.aclose()
+
+
+def test_a_step_that_kills_its_process_is_set_aside_after_max_recoveries(tmp_path: Path, shared_url: str):
+    """Each ``duro worker`` that takes the run up dies in its step (``os._exit``): the first, then
+    ``max_recoveries`` (5) more that executed it again at the same point. The next worker fails it
+    with RunSetAsideError instead, stays up, and completes the healthy runs, which shared every
+    dead worker with it and are never blamed."""
+    project = tmp_path / "project"
+    (project / "workflows").mkdir(parents=True)
+    (project / "workflows" / "flows.py").write_text(textwrap.dedent(CRASHER))
+    crash, good = asyncio.run(_start_crasher(project, shared_url))
+    deaths = 0
+    for attempt in range(8):
+        with worker_process(project, shared_url, f"w-{attempt}") as worker:
+            wait_until(
+                lambda: worker.poll() is not None or _run(shared_url, crash).status == "failed",  # noqa: B023
+                60,
+                f"worker w-{attempt} to die in the step, or the run to be set aside",
+            )
+            if worker.poll() is None:  # set aside: this worker lives, and runs the rest
+                wait_until(
+                    lambda: set(_statuses(shared_url, good).values()) == {"completed"},
+                    30,
+                    "the healthy runs to complete",
+                )
+                break
+            deaths += 1
+    assert deaths == 6, deaths
+    run = _run(shared_url, crash)
+    assert run.status == "failed" and run.recovered_steps == 0
+    assert "RunSetAsideError" in run.error and "6 workers in a row died while executing it" in run.error

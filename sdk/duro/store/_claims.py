@@ -38,7 +38,7 @@ class Claims:
             with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
                 for worker, stamp in claim.condemned:  # its runs go back, each due as it was
                     if db.run(conn, "condemn", {"id": worker, "stamp": stamp}).fetchall():
-                        db.run(conn, "hand_back", {"id": worker})
+                        db.run(conn, "hand_back_dead", {"id": worker})
                 if claim.orphans:
                     db.run(conn, "hand_back_orphans", {})
                 for name in sorted(claim.serial):

@@ -226,8 +226,14 @@ class Store(Protocol):
         """Move the worker's heartbeat stamp forward (by at least 1); the stamps of every worker of its
         namespace, or ``None`` when its row is gone (condemned by a claim)."""
 
-    def remove_worker(self, worker_id: str, now: int) -> None:
-        """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim."""
+    def count_recovery(self, run_id: str, owner: str) -> int | None:
+        """Count one more attempt at a run a dead worker left (``recoveries``, see
+        ``duro._recovery``) and return the count; ``None`` if the run is not ``owner``'s."""
+
+    def remove_worker(self, worker_id: str, now: int, dead: bool = False) -> None:
+        """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim.
+        ``dead``: its process is gone, so each run it was executing counts a recovery (``recoveries``,
+        in a row while the run's history has not grown), as for a worker condemned by a claim."""
 
     def local_workers(self, host: str) -> list[tuple[str, int]]:
         """(worker id, pid) of the workers registered from ``host``."""

@@ -41,6 +41,7 @@ RUN_COLUMNS = (
     "ended_at",
     "trace_context",
     "cancel_requested_at",
+    "recovered_steps",
 )
 STEP_COLUMNS = (
     "run_id",
@@ -133,6 +134,12 @@ _UNLOAD = (
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}"
 )
 
+_STEPS_NOW = "(SELECT count(*) FROM duro_steps WHERE duro_steps.run_id = duro_runs.id)"
+_RECOVERED = (  # a run it was executing: where its history stood; its attempts count from 0 at a new point
+    f"recoveries = CASE WHEN status = 'running' AND (recovered_steps IS NULL OR recovered_steps <> "
+    f"{_STEPS_NOW}) THEN 0 ELSE recoveries END, "
+    f"recovered_steps = CASE WHEN status = 'running' THEN {_STEPS_NOW} ELSE recovered_steps END"
+)
 _CANCEL_DUE = "due_at = CASE WHEN cancel_requested_at IS NULL THEN due_at ELSE cancel_requested_at END"
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
@@ -214,10 +221,17 @@ QUERIES: dict[str, str] = {
     "delete_worker": "DELETE FROM duro_workers WHERE id = :id RETURNING namespace",
     # handing a worker's runs back is bookkeeping, not a change to the run: updated_at stays
     # (a run whose cancel was asked for is due: whoever takes it up delivers it)
+    # a suspect's attempt (see duro._recovery), counted before its code runs again
+    "count_recovery": "UPDATE duro_runs SET recoveries = COALESCE(recoveries, 0) + 1 "
+    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL} RETURNING recoveries",
     "hand_back": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE} WHERE owner = :id AND status IN {ACTIVE_SQL}",
+    # a dead worker's runs: one it was executing (running) counts a recovery, in a row while its
+    # history has not grown since the last one (see _tables.Run.recoveries)
+    "hand_back_dead": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE}, {_RECOVERED} "
+    f"WHERE owner = :id AND status IN {ACTIVE_SQL}",
     # runs whose owner has no row (a worker that went on starting runs after it was condemned, and
     # died before it joined again): handed back as their owner's would have been (duro_runs_owner)
-    "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE} "
+    "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE}, {_RECOVERED} "
     f"WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
     "AND owner NOT IN (SELECT id FROM duro_workers)",
     # a heartbeat: the stamp moves forward by at least 1 (two beats in one millisecond, or a clock

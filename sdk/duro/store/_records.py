@@ -50,6 +50,8 @@ class RunRecord(NamedTuple):
     ended_at: int | None
     trace_context: str | None = None  # the starter's trace (duro._tracing), for every attempt
     cancel_requested_at: int | None = None  # when a cancel was asked for (see Store.cancel_run)
+    # the length of its history when a worker died executing it (see Store.remove_worker)
+    recovered_steps: int | None = None
     # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
     # the worker skips reading them (a store that leaves it False costs that read, nothing else)
     fresh: bool = False

@@ -65,6 +65,7 @@ def _new_run_values(new: NewRun) -> dict[str, Any]:
         "ended_at": None,
         "trace_context": new.trace_context,
         "cancel_requested_at": None,
+        "recovered_steps": None,
     }
 
 
@@ -214,6 +215,11 @@ class Runs:
             return {}
         with self.db.read() as conn:
             return dict(self.db.run_in(conn, "run_statuses", {"ids": ids}).fetchall())
+
+    def count_recovery(self, run_id: str, owner: str) -> int | None:
+        with self.db.write() as conn:
+            row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
+            return None if row is None else int(row[0])
 
     def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
         ids = list(run_ids)

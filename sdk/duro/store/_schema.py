@@ -67,6 +67,8 @@ def _schema_6(conn: Connection) -> None:
 
 def _schema_7(conn: Connection) -> None:
     _add_column(conn, "duro_runs", "cancel_requested_at", "BIGINT")
+    _add_column(conn, "duro_runs", "recoveries", "INTEGER")
+    _add_column(conn, "duro_runs", "recovered_steps", "INTEGER")
     _recreate_indexes(conn, "duro_runs_quota")
     _add_column(conn, "duro_limits", "capacity", "INTEGER")
     _add_column(conn, "duro_limits", "max_hold_ms", "BIGINT")

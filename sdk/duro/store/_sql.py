@@ -369,8 +369,11 @@ class SqlStore:
         a claim condemned it, and its runs may be someone else's now."""
         return self._workers.heartbeat(worker_id, now)
 
-    def remove_worker(self, worker_id: str, now: int) -> None:
-        self._workers.remove(worker_id, now)
+    def count_recovery(self, run_id: str, owner: str) -> int | None:
+        return self._runs.count_recovery(run_id, owner)
+
+    def remove_worker(self, worker_id: str, now: int, dead: bool = False) -> None:
+        self._workers.remove(worker_id, now, dead)
 
     def list_workers(self) -> list[dict[str, Any]]:
         """Every registered worker with its heartbeat age in ms (on the decisions' clock) and how

@@ -125,6 +125,10 @@ class Run(DuroTable, table=True):
     # when a cancel was asked for (schema 7): the worker holding the run delivers it into its code,
     # which ends the run (see docs/durability.md, "Cancelling a run")
     cancel_requested_at: int | None = _ms(nullable=True)
+    # the length of its history when a worker died while executing it, and how many attempts
+    # were made at that point since (see duro._recovery; schema 7)
+    recoveries: int | None = Field(default=None, nullable=True)
+    recovered_steps: int | None = Field(default=None, nullable=True)
 
 
 class Step(DuroTable, table=True):

@@ -17,7 +17,7 @@ class Workers:
         with db.write() as conn:
             now = db.now(conn, now)
             db.run(conn, "delete_worker", {"id": worker_id}).fetchall()
-            handed_back = db.run(conn, "hand_back", {"id": worker_id}).rowcount
+            handed_back = db.run(conn, "hand_back_dead", {"id": worker_id}).rowcount  # its last life
             db.run(
                 conn,
                 "insert_worker",
@@ -34,11 +34,11 @@ class Workers:
                 return None
             return dict(db.run(conn, "stamps", {"namespace": row[0]}).fetchall())
 
-    def remove(self, worker_id: str, now: int) -> None:
+    def remove(self, worker_id: str, now: int, dead: bool = False) -> None:
         db = self.db
         with db.write() as conn:
             found = db.run(conn, "delete_worker", {"id": worker_id}).fetchone()
-            if db.run(conn, "hand_back", {"id": worker_id}).rowcount:
+            if db.run(conn, "hand_back_dead" if dead else "hand_back", {"id": worker_id}).rowcount:
                 db.notify(conn, ["run", None if found is None else found[0]])
 
     def all(self) -> list[dict[str, Any]]:

@@ -1,0 +1,76 @@
+"""Runs a dead worker left while executing them: which one crashed the process?
+
+When a worker dies (SIGKILL, ``os._exit``, a segfault, the OOM killer), every run it was executing
+is handed back with the length of its history then (``recovered_steps``, see the store's dead
+hand-back). A run taken up again with its history still at that length is a *suspect*: it may be
+the one whose next call kills the process. A worker executes its suspects one at a time, and counts
+an attempt (``recoveries``, in the store) before each one's code runs; the suspect leaves suspicion
+(and lets the next one go) at its first recorded call, or when it ends or leaves memory. So a run
+that crashes its worker is counted at every death, and a healthy run that happened to share the
+worker is counted only when it was the one executing; past ``WorkerOptions.max_recoveries``
+attempts the run is failed with :class:`RunSetAsideError` instead of being executed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._errors import RunSetAsideError
+from ._events import EventBus, RunEvent
+from ._gateway import StoreGateway
+from ._runtime import LostRun
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+
+PROGRESS = ("step.completed", "step.failed", "step.waiting", "step.cancelled")
+
+
+class Suspects:
+    def __init__(self, worker_id: str, max_recoveries: int, gateway: StoreGateway, events: EventBus) -> None:
+        self.worker_id = worker_id
+        self.max_recoveries = max_recoveries
+        self.gateway = gateway
+        self.events = events
+        self._turn = asyncio.Lock()  # one suspect executes at a time
+        self._leaving: dict[str, Callable[[], None]] = {}  # by run id: ends its turn
+
+    async def enter(self, ctx: RunContext) -> None:
+        """For a suspect (its history as long as when its worker died): wait for its turn, count the
+        attempt, and raise :class:`RunSetAsideError` past ``max_recoveries``. Others pass at once."""
+        run = ctx.record
+        if run.recovered_steps is None or len(ctx.history) != run.recovered_steps:
+            return
+        await self._turn.acquire()
+        ended = False
+
+        def leave(event: RunEvent | None = None) -> None:
+            nonlocal ended
+            if ended or (event is not None and event.run_id != run.id):
+                return
+            ended = True
+            unsubscribe()
+            self._leaving.pop(run.id, None)
+            self._turn.release()
+
+        unsubscribe = self.events.subscribe(leave, PROGRESS)
+        self._leaving[run.id] = leave
+        try:
+            attempts = await self.gateway.call(self.gateway.store.count_recovery, run.id, self.worker_id)
+            if attempts is None:
+                raise LostRun(run.id)
+            if attempts > self.max_recoveries:
+                raise RunSetAsideError(
+                    run.id, attempts, run.recovered_steps
+                )  # the first death, and one per attempt
+        except BaseException:
+            leave()
+            raise
+
+    def leave(self, run_id: str) -> None:
+        """The run ended or left this worker: its turn, if it had one, ends."""
+        leaving = self._leaving.get(run_id)
+        if leaving is not None:
+            leaving()
