@@ -97,7 +97,9 @@ def unavailable_response(err: BaseException) -> Response:
     retry = max(1, int(retry))
     cause = err.__cause__ if isinstance(err, StoreUnavailable) and err.__cause__ is not None else err
     driver_error = getattr(cause, "orig", None) or cause
-    if isinstance(driver_error, sqlite3.Error) and SqlStore.is_unavailable(driver_error):
+    if isinstance(err, StoreUnavailable) and err.__cause__ is None:
+        what = str(err)  # duro's own reason (a SQLite file deleted or replaced): it names the file
+    elif isinstance(driver_error, sqlite3.Error) and SqlStore.is_unavailable(driver_error):
         what = "the database is busy: another process holds the SQLite file's write lock"
     else:
         what = "the database is busy or out of reach"

@@ -28,7 +28,7 @@ except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_ur
     from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]  # a stand-in: see _extras.Absent
 
 from .._clock import pause
-from .._errors import DuroError
+from .._errors import DuroError, StoreUnavailable
 from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
@@ -138,6 +138,8 @@ class Connector:
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
         self.read_only = read_only
+        self._file: str | None = None  # a SQLite file: the path and identity it was opened with
+        self._identity: tuple[int, int] | None = None
         self.database_clock = database_clock and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
@@ -284,6 +286,7 @@ class Connector:
             url = self.url.set(database=f"file:{os.path.abspath(path)}", query={"mode": "ro", "uri": "true"})
         elif path and path != ":memory:" and not path.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = os.path.abspath(path)
         options: dict[str, Any] = {}
         if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
             options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
@@ -298,6 +301,9 @@ class Connector:
             dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            if self._file is not None and self._identity is None:  # the file this process writes
+                found = os.stat(self._file)
+                self._identity = (found.st_dev, found.st_ino)
             if not read_only:  # a reader takes the file's journal mode as it is
                 _enable_wal(cur)
             cur.execute(f"PRAGMA synchronous={synchronous}")
@@ -351,6 +357,26 @@ class Connector:
 
     # -- transactions ----------------------------------------------------------------------------
 
+    def _check_file(self) -> None:
+        """A SQLite file deleted or replaced (renamed over) since this process opened it takes no
+        more writes: they would go to a file nobody opens again (every one lost at the next start),
+        or mix two databases. A stat per write transaction: about a microsecond."""
+        if self._identity is None:
+            return
+        try:
+            found = os.stat(self._file or "")
+        except FileNotFoundError:
+            what = "deleted"
+        else:
+            if (found.st_dev, found.st_ino) == self._identity:
+                return
+            what = "replaced by another file"
+        raise StoreUnavailable(
+            f"the SQLite file {self._file} was {what} after this process opened it, so it takes no "
+            f"more writes (they would be lost): put the file back, or restart this process to open "
+            f"the file now at that path"
+        )
+
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A transaction that decides: on SQLite it holds the write lock from its first statement.
@@ -364,6 +390,7 @@ class Connector:
                 with conn.begin():
                     yield conn
             return
+        self._check_file()
         waits = self._waits()
         if not self._writer_lock.acquire(blocking=waits):
             raise WouldWait  # this process's other writer is inside a transaction
