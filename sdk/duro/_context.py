@@ -23,7 +23,7 @@ from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
 from ._errors import DuroError, NonDeterminismError, as_code, retried, user_exit
 from ._replay import History
-from ._runtime import LostRun, Runtime, SlotCalls
+from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
 from ._tracing import active as tracing
@@ -87,10 +87,9 @@ class RunContext(SlotCalls):
         self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
     ) -> None:
         """Record ``step`` (and the run's status and timer), through the group commit."""
-        ok = await self._gateway.progress.write(
+        if not await self._progress(
             RecordStep(self.run_id, self.owner, step, run_status, wake_at, self._now())
-        )
-        if not ok:
+        ):
             raise LostRun(self.run_id)
         self.recorded(step)
 
@@ -103,9 +102,20 @@ class RunContext(SlotCalls):
         its type, it shares one transaction with the other runs' writes of this loop turn; otherwise
         it is made alone). A fenced write means the run is not ours."""
         try:
-            return await self._gateway.progress.write(command)
+            return await self._progress(command)
         except Fenced:
             raise LostRun(self.run_id) from None
+
+    async def _progress(self, command: Command) -> Any:
+        """A write of this run through the group commit. One the store failed (disk full, the
+        database gone) stops the run: ``StoreFailed``, and its worker hands it back (see RunEnds)."""
+        try:
+            return await self._gateway.progress.write(command)
+        except Exception as err:
+            if not store_failed(err):
+                raise
+            self.fatal = StoreFailed(self.run_id)
+            raise self.fatal from err
 
     def recorded(self, step: StepRecord) -> None:
         """Announce a step written (by this run's own write, or inside another decision: a slot
@@ -191,7 +201,7 @@ class RunContext(SlotCalls):
                     else self._call_step(spec, args, kwargs)
                 )
                 self.checkpoint("step.executed")
-                text = self._dump_step_result(spec, result)
+                text = spec.dump_result(result)
                 value = spec.output.load(text)
             except Exception as err:
                 if attempt <= spec.retries and retried(err):
@@ -248,9 +258,7 @@ class RunContext(SlotCalls):
         so far (``suspended``): the run may leave memory meanwhile and comes back to the next attempt."""
         assert waiting.wake_at is not None
         await self.park(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at, waiting)
-        if not await self._gateway.progress.write(
-            RecordStep(self.run_id, self.owner, None, "running", None, self._now())
-        ):
+        if not await self._progress(RecordStep(self.run_id, self.owner, None, "running", None, self._now())):
             raise LostRun(self.run_id)
 
     async def _traced_step(
@@ -306,17 +314,6 @@ class RunContext(SlotCalls):
             return spec.fn(*args, **kwargs)
         except BaseException as err:  # converted here: a GeneratorExit must not reach the loop as one
             raise user_exit(err, f"step {spec.name!r}") from None
-
-    @staticmethod
-    def _dump_step_result(spec: StepSpec, result: Any) -> str:
-        try:
-            return spec.output.dump(result)
-        except Exception as err:  # noqa: BLE001
-            raise DuroError(
-                f"result of step {spec.name!r} cannot be stored: {' '.join(str(err).split())}; "
-                f"return a JSON value, a pydantic model or a dataclass, and annotate the "
-                f"return type"
-            ) from None
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -390,7 +387,9 @@ class RunContext(SlotCalls):
         """A write the run did not wait for did not take (fenced: another worker owns the run, or it
         was cancelled; or the store failed it): the run stops with why — at once if it sleeps, else
         before any more of its code runs (``resume`` and every durable call raise ``fatal``)."""
-        if self.fatal is None:
+        if self.fatal is None and isinstance(why, Exception) and store_failed(why):
+            self.fatal = StoreFailed(self.run_id)
+        elif self.fatal is None:
             self.fatal = why if isinstance(why, BaseException) else LostRun(self.run_id)
         if self._asleep and self.task is not None:
             self.task.cancel()

@@ -136,6 +136,17 @@ class StepSpec:
     # keyword-only or variadic parameters
     arity: int = -1
 
+    def dump_result(self, result: Any) -> str:
+        """The step's result as stored JSON, or a DuroError saying what to return instead."""
+        try:
+            return self.output.dump(result)
+        except Exception as err:  # noqa: BLE001
+            raise DuroError(
+                f"result of step {self.name!r} cannot be stored: {' '.join(str(err).split())}; "
+                f"return a JSON value, a pydantic model or a dataclass, and annotate the "
+                f"return type"
+            ) from None
+
 
 def _plain_arity(signature: inspect.Signature) -> int:
     plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)

@@ -18,16 +18,17 @@ from . import _cancel
 from ._clock import Clock
 from ._errors import EngineCrash, RunCancelled
 from ._events import EventBus
-from ._gateway import StoreGateway
+from ._gateway import StoreGateway, store_trouble
 from ._options import WorkerOptions
 from ._recovery import Suspects
-from ._runtime import LostRun
+from ._runtime import LostRun, StoreFailed, store_failed
 from ._serde import describe_error
 from .limits import Limits
-from .store import FinishRun
+from .store import FinishRun, Waiting
 
 if TYPE_CHECKING:
     from ._context import RunContext
+    from ._residents import Residents
 
 
 class RunEnds:
@@ -41,8 +42,10 @@ class RunEnds:
         gateway: StoreGateway,
         events: EventBus,
         limits: Limits,
+        residents: Residents,
     ) -> None:
         self.worker_id = worker_id
+        self.residents = residents
         self.suspects = Suspects(worker_id, options.max_recoveries, gateway, events)  # see duro._recovery
         self.grace_ms = options.cancel_grace_ms
         self.clock = clock
@@ -50,6 +53,7 @@ class RunEnds:
         self.events = events
         self.limits = limits
         self._graces: dict[str, asyncio.Task[None]] = {}  # by run id: the end of its grace period
+        self._handing_back: set[asyncio.Task[None]] = set()
 
     def request(self, ctx: RunContext) -> None:
         """The run's cancel reached this worker: deliver it, and stop the run after the grace period."""
@@ -82,7 +86,7 @@ class RunEnds:
         """End the run ``completed`` (each end is fenced on this worker's ownership)."""
         run, ended = ctx.record, self.clock.now_ms()
         end = FinishRun(run.id, self.worker_id, "completed", output, None, ended, run.parent_id)
-        if await self.gateway.progress.write(end):
+        if await self._end(ctx, end):
             ctx.outcome = "completed"
             self.events.publish("run.completed", run.id, ended, run.workflow, created_at=run.created_at)
 
@@ -90,7 +94,7 @@ class RunEnds:
         """End the run ``failed`` with ``cause``; it leaves any limit's queue."""
         run, ended = ctx.record, self.clock.now_ms()
         end = FinishRun(run.id, self.worker_id, "failed", None, describe_error(cause), ended, run.parent_id)
-        if await self.gateway.progress.write(end):
+        if await self._end(ctx, end):
             error, created, ctx.outcome = type(cause).__name__, run.created_at, "failed"
             self.events.publish("run.failed", run.id, ended, run.workflow, error=error, created_at=created)
             await self.limits.leave_queues([run.id], ended)
@@ -101,15 +105,37 @@ class RunEnds:
         run, ended = ctx.record, self.clock.now_ms()
         error = describe_error(_cancel.cancelled(run.id))
         end = FinishRun(run.id, self.worker_id, "cancelled", None, error, ended, run.parent_id)
-        if await self.gateway.progress.write(end):
+        if await self._end(ctx, end):
             ctx.outcome = "cancelled"
             self.events.publish("run.cancelled", run.id, ended, run.workflow, created_at=run.created_at)
             await self.limits.leave_queues_of_cancelled(run.id)
 
-    def forget(self, run_id: str) -> None:
+    async def _end(self, ctx: RunContext, end: FinishRun) -> bool:
+        """Write the run's end; ``False`` if fenced, or if the store failed it (then ``fatal`` is
+        ``StoreFailed``, and the run is handed back when it leaves: see :meth:`forget`)."""
+        try:
+            return bool(await self.gateway.progress.write(end))
+        except Exception as err:
+            if not store_failed(err):
+                raise
+            store_trouble(f"writing the end of run {ctx.run_id!r}", err)
+            ctx.fatal = StoreFailed(ctx.run_id)
+            return False
+
+    def forget(self, ctx: RunContext) -> None:
         """The run left this worker (ended, unloaded, lost): its grace period ends with it, and its
-        turn as a suspect (see duro._recovery)."""
+        turn as a suspect (see duro._recovery). One the store failed a write of (``StoreFailed``:
+        disk full, the database gone) is handed back unowned and due at once, so that this or
+        another worker takes it up when the store takes writes again: tried now, and again at each
+        pass of the worker while the store refuses (``Residents.give_up``)."""
+        run_id = ctx.run_id
         self.suspects.leave(run_id)
+        if isinstance(ctx.fatal, StoreFailed) and ctx.outcome is None:
+            now = self.clock.now_ms()
+            waiting = Waiting(run_id, "sleep", None, now)
+            task = asyncio.get_running_loop().create_task(self.residents.give_up((waiting,)))
+            self._handing_back.add(task)
+            task.add_done_callback(self._handing_back.discard)
         grace = self._graces.pop(run_id, None)
         if grace is not None:
             grace.cancel()

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from ._clock import Clock
 from ._durations import Duration
-from ._errors import DuroInterrupt
+from ._errors import DuroError, DuroInterrupt, StoreUnavailable
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._hooks import EngineHooks
@@ -23,6 +23,17 @@ from ._wakeups import Wakeups
 
 class LostRun(DuroInterrupt):
     """Internal: this worker may no longer write the run (cancelled, or another worker took it)."""
+
+
+class StoreFailed(LostRun):
+    """Internal: the store failed a write of this run (disk full, the database gone): the run stops
+    here, and its worker hands it back, due at once, for whoever can write again (see RunEnds)."""
+
+
+def store_failed(err: BaseException) -> bool:
+    """Whether ``err``, from a write, is the store failing (not a refusal the run's code should see:
+    those are DuroErrors, a signal to an ended run say; ``StoreUnavailable`` is the store's own)."""
+    return isinstance(err, StoreUnavailable) or not isinstance(err, DuroError)
 
 
 class Unloaded(LostRun):

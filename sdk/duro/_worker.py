@@ -97,7 +97,7 @@ class Worker:
         self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
         self.lease_ms = options.lease_ms
         self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
-        self.ends = RunEnds(self.id, options, clock, gateway, events, limits)
+        self.ends = RunEnds(self.id, options, clock, gateway, events, limits, self.residents)
         self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
         self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
         self.slots.on_adopted = self._take_up
@@ -237,7 +237,7 @@ class Worker:
             else:
                 await self.ends.fail(ctx, ctx.fatal if ctx.fatal is not None else err)
         finally:
-            self.ends.forget(run.id)
+            self.ends.forget(ctx)  # a run whose write the store failed is handed back, due at once
             self.live.pop(run.id, None)
             self.residents.parked.pop(run.id, None)
             if not isinstance(ctx.fatal, Unloaded):
