@@ -11,7 +11,7 @@ from ._definitions import Limit
 from ._durations import to_ms
 from ._errors import ConfigError, DuroError
 
-LIMIT_NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
+LIMIT_NAME = re.compile(r"^[a-z0-9._-]{1,64}\Z")
 MAX_CAPACITY = 100_000
 MAX_HOLD_MS = 30 * 86_400_000
 

@@ -37,6 +37,15 @@ def to_ms(value: Duration, what: str = "duration") -> int:
         raise DuroError(f"{what} {value!r} is a {type(value).__name__}, not a duration: {_HINT}")
     if ms < 0:
         raise DuroError(f"{what} {value!r} is negative: durations must be zero or more")
+    return _bounded(ms, value, what)
+
+
+MAX_MS = 10 * 365 * 86_400_000  # ten years: longer is a mistake (and past what a timestamp adds up to)
+
+
+def _bounded(ms: int, value: object, what: str) -> int:
+    if ms > MAX_MS:
+        raise DuroError(f"{what} {value!r} is longer than 10 years (3650d): give a shorter duration")
     return ms
 
 
@@ -44,7 +53,10 @@ def to_ms(value: Duration, what: str = "duration") -> int:
 def _parse(value: str, what: str) -> int:
     if not _WHOLE.fullmatch(value):
         raise DuroError(f"{what} {value!r} is not understood: {_HINT}")
-    return round(sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(value)))
+    total = sum(float(n) * _UNITS_MS[unit] for n, unit in _PART.findall(value))
+    if not total <= MAX_MS:  # (a float: no overflow to inf can pass)
+        raise DuroError(f"{what} {value!r} is longer than 10 years (3650d): give a shorter duration")
+    return round(total)
 
 
 def to_timedelta(value: Duration, what: str = "duration") -> timedelta:

@@ -40,7 +40,7 @@ from ._worker import Worker
 from .limits import Limits, LocalSlots, limit_config
 from .store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord, Store
 
-_NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 
 
 class Engine:

@@ -62,8 +62,7 @@ class Runs:
     async def record(self, run_id: str) -> RunRecord:
         """The run as stored, or :class:`RunNotFoundError` (also when it is in another namespace, if
         reads are fenced)."""
-        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL cannot be asked
-            raise RunNotFoundError(run_id, reason=NO_NUL)
+        _check_id(run_id)
         record = await self._gateway.call(self._store.get_run, run_id, self._read_namespace)
         if record is None:
             raise RunNotFoundError(run_id, self._read_namespace)
@@ -169,8 +168,7 @@ class Runs:
     async def cancel(self, run_id: str) -> None:
         """Record the cancel of the run and its unfinished descendants, and return: each one's worker
         delivers it into its code (``duro._cancel``), which ends it; one never started ends now."""
-        if isinstance(run_id, str) and NUL in run_id:  # no run has such an id; PostgreSQL cannot be asked
-            raise RunNotFoundError(run_id, reason=NO_NUL)
+        _check_id(run_id)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         now = self._clock.now_ms()
         outcome = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
@@ -186,3 +184,12 @@ class Runs:
         local = self._local()
         if local is not None:
             local.notify_cancelled(outcome.requested, outcome.ended)
+
+
+def _check_id(run_id: object) -> None:
+    """A run id asked for is a string (else a DuroError saying so, not "does not exist") without NUL
+    (no run has such an id, and PostgreSQL could not even be asked)."""
+    if not isinstance(run_id, str):
+        raise DuroError(f"a run id is a string, got {type(run_id).__name__} {run_id!r}: pass the run's id")
+    if NUL in run_id:
+        raise RunNotFoundError(run_id, reason=NO_NUL)

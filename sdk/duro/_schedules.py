@@ -31,7 +31,7 @@ from ._starts import Starter
 from ._wakeups import Wakeups
 from .store import ScheduleRecord
 
-SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,100}\Z")
 _JSON = Codec(None)
 
 

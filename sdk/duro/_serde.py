@@ -146,7 +146,15 @@ def _rebuilt(value: Any, known: dict[tuple[str, str], type]) -> Any:
 
 
 def dump_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    """Strict JSON text: ``NaN`` and ``Infinity`` are refused (``ValueError``) as in an input, for
+    no JSON reader but Python's takes them; so is a value nested too deeply to encode (rather than
+    a ``RecursionError`` from deep inside the encoder)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        raise ValueError(
+            "it is nested too deeply (more than about 900 levels of lists and objects)"
+        ) from None
 
 
 def describe_error(err: BaseException) -> str:

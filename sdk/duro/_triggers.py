@@ -17,7 +17,7 @@ from ._registry import Registry
 from ._starts import Starter
 from ._text import NO_NUL, NUL
 
-EVENT_NAME = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+EVENT_NAME = re.compile(r"^[A-Za-z0-9._:/-]{1,200}\Z")
 
 
 @dataclass(frozen=True)

@@ -50,3 +50,14 @@ def test_format_is_the_shortest_exact_unit():
         "0ms",
         "1d",
     ]
+
+
+@pytest.mark.parametrize("value", ["3651d", "87601h", "99999999999999999999d", 10**15, timedelta(days=4000)])
+def test_durations_longer_than_ten_years_are_refused_naming_the_value(value):
+    with pytest.raises(DuroError, match="longer than 10 years") as refused:
+        to_ms(value, "timeout")
+    assert "timeout" in str(refused.value)
+
+
+def test_ten_years_is_the_longest():
+    assert to_ms("3650d") == 3650 * 86_400_000
