@@ -31,9 +31,15 @@ class StoreFailed(LostRun):
 
 
 def store_failed(err: BaseException) -> bool:
-    """Whether ``err``, from a write, is the store failing (not a refusal the run's code should see:
-    those are DuroErrors, a signal to an ended run say; ``StoreUnavailable`` is the store's own)."""
-    return isinstance(err, StoreUnavailable) or not isinstance(err, DuroError)
+    """Whether ``err``, from a write, is the store failing to write at all (``StoreUnavailable``, a
+    driver's ``OperationalError`` or ``InterfaceError``: a full disk, an I/O error, the database
+    gone), which passes, rather than refusing this write (a DuroError such as a signal to an ended
+    run, a constraint or a trigger), which the run's code sees and which fails the run."""
+    if isinstance(err, StoreUnavailable | OSError):
+        return True
+    if isinstance(err, DuroError):
+        return False
+    return any(kind.__name__ in ("OperationalError", "InterfaceError") for kind in type(err).__mro__)
 
 
 class Unloaded(LostRun):
