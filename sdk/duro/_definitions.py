@@ -138,14 +138,7 @@ class StepSpec:
 
     def dump_result(self, result: Any) -> str:
         """The step's result as stored JSON, or a DuroError saying what to return instead."""
-        try:
-            return self.output.dump(result)
-        except Exception as err:  # noqa: BLE001
-            raise DuroError(
-                f"result of step {self.name!r} cannot be stored: {' '.join(str(err).split())}; "
-                f"return a JSON value, a pydantic model or a dataclass, and annotate the "
-                f"return type"
-            ) from None
+        return _stored(self.output, result, f"result of step {self.name!r}")
 
 
 def _plain_arity(signature: inspect.Signature) -> int:
@@ -226,13 +219,17 @@ class WorkflowSpec:
 
     def dump_output(self, value: Any) -> str:
         """The workflow's result as stored JSON (validated against its return type), or a clear error."""
-        try:
-            return self.output.dump(value)
-        except Exception as err:  # noqa: BLE001
-            raise DuroError(
-                f"output of workflow {self.name!r} cannot be stored: {_one_line(err)}; return a JSON value, "
-                f"a pydantic model or a dataclass, and annotate the return type"
-            ) from None
+        return _stored(self.output, value, f"output of workflow {self.name!r}")
+
+
+def _stored(codec: Codec, value: Any, what: str) -> str:
+    try:
+        return codec.dump(value)
+    except Exception as err:  # noqa: BLE001
+        raise DuroError(
+            f"{what} cannot be stored: {_one_line(err)}; return a JSON value, a pydantic model or a "
+            f"dataclass, and annotate the return type"
+        ) from None
 
 
 # pydantic's errors for "not an instance of this class": told with both classes' full names

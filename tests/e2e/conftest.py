@@ -27,3 +27,12 @@ def dev_server(e2e_project: Path) -> Iterator[DevServer]:
     """``duro dev`` on the e2e project, on a free port."""
     with running_dev_server(e2e_project) as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database several processes share: a SQLite file, and a fresh database of the real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    request.applymarker(pytest.mark.postgres)
+    return request.getfixturevalue("postgres_url")

@@ -53,14 +53,6 @@ def _project(root: Path, name: str) -> Path:
     return project
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    request.applymarker(pytest.mark.postgres)
-    return request.getfixturevalue("postgres_url")
-
-
 def _slots(url: str) -> list[tuple[str | None, str]]:
     store = SqlStore(url)
     try:

@@ -8,8 +8,6 @@ import asyncio
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from duro import Engine
 from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
@@ -50,14 +48,6 @@ async def healthy(n: int) -> int:
     return n + 1
 """
 POISONS = ["exit", "interrupt", "generator-exit", "cancelled", "sync-exit"]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'shared.db'}"
-    request.applymarker(pytest.mark.postgres)
-    return request.getfixturevalue("postgres_url")
 
 
 def _statuses(url: str, run_ids: list[str]) -> dict[str, str]:
