@@ -112,3 +112,54 @@ async def test_a_bad_change_id_is_a_clear_error(duro_env):
 async def test_patched_outside_a_run_says_so():
     with pytest.raises(DuroError, match="patched"):
         await patched("x")
+
+
+@step
+def charge_tokens(n: int) -> str:
+    EFFECTS.append(f"tokens {n}")
+    return f"{n}t"
+
+
+SECOND = {"form": "chain"}  # how the second patch is written: an elif chain, or nested
+
+
+@workflow
+async def two_patches(n: int) -> list:
+    if CODE["version"] == "first":
+        paid = await charge_cents(n) if await patched("p1") else await charge_dollars(n)
+    elif SECOND["form"] == "chain":  # the tempting form: diverges for runs recorded with p1
+        if await patched("p2"):
+            paid = await charge_tokens(n)
+        elif await patched("p1"):
+            paid = await charge_cents(n)
+        else:
+            paid = await charge_dollars(n)
+    elif await patched("p1"):  # the nested form: each patch inside the one before it
+        paid = await charge_tokens(n) if await patched("p2") else await charge_cents(n)
+    else:
+        paid = await charge_dollars(n)
+    note = await wait_for_signal("go", timeout="1h")
+    return [paid, note]
+
+
+@pytest.mark.parametrize("form", ["chain", "nested"])
+async def test_a_second_patch_nests_inside_the_first_an_elif_chain_diverges(duro_env, form):
+    """docs/versioning.md: a run recorded with the first patch's marker replays the nested form;
+    the ``if patched("p2") ... elif patched("p1")`` chain meets p1's marker where it asks for p2."""
+    SECOND["form"] = form
+    CODE["version"] = "first"
+    run = await duro_env.start(two_patches, 6)
+    await duro_env.run_until_idle()
+    CODE["version"] = "second"
+    await duro_env.restart()
+    fresh = await duro_env.start(two_patches, 7)
+    await duro_env.run_until_idle()
+    await run.signal("go", "a")
+    await fresh.signal("go", "b")
+    assert await fresh.result() == ["7t", "b"]  # a new run takes the newest branch either way
+    if form == "nested":
+        assert await run.result() == ["600c", "a"]
+    else:
+        with pytest.raises(Exception) as failed:
+            await run.result()
+        assert "p1" in str(failed.value) and "p2" in str(failed.value)
