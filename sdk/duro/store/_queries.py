@@ -386,7 +386,7 @@ _SERIAL = (
     "EXISTS (SELECT 1 FROM duro_runs AS other WHERE other.namespace = :namespace "
     "AND other.workflow = duro_runs.workflow AND other.status IN ('running', 'suspended', 'blocked')) "
     "OR duro_runs.id <> (SELECT other.id FROM duro_runs AS other WHERE other.namespace = :namespace "
-    "AND other.workflow = duro_runs.workflow AND other.status = 'pending' "
+    "AND other.workflow = duro_runs.workflow AND other.status = 'pending'{versions} "
     "ORDER BY other.created_at, other.id LIMIT 1)))"
 )
 _DUE_FIRST = " ORDER BY duro_runs.due_at, duro_runs.id LIMIT :limit"
@@ -409,7 +409,12 @@ def claim_sql(dialect: str, serial: bool, versioned: bool = False) -> tuple[str,
     (SQLite's RETURNING cannot name an UPDATE's FROM; under ``BEGIN IMMEDIATE`` nothing changes in
     between)."""
     versions = _VERSIONS.format(table="duro_runs.") if versioned else ""
-    candidates = _CLAIMABLE + versions + (_SERIAL if serial else "") + _DUE_FIRST
+    # a serial workflow's next run is its oldest pending one of the versions this worker has: one of a
+    # version no live worker has waits for such a worker without holding the others up for ever
+    serial_sql = (
+        _SERIAL.format(versions=_VERSIONS.format(table="other.") if versioned else "") if serial else ""
+    )
+    candidates = _CLAIMABLE + versions + serial_sql + _DUE_FIRST
     returning = f"RETURNING {_list(RUN_COLUMNS, 'duro_runs.')}"
     if dialect == "postgresql":
         return (
