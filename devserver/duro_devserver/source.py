@@ -17,6 +17,7 @@ from duro.tooling import RunEvent, ms_to_datetime
 from .logs import log
 
 QUEUE_SIZE = 1000  # per subscriber; a client too slow to keep up loses its oldest events, never the server
+MAX_SUBSCRIBERS = 200  # live streams at once: each costs a queue of up to QUEUE_SIZE events
 
 
 class Hub:
@@ -43,6 +44,11 @@ class Hub:
     @property
     def subscribers(self) -> int:
         return len(self._queues)
+
+    @property
+    def full(self) -> bool:
+        """Whether a new stream would pass ``MAX_SUBSCRIBERS`` (the server's own subscribers count)."""
+        return len(self._queues) >= MAX_SUBSCRIBERS
 
     def forward(self, event: RunEvent) -> None:
         """An engine's event listener: run events go out as ``run`` messages."""

@@ -7,15 +7,24 @@ from collections.abc import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from ._common import source
+from ._common import RETRY_AFTER_S, error_response, source
 
 PING_SECONDS = 15
 
 
-async def events(request: Request) -> EventSourceResponse:
+async def events(request: Request) -> Response:
     hub = source(request).hub
+    if hub.full:  # each stream holds a queue: beyond the cap, a clear 503 instead of memory
+        return error_response(
+            503,
+            f"the server already serves {hub.subscribers} live event streams, its most: close another "
+            f"Studio tab or event client, or retry in {RETRY_AFTER_S} s",
+            {"Retry-After": str(RETRY_AFTER_S)},
+            retry_after=RETRY_AFTER_S,
+        )
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         with hub.subscribe() as queue:

@@ -197,7 +197,14 @@ def openapi_document() -> dict[str, Any]:
             "summary": "Live events (text/event-stream): run, limits, reload",
             "operationId": "get_api_events",
             "responses": {
-                "200": {"description": "an event stream", "content": {"text/event-stream": {"schema": _STR}}}
+                "200": {"description": "an event stream", "content": {"text/event-stream": {"schema": _STR}}},
+                "503": {
+                    "description": "the server serves its most live streams already",
+                    "headers": _RETRY_AFTER,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{_E.__name__}"}}
+                    },
+                },
             },
         }
     }
