@@ -110,9 +110,16 @@ class Decision:
     (``events``, for metrics and logs)."""
 
     view: LimitView
-    writes: list[SlotRow] = field(default_factory=list)
     granted: list[SlotRow] = field(default_factory=list)  # rows that became reserved or busy
     events: list[SlotEvent] = field(default_factory=list)
+    # by slot id, in the order last written: a row written twice is one write, its last (a dict, so
+    # that a hand-out of K grants is O(K), not a list rebuilt at every grant)
+    _writes: dict[str, SlotRow] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> list[SlotRow]:
+        """The rows to write, each once, in the order they were last changed."""
+        return list(self._writes.values())
 
     def put(self, before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> None:
         counts = {"busy": self.view.busy, "reserved": self.view.reserved, "waiting": self.view.waiting}
@@ -124,7 +131,8 @@ class Decision:
         self.view = self.view._replace(
             next_pos=next_pos, busy=counts["busy"], reserved=counts["reserved"], waiting=counts["waiting"]
         )
-        self.writes = [row for row in self.writes if row.id != after.id] + [after]
+        self._writes.pop(after.id, None)
+        self._writes[after.id] = after
         if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
             self.granted.append(after)
         self.events += slot_events(before, after, lapsed)
