@@ -177,18 +177,24 @@ def request(
     return decision
 
 
-def next_grants(decision: Decision, heads: list[SlotRow]) -> list[SlotRow]:
-    """The head waiters (``heads``, in order) that the free capacity goes to."""
-    return [row for row in heads if row.state == "waiting"][: decision.view.free]
+def next_grants(decision: Decision, heads: list[SlotRow], most: int | None = None) -> list[SlotRow]:
+    """The head waiters (``heads``, in order) that the free capacity goes to (``most`` of them at
+    the most: a large hand-out is applied in bounded transactions)."""
+    free = decision.view.free if most is None else min(most, decision.view.free)
+    return [row for row in heads if row.state == "waiting"][:free]
 
 
 def hand_out(
-    decision: Decision, heads: list[SlotRow], now: int, taken: frozenset[str] = frozenset()
+    decision: Decision,
+    heads: list[SlotRow],
+    now: int,
+    taken: frozenset[str] = frozenset(),
+    most: int | None = None,
 ) -> Decision:
     """Reserve the queue's head waiters (``heads``, in order) for as many slots as are free. A waiter
     in ``taken`` is known to be waiting right now in the deciding process, which records its
     acquisition in the same transaction: it is busy at once, with no reservation to confirm."""
-    for row in next_grants(decision, heads):
+    for row in next_grants(decision, heads, most):
         if row.id in taken:
             decision.put(row, _hold(row._replace(max_hold_ms=decision.view.max_hold_ms), decision.view, now))
         else:

@@ -28,6 +28,8 @@ from ._records import Fenced, RunRecord, StepRecord
 from ._runs import to_run
 from ._slot_rows import LimitState, slot_json, slot_row, slot_values
 
+HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
+
 
 class Slots:
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
@@ -111,6 +113,7 @@ class Slots:
         now: int,
         takers: Mapping[str, OwnStep] | None = None,
         adopter: Adopter | None = None,
+        most: int | None = None,
     ) -> list[RunRecord]:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
@@ -124,13 +127,14 @@ class Slots:
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
-            stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": view.free + len(changed)})
+            wanted = view.free if most is None else min(most, view.free)
+            stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
             rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
             heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
             taken = set()
             hooks: Mapping[str, OwnStep] = takers or {}
-            for row in rules.next_grants(decision, heads) if hooks or adopter else ():
+            for row in rules.next_grants(decision, heads, most) if hooks or adopter else ():
                 hook = hooks.get(row.id)
                 if hook is None and adopter is not None:
                     hook = self._adopt(conn, row, adopter, now, adopted)
@@ -139,7 +143,7 @@ class Slots:
                 done = hook.step._replace(status="completed", ended_at=now, result=slot_json(row))
                 if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
-            rules.hand_out(decision, heads, now, frozenset(taken))
+            rules.hand_out(decision, heads, now, frozenset(taken), most)
         return adopted
 
     def _adopt(
@@ -439,7 +443,10 @@ class Slots:
     def set_limit_override(
         self, config: LimitConfig, field: str, value: int | None, now: int
     ) -> list[SlotRow]:
-        """Set (or with None reset) an override; a capacity raise hands slots out at once."""
+        """Set (or with None reset) an override; a capacity raise hands slots out at once, in
+        transactions of at most ``HAND_OUT_BATCH`` grants each: a raise to 100,000 with as many
+        waiting holds the limit's lock (and SQLite's write lock) a batch at a time, and the limit's
+        other operations go on in between."""
         with self.db.write() as conn:
             now = self.db.now(conn, now)
             self._view(conn, config, now)
@@ -448,9 +455,20 @@ class Slots:
                 "set_capacity" if field == "capacity" else "set_max_hold",
                 {"name": config.name, "value": value, "now": now},
             )
-            decision = Decision(self._view(conn, config, now))
-            self._hand_out(conn, decision, now)
-            self._apply(conn, decision, now)
-            self.db.notify(conn, ["limits"])
+            decision = self._batch(conn, config, now)
         self.on_events(decision.events)
-        return decision.granted
+        granted = list(decision.granted)
+        while len(decision.granted) == HAND_OUT_BATCH:  # there may be more room, and more waiting
+            with self.db.write() as conn:
+                decision = self._batch(conn, config, self.db.now(conn, now))
+            self.on_events(decision.events)
+            granted += decision.granted
+        return granted
+
+    def _batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
+        """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""
+        decision = Decision(self._view(conn, config, now))
+        self._hand_out(conn, decision, now, most=HAND_OUT_BATCH)
+        self._apply(conn, decision, now)
+        self.db.notify(conn, ["limits"])
+        return decision
