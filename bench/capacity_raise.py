@@ -1,0 +1,92 @@
+"""A capacity raise over a long queue, at the store: N slot requests wait on a limit of capacity 0,
+then ``set_capacity`` raises it to N (``SqlStore.set_limit_override``, applied 1,000 grants a
+transaction). Meanwhile one thread asks for a slot of the same limit in a loop (each a
+``RequestSlot`` then a give-up) and another reads the limits' states (what ``/api/health`` and the
+listings read), both through the same store, as an engine's API and worker share one; both record
+their longest call. Prints, for each N: the raise's time, its time per
+grant, and the two longest waits. SQLite file in a temporary directory (``--url`` for another).
+
+    .venv/bin/python bench/capacity_raise.py                    # N = 1,000, 10,000, 100,000
+    .venv/bin/python bench/capacity_raise.py --sizes 1000,20000
+
+The queue is made of requests with no run behind them (an operator's), so that building 100,000 of
+them takes seconds, not the minutes 100,000 waiting runs would; the raise's own work (reading the
+queue's heads, deciding, writing each grant) is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from duro._config import LimitConfig
+from duro.store import GiveUpSlot, RequestSlot, SqlStore
+
+
+def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
+    store = SqlStore(url)
+    config = LimitConfig(f"lines-{n}", capacity=0, max_hold_ms=3_600_000)
+    for i in range(n):
+        store.apply(RequestSlot(config, f"q{n}-{i:06d}", None, None, None, 1000 + i, None))
+    stop = threading.Event()
+    longest = {"acquire": 0.0, "read": 0.0}
+    ready = threading.Barrier(3)
+
+    def loop(kind: str) -> None:
+        other = store  # one store for the process, as an engine's API and worker share it
+        other.limit_states()
+        ready.wait()
+        i = 0
+        while not stop.is_set():
+            started = time.perf_counter()
+            if kind == "acquire":
+                slot = f"probe{n}-{i}"
+                other.apply(RequestSlot(config, slot, None, None, None, 2_000_000 + i, None))
+                other.apply(GiveUpSlot(config, slot, 2_000_000 + i, None))
+            else:
+                other.limit_states()
+            longest[kind] = max(longest[kind], time.perf_counter() - started)
+            i += 1
+
+    threads = [threading.Thread(target=loop, args=(kind,)) for kind in longest] if probes else []
+    if not probes:
+        ready = threading.Barrier(1)
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    started = time.perf_counter()
+    granted = store.set_limit_override(config, "capacity", n, 5_000_000)
+    raise_s = time.perf_counter() - started
+    stop.set()
+    for thread in threads:
+        thread.join()
+    store.close()
+    assert len(granted) == n, (len(granted), n)
+    return {"raise_s": raise_s, "acquire_s": longest["acquire"], "read_s": longest["read"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--url", default=None)
+    parser.add_argument("--no-probes", action="store_true", help="the raise alone, nothing beside it")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.url or f"sqlite:///{Path(tmp) / 'raise.db'}"
+        print(
+            "| queued and granted | raise (s) | per grant (us) | longest acquire meanwhile (ms) | longest read meanwhile (ms) |"
+        )
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        for n in (int(size) for size in args.sizes.split(",")):
+            got = measure(url, n, probes=not args.no_probes)
+            print(
+                f"| {n:,} | {got['raise_s']:.2f} | {got['raise_s'] / n * 1e6:.1f} | "
+                f"{got['acquire_s'] * 1000:.0f} | {got['read_s'] * 1000:.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
