@@ -138,7 +138,9 @@ class Connector:
         self.url, options = parse_database_url(url)
         self.dialect = self.url.get_backend_name()
         self.read_only = read_only
-        self._file: str | None = None  # a SQLite file: the path and identity it was opened with
+        self.file: str | None = (
+            None  # a SQLite file (not in memory): its path, and the identity it was opened with
+        )
         self._identity: tuple[int, int] | None = None
         self.database_clock = database_clock and self.dialect == "postgresql"
         try:
@@ -286,7 +288,7 @@ class Connector:
             url = self.url.set(database=f"file:{os.path.abspath(path)}", query={"mode": "ro", "uri": "true"})
         elif path and path != ":memory:" and not path.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._file = os.path.abspath(path)
+            self.file = os.path.abspath(path)
         options: dict[str, Any] = {}
         if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
             options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
@@ -301,8 +303,8 @@ class Connector:
             dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
             cur = dbapi_conn.cursor()
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            if self._file is not None and self._identity is None:  # the file this process writes
-                found = os.stat(self._file)
+            if self.file is not None and self._identity is None:  # the file this process writes
+                found = os.stat(self.file)
                 self._identity = (found.st_dev, found.st_ino)
             if not read_only:  # a reader takes the file's journal mode as it is
                 _enable_wal(cur)
@@ -364,7 +366,7 @@ class Connector:
         if self._identity is None:
             return
         try:
-            found = os.stat(self._file or "")
+            found = os.stat(self.file or "")
         except FileNotFoundError:
             what = "deleted"
         else:
@@ -372,7 +374,7 @@ class Connector:
                 return
             what = "replaced by another file"
         raise StoreUnavailable(
-            f"the SQLite file {self._file} was {what} after this process opened it, so it takes no "
+            f"the SQLite file {self.file} was {what} after this process opened it, so it takes no "
             f"more writes (they would be lost): put the file back, or restart this process to open "
             f"the file now at that path"
         )

@@ -64,16 +64,6 @@ WATCH_S = 0.05  # how often watch_sqlite reads the file's data_version
 AMBIGUOUS_READS = 10  # a change that may be this process's own is said at most every 10 reads (0.5 s)
 
 
-def sqlite_file(url: URL) -> str | None:
-    """The file of a SQLite URL, or None: another dialect, or a database in memory."""
-    database = url.database
-    if url.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:") or url.query.get("mode") == "memory":
-        return None  # a URI filename (the harness's shared memory, say): nothing to watch
-    return database
-
-
 def watch_sqlite(
     path: str, own_writes: Callable[[], int], deliver: Callable[[list[Any]], None], stopping: threading.Event
 ) -> None:
@@ -90,7 +80,7 @@ def watch_sqlite(
         try:
             if conn is None:
                 conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-                version, writes = None, own_writes()
+                version = None
             now_writes = own_writes()
             now_version = conn.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:

@@ -137,7 +137,7 @@ class SqlStore:
             {RecordStep, FinishRun} | ({RequestSlot, ReleaseSlot} if self.dialect == "sqlite" else set())
         )
         # PostgreSQL: LISTEN/NOTIFY; a SQLite file: its data_version (see _notify.watch_sqlite)
-        self.notifies = self.dialect == "postgresql" or _notify.sqlite_file(self.url) is not None
+        self.notifies = self.dialect == "postgresql" or db.file is not None
         self._runs = Runs(db)
         self._signals = Signals(db)
         # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
@@ -193,7 +193,7 @@ class SqlStore:
         set. On SQLite, another process's commit is said as ``["changed"]``."""
         if self.dialect == "postgresql":
             _notify.listen(self.url, deliver, stopping)
-        elif (path := _notify.sqlite_file(self.url)) is not None:
+        elif (path := self.db.file) is not None:
             _notify.watch_sqlite(path, lambda: self.db.writes, deliver, stopping)
 
     def create_schema(self) -> None:
