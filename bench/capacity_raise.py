@@ -1,7 +1,7 @@
 """A capacity raise over a long queue, at the store: N slot requests wait on a limit of capacity 0,
 then ``set_capacity`` raises it to N (``SqlStore.set_limit_override``, applied 1,000 grants a
-transaction). Meanwhile one thread asks for a slot of the same limit in a loop (each a
-``RequestSlot`` then a give-up) and another reads the limits' states (what ``/api/health`` and the
+transaction). Meanwhile one thread asks for a slot of the same limit every 10 ms (each a
+``RequestSlot`` then a give-up) and another reads the limits' states every 10 ms (what the
 listings read), both through the same store, as an engine's API and worker share one; both record
 their longest call. Prints, for each N: the raise's time, its time per
 grant, and the two longest waits. SQLite file in a temporary directory (``--url`` for another).
@@ -50,6 +50,7 @@ def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
                 other.limit_states()
             longest[kind] = max(longest[kind], time.perf_counter() - started)
             i += 1
+            stop.wait(0.01)  # paced, as runs asking for slots and a health check are
 
     threads = [threading.Thread(target=loop, args=(kind,)) for kind in longest] if probes else []
     if not probes:

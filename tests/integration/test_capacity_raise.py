@@ -34,3 +34,103 @@ def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
         assert (state.reserved, state.waiting) == (WAITING, 0)
     finally:
         store.close()
+
+
+def _queue(store: SqlStore, config: LimitConfig, n: int, runs: bool = False) -> None:
+    for i in range(n):
+        run_id = f"r{i:05d}" if runs else None
+        row = store_ops.slot_request(store, config, f"s{i:05d}", run_id, None, None, 1000 + i)
+        assert row is not None and row.state == "waiting"
+
+
+def _count_writes(store: SqlStore) -> list[int]:
+    """Write transactions begun, one entry each (both stores: counted at the connector)."""
+    begun: list[int] = []
+    write = store._slots.db.write
+
+    def counted():
+        begun.append(1)
+        return write()
+
+    store._slots.db.write = counted  # type: ignore[method-assign]
+    return begun
+
+
+def test_a_capacity_raised_in_the_config_is_handed_out_a_batch_at_a_time(database_url: str):
+    store = SqlStore(database_url, decisions_clock="caller")  # instants as given
+    try:
+        _queue(store, LimitConfig("lines", capacity=0, max_hold_ms=60_000), WAITING)
+        raised = {"lines": LimitConfig("lines", capacity=WAITING + 10, max_hold_ms=60_000)}
+        begun = _count_writes(store)
+        changed, granted = store.slots_expire(raised, 50_000)
+        assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]
+        assert len(begun) == 3  # 1,000 + 1,000 + 500 grants
+        assert store.slots_expire(raised, 50_001) == ([], [])
+        assert store.limit_states()["lines"].reserved == WAITING
+    finally:
+        store.close()
+
+
+def test_lapsed_reservations_expire_a_batch_at_a_time(database_url: str):
+    store = SqlStore(database_url, decisions_clock="caller")  # instants as given
+    try:
+        config = LimitConfig("lines", capacity=0, max_hold_ms=60_000)
+        _queue(store, config, WAITING)
+        store.set_limit_override(config, "capacity", WAITING, 50_000)
+        begun = _count_writes(store)
+        later = 50_000 + 10 * 60_000  # every reservation lapsed: requeued, then reserved again
+        changed, granted = store.slots_expire({"lines": config}, later)
+        assert len({row.id for row in changed}) == WAITING
+        assert len(begun) >= 3  # never more than 1,000 expiries (and 1,000 grants) a transaction
+        state = store.limit_states()["lines"]
+        assert state.reserved + state.waiting == WAITING and state.reserved <= WAITING
+    finally:
+        store.close()
+
+
+def test_runs_that_ended_leave_their_queues_a_batch_at_a_time(database_url: str):
+    store = SqlStore(database_url, decisions_clock="caller")  # instants as given
+    try:
+        config = LimitConfig("lines", capacity=0, max_hold_ms=60_000)
+        _queue(store, config, WAITING, runs=True)
+        begun = _count_writes(store)
+        store.slots_leave({"lines": config}, [f"r{i:05d}" for i in range(WAITING)], 50_000)
+        assert len(begun) == 3
+        assert store.limit_states()["lines"].waiting == 0
+        assert {store.get_slot(f"s{i:05d}").state for i in range(WAITING)} == {"cancelled"}
+    finally:
+        store.close()
+
+
+def test_the_next_due_slot_is_of_the_limits_asked_about(database_url: str):
+    """A worker's expiry pass applies the limits its config declares: a slot of another limit, due
+    long ago, must not wake it at once again and again."""
+    store = SqlStore(database_url, decisions_clock="caller")  # instants as given
+    try:
+        for name, timeout in (("gone", 2_000), ("kept", 90_000)):
+            config = LimitConfig(name, capacity=0, max_hold_ms=60_000)
+            store_ops.slot_request(store, config, f"{name}-1", None, None, timeout, 1000)
+        assert store.next_slot_due() == 2_000
+        assert store.next_slot_due(None, ["kept"]) == 90_000
+        assert store.next_slot_due(None, []) is None
+        kept = {"kept": LimitConfig("kept", capacity=0, max_hold_ms=60_000)}
+        assert store.slots_expire(kept, 50_000) == ([], [])  # the other limit's slot is left alone
+        assert store.get_slot("gone-1").state == "waiting"
+    finally:
+        store.close()
+
+
+def test_a_release_beside_a_large_raise_hands_out_one_batch_and_the_pass_the_rest(database_url: str):
+    store = SqlStore(database_url, decisions_clock="caller")  # instants as given
+    try:
+        small = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
+        held = store_ops.slot_request(store, small, "held", None, None, None, 500)
+        assert held is not None and held.state == "busy"
+        _queue(store, small, WAITING)
+        raised = {"lines": LimitConfig("lines", capacity=WAITING + 1, max_hold_ms=60_000)}
+        _, released, granted = store_ops.slot_release(store, raised, "held", 50_000)
+        assert released and len(granted) == HAND_OUT_BATCH  # not the whole raise in one transaction
+        changed, rest = store.slots_expire(raised, 50_001)
+        assert [row.id for row in granted + rest] == [f"s{i:05d}" for i in range(WAITING)]
+    finally:
+        store.close()

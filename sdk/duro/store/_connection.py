@@ -33,6 +33,7 @@ from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
 from ._schema import create_schema
+from ._turns import TurnLock
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
 
 T = TypeVar("T")
@@ -158,7 +159,7 @@ class Connector:
         self._expanded: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
         self._positional: dict[str, str] = {}
         self._writer: Connection | None = None
-        self._writer_lock = threading.RLock()
+        self._writer_lock = TurnLock()  # in turn: a long hand-out's batches let other writes in
         self.writes = 0  # SQLite write transactions begun by this process (see _notify.watch_sqlite)
         self._local = _CallState()  # per thread: inside without_waiting, and its connections there
         self._nowait_connections: list[Connection] = []

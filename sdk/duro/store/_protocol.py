@@ -111,6 +111,9 @@ class Store(Protocol):
     def get_steps(self, run_id: str) -> list[StepRecord]:
         """The run's steps in sequence order, as written (see ``settle_sleeps``)."""
 
+    def get_steps_page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+        """At most ``limit`` of the run's steps after sequence number ``after``, in order."""
+
     def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
         """Cancel the run and its unfinished descendants: one that nobody holds and that never made a
         durable call ends ``cancelled`` now (with ``error``); any other unfinished one gets the
@@ -182,8 +185,9 @@ class Store(Protocol):
     ) -> tuple[list[SlotRow], list[SlotRow]]:
         """Apply every expiry due by ``now`` and hand free capacity out: (changed rows, granted rows)."""
 
-    def next_slot_due(self, now: int | None = None) -> int | None:
-        """The earliest due instant of any slot, on the caller's clock when ``now`` is given."""
+    def next_slot_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
+        """The earliest due instant of any slot (of ``limits`` when given), on the caller's clock
+        when ``now`` is given."""
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
         """The slot request, or ``None``."""

@@ -184,6 +184,8 @@ QUERIES: dict[str, str] = {
     "finish_run": "UPDATE duro_runs SET status = :status, output = :output, error = :error, ended_at = :now, "
     f"updated_at = :now, wake_at = NULL, due_at = NULL WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "select_steps": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id ORDER BY seq",
+    "select_steps_after": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps "
+    "WHERE run_id = :run_id AND seq > :after ORDER BY seq LIMIT :n",
     # a batch of step records (SQLite, see _steps): who owns the runs, then one executemany per kind
     "owners": f"SELECT id, owner, status FROM duro_runs WHERE id IN (:ids) AND status IN {ACTIVE_SQL}",
     "move_run": "UPDATE duro_runs SET updated_at = :now, status = :status, wake_at = :wake_at, due_at = :due_at "
@@ -286,8 +288,10 @@ QUERIES: dict[str, str] = {
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
     "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
     "WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
-    "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now ORDER BY due_at LIMIT 1000",
+    "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
+    "AND limit_name IN (:names) ORDER BY due_at LIMIT :n",
     "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
+    "next_due_of": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL AND limit_name IN (:names)",
     "run_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
     "AND state IN ('waiting', 'reserved')",
     "limit_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "

@@ -113,7 +113,7 @@ class Slots:
         now: int,
         takers: Mapping[str, OwnStep] | None = None,
         adopter: Adopter | None = None,
-        most: int | None = None,
+        most: int = HAND_OUT_BATCH,
     ) -> list[RunRecord]:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
@@ -122,12 +122,13 @@ class Slots:
         head among them takes its slot at once: its hook step is written completed here (fenced on
         its run, like any write of that run), so it wakes holding the slot with nothing to confirm.
         ``adopter``: a head whose run was unloaded from memory is taken up by it the same way (see
-        ``Adopter``); the runs it took are returned."""
+        ``Adopter``); the runs it took are returned. At most ``most`` grants: a release while a
+        raise is under way does not take the rest of the raise into its own transaction."""
         adopted: list[RunRecord] = []
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
-            wanted = view.free if most is None else min(most, view.free)
+            wanted = min(most, view.free)
             stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
             rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
             rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
@@ -194,22 +195,14 @@ class Slots:
 
     def _request(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
         """See :class:`RequestSlot`: busy at once when a slot is free and nobody waits, else queued."""
-        view, judged = self._lock_limit(
-            conn, command.config, command.now
-        )  # lock first: the slot is read under it
+        view, judged = self._lock_limit(conn, command.config, command.now)  # the slot is read under it
         now = judged
         timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
         existing = self._slot(conn, command.slot_id)
         if existing is not None:
             return SlotOutcome(existing)
         decision = rules.request(
-            view,
-            command.slot_id,
-            command.run_id,
-            command.label,
-            timeout_at,
-            now,
-            queue_is_empty=view.waiting == 0,
+            view, command.slot_id, command.run_id, command.label, timeout_at, now, view.waiting == 0
         )
         row = decision.writes[-1]
         hook = command.hook
@@ -333,11 +326,18 @@ class Slots:
         self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int
     ) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
-        hook step is closed alongside, with the run's end (cancelled, failed) as status and end time."""
+        hook step is closed alongside, with the run's end (cancelled, failed) as status and end time.
+        Runs go ``HAND_OUT_BATCH`` a transaction (a parent cancelled with 10,000 children waiting)."""
+        ended = list(run_ids)
+        granted: list[SlotRow] = []
+        for start in range(0, len(ended), HAND_OUT_BATCH):
+            granted += self._leave(configs, ended[start : start + HAND_OUT_BATCH], now)
+        return granted
+
+    def _leave(self, configs: Mapping[str, LimitConfig], ended: list[str], now: int) -> list[SlotRow]:
         granted: list[SlotRow] = []
         events: list[SlotEvent] = []
         with self.db.write() as conn:
-            ended = list(run_ids)
             leaving = [
                 slot_row(found)
                 for run_id in ended
@@ -355,9 +355,7 @@ class Slots:
                 self._apply(conn, decision, judged)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
-            for (
-                run_id
-            ) in ended:  # its request may have timed out meanwhile: not in the queue, but still waited on
+            for run_id in ended:  # its request may have timed out meanwhile: not queued, still waited on
                 self.db.run(conn, "hook_leave", {"run_id": run_id, "now": now})
         self.on_events(events)
         return granted
@@ -367,18 +365,34 @@ class Slots:
     ) -> tuple[list[SlotRow], list[SlotRow]]:
         """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand free
         capacity out (freed by expiries, or added by a larger capacity in the config since the last
-        pass). Returns (rows that changed on their own, rows granted)."""
+        pass). Returns (rows that changed on their own, rows granted).
+
+        A transaction applies at most ``HAND_OUT_BATCH`` expiries and as many grants; while one is
+        full, another follows (100,000 reservations lapsing at once, a capacity raised from 1 to
+        100,000 in the config): the limits' other operations go on in between."""
         changed: list[SlotRow] = []
         granted: list[SlotRow] = []
+        full = True
+        while full:
+            full = self._expire(configs, now, changed, granted)
+        return changed, granted
+
+    def _expire(
+        self, configs: Mapping[str, LimitConfig], now: int, changed: list[SlotRow], granted: list[SlotRow]
+    ) -> bool:
+        """One transaction of the expiry pass; whether it did as much as one may (more may be left)."""
         events: list[SlotEvent] = []
+        budget, did = HAND_OUT_BATCH, 0
         with self.db.write() as conn:
             now = self.db.now(conn, now)
             due: dict[str, list[SlotRow]] = {}
-            for found in self.db.run(conn, "due_slots", {"now": now}):
-                row = slot_row(found)
-                if row.limit in configs:
-                    due.setdefault(row.limit, []).append(row)
+            params = {"now": now, "n": HAND_OUT_BATCH, "names": sorted(configs)}
+            found = list(self.db.run_in(conn, "due_slots", params)) if configs else []
+            for row in map(slot_row, found):
+                due.setdefault(row.limit, []).append(row)
             for name, config in sorted(configs.items()):
+                if budget <= 0:
+                    break
                 view = self._view(conn, config, now)
                 if name not in due and not (view.free > 0 and view.waiting > 0):
                     continue  # nothing due, nothing to hand out (a capacity raised in the config is)
@@ -388,19 +402,28 @@ class Slots:
                 ]
                 decision = rules.expire(view, fresh, now)
                 changed.extend(decision.writes)
-                self._hand_out(conn, decision, now)
+                self._hand_out(conn, decision, now, most=budget)
                 self._apply(conn, decision, now)
+                budget -= len(decision.granted)
+                did += len(decision.writes)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
         self.on_events(events)
-        return changed, granted
+        return did > 0 and (len(found) == HAND_OUT_BATCH or budget <= 0)
 
-    def next_slot_due(self, now: int | None = None) -> int | None:
+    def next_slot_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
         """The earliest instant a slot is due, on the caller's clock when ``now`` (the caller's) is
         given: on PostgreSQL dues are database time, and a worker whose clock runs ahead must not
-        wake early and spin."""
+        wake early and spin. ``limits``: of these limits only (a worker's expiry pass applies those
+        its config declares: a slot of a limit it does not know must not wake it again and again)."""
+        names = None if limits is None else sorted(limits)
+        if names == []:
+            return None
         with self.db.single_read() as conn:
-            due = self.db.run(conn, "next_due", {}).fetchone()[0]
+            if names is None:
+                due = self.db.run(conn, "next_due", {}).fetchone()[0]
+            else:
+                due = self.db.run_in(conn, "next_due_of", {"names": names}).fetchone()[0]
             if due is None:
                 return None
             if now is None:
@@ -458,7 +481,7 @@ class Slots:
             decision = self._batch(conn, config, now)
         self.on_events(decision.events)
         granted = list(decision.granted)
-        while len(decision.granted) == HAND_OUT_BATCH:  # there may be more room, and more waiting
+        while decision.granted and decision.view.free > 0 and decision.view.waiting > 0:  # more of both
             with self.db.write() as conn:
                 decision = self._batch(conn, config, self.db.now(conn, now))
             self.on_events(decision.events)
