@@ -616,8 +616,8 @@ def runs_list(
 @click.argument("run_id")
 @api_command
 def runs_show(call: Call, run_id: str) -> None:
-    """Show a run and its steps (a run waiting for a slot shows a hook step)."""
-    call.emit(call.client.get_run(run_id), render_run)
+    """Show a run and all its steps (a run waiting for a slot shows a hook step)."""
+    call.emit(call.client.get_run_whole(run_id), render_run)
 
 
 @runs_group.command("cancel")

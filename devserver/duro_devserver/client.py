@@ -210,9 +210,30 @@ class DuroClient:
             params.append(("cursor", cursor))
         return self._request("GET", "/api/runs", params=params)
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        """``GET /api/runs/{run_id}``: ``{"run": Run, "steps": [Step...]}``."""
-        return self._request("GET", f"/api/runs/{_segment(run_id)}")
+    def get_run(self, run_id: str, steps_limit: int | None = None) -> dict[str, Any]:
+        """``GET /api/runs/{run_id}``: ``{"run": Run, "steps": [Step...], "next_steps_cursor": str |
+        None}``, the steps' first page (200, or ``steps_limit``; more with :meth:`run_steps`)."""
+        params = [] if steps_limit is None else [("steps_limit", str(steps_limit))]
+        return self._request("GET", f"/api/runs/{_segment(run_id)}", params=params)
+
+    def run_steps(self, run_id: str, cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """``GET /api/runs/{run_id}/steps``: ``{"steps": [Step...], "next_cursor": str | None}``, the
+        page after ``cursor`` (a ``next_steps_cursor`` or ``next_cursor`` given before)."""
+        params = [("cursor", cursor)] if cursor is not None else []
+        if limit is not None:
+            params.append(("limit", str(limit)))
+        return self._request("GET", f"/api/runs/{_segment(run_id)}/steps", params=params)
+
+    def get_run_whole(self, run_id: str) -> dict[str, Any]:
+        """:meth:`get_run` with every step, read a page (1,000 steps) at a time."""
+        answer = self.get_run(run_id, steps_limit=1000)
+        cursor = answer.get("next_steps_cursor")
+        while cursor is not None:
+            page = self.run_steps(run_id, cursor, 1000)
+            answer["steps"].extend(page["steps"])
+            cursor = page["next_cursor"]
+        answer["next_steps_cursor"] = None
+        return answer
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         """``POST /api/runs/{run_id}/cancel``: ``{"run": Run}`` (unfinished children are cancelled too)."""

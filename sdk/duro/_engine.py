@@ -26,7 +26,7 @@ from ._durations import Duration
 from ._errors import DuroError
 from ._events import EventBus
 from ._gateway import StoreGateway
-from ._handle import RunHandle, RunInfo, StepInfo
+from ._handle import RunHandle, RunInfo, StepInfo, StepsPage
 from ._hooks import EngineHooks
 from ._observe import attach_logs
 from ._options import WorkerOptions
@@ -246,6 +246,12 @@ class Engine:
     async def steps(self, run_id: str) -> list[StepInfo]:
         """The run's durable calls in sequence order; :class:`RunNotFoundError` if no run has the id."""
         return await self._runs.steps(run_id)
+
+    async def steps_page(self, run_id: str, cursor: str | None = None, limit: int = 100) -> StepsPage:
+        """A page of the run's durable calls in sequence order: at most ``limit`` (1 to 1,000) after
+        ``cursor`` (``None``: from the first), and the cursor of the next page (:class:`StepsPage`).
+        A run of 300,000 steps is read a page at a time; :class:`RunNotFoundError` if no run has the id."""
+        return await self._runs.steps_page(run_id, cursor, limit)
 
     async def list_runs(
         self,

@@ -47,6 +47,15 @@ class StepInfo:
 
 
 @dataclass(frozen=True)
+class StepsPage:
+    """One page of a run's steps (``engine.steps_page``): ``steps`` in sequence order, and
+    ``next_cursor`` to pass for the next page (``None``: no step after these, for now)."""
+
+    steps: list[StepInfo]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """A run as stored: its workflow, status, input, output or error, tags and times.
 

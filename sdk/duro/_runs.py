@@ -13,7 +13,7 @@ from ._durations import Duration, format_ms, to_ms
 from ._errors import DuroError, RunCancelled, RunEndedError, RunFailedError, RunNotFoundError
 from ._events import EventBus
 from ._gateway import StoreGateway
-from ._handle import RunInfo, StepInfo
+from ._handle import RunInfo, StepInfo, StepsPage
 from ._registry import Registry
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL, refuse_nul
@@ -22,6 +22,19 @@ from .limits import Limits
 from .store import RunRecord, settle_sleeps
 
 _JSON = Codec(None)
+MAX_STEPS_PAGE = 1000  # steps a page at the most (``engine.steps_page``)
+
+
+def _after(cursor: str | None) -> int:
+    """The sequence number a steps cursor stands for (the last step of the page before)."""
+    if cursor is None:
+        return -1
+    if isinstance(cursor, str) and cursor.isascii() and cursor.isdigit() and len(cursor) <= 18:
+        return int(cursor)
+    raise DuroError(
+        f"steps cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
+        f"or None for the first page"
+    )
 
 
 class LocalRuns(Protocol):
@@ -75,6 +88,22 @@ class Runs:
         run = await self.record(run_id)
         steps = await self._gateway.call(self._store.get_steps, run_id)
         return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
+
+    async def steps_page(self, run_id: str, cursor: str | None, limit: int) -> StepsPage:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_STEPS_PAGE:
+            raise DuroError(
+                f"limit {limit!r} is not a page size; give a whole number from 1 to {MAX_STEPS_PAGE}"
+            )
+        after = _after(cursor)
+        run = await self.record(run_id)
+        # one more than asked: whether there is a next page, and a sleep last on this page that a
+        # later record settles (see settle_sleeps)
+        found = await self._gateway.call(self._store.get_steps_page, run_id, after, limit + 1)
+        settled = settle_sleeps(found, run)[:limit]
+        more = len(found) > limit
+        return StepsPage(
+            [StepInfo.of(rec) for rec in settled], str(settled[-1].seq) if more and settled else None
+        )
 
     async def list(
         self,

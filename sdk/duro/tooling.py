@@ -1,13 +1,14 @@
 """Building blocks for duro's faces (the dev server, the CLI) and other tooling around an engine.
 
-Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``LimitInfo``,
-``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``, ``duration_ms``, ``format_ms``,
-``SystemClock`` (the one real clock, for tools that must tell the time), ``StoreUnavailable`` (a store
-call that did not get an answer in time: the dev server answers it with 503 and ``Retry-After``),
-``check_run_id`` (the rule a new run's id must follow, to check one before reading the store with it),
-``WorkflowSpec`` (a registered workflow, as ``engine.workflows`` gives it), ``ReplayOutcome``,
-``history_to_json`` and ``history_from_json`` (the replay check: ``duro replay-check``, ``duro runs
-export``, ``env.replay``), ``version_order`` (how versions of a workflow sort: newest last).
+Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``StepsPage``,
+``LimitInfo``, ``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``,
+``duration_ms``, ``format_ms``, ``SystemClock`` (the one real clock, for tools that must tell the
+time), ``StoreUnavailable`` (a store call that did not get an answer in time: the dev server answers
+it with 503 and ``Retry-After``), ``check_run_id`` (the rule a new run's id must follow, to check
+one before reading the store with it), ``WorkflowSpec`` (a registered workflow, as
+``engine.workflows`` gives it), ``ReplayOutcome``, ``history_to_json`` and ``history_from_json``
+(the replay check: ``duro replay-check``, ``duro runs export``, ``env.replay``), ``version_order``
+(how versions of a workflow sort: newest last).
 """
 
 from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
@@ -16,7 +17,7 @@ from ._durations import format_ms
 from ._durations import to_ms as duration_ms
 from ._errors import StoreUnavailable
 from ._events import RunEvent
-from ._handle import RunInfo, StepInfo
+from ._handle import RunInfo, StepInfo, StepsPage
 from ._registry import version_order
 from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
 from ._scan import Project, load_project
@@ -34,6 +35,7 @@ __all__ = [
     "RunEvent",
     "RunInfo",
     "StepInfo",
+    "StepsPage",
     "LimitInfo",
     "SlotInfo",
     "ScheduleInfo",

@@ -205,6 +205,12 @@ class RunOnlyOut(BaseModel):
 class RunDetailOut(BaseModel):
     run: RunOut
     steps: list[StepOut]
+    next_steps_cursor: str | None
+
+
+class StepPageOut(BaseModel):
+    steps: list[StepOut]
+    next_cursor: str | None
 
 
 class RunPageOut(BaseModel):

@@ -14,6 +14,7 @@ from . import models as m
 Operation = tuple[str, str, str, type[BaseModel] | None, dict[int, type[BaseModel]], list[dict[str, Any]]]
 
 _STR = {"type": "string"}
+_PAGE_SIZE = {"type": "integer", "minimum": 1, "maximum": 1000}
 _RUN_FILTERS: list[dict[str, Any]] = [
     {"name": "workflow", "in": "query", "schema": _STR},
     {
@@ -72,7 +73,25 @@ OPERATIONS: list[Operation] = [
         [],
     ),
     ("get", "/api/runs", "Runs, newest first", None, {200: m.RunPageOut, 400: _E}, _RUN_FILTERS),
-    ("get", "/api/runs/{id}", "A run and its steps", None, {200: m.RunDetailOut, 404: m.RunNotFoundOut}, []),
+    (
+        "get",
+        "/api/runs/{id}",
+        "A run and the first page of its steps",
+        None,
+        {200: m.RunDetailOut, 400: _E, 404: m.RunNotFoundOut},
+        [{"name": "steps_limit", "in": "query", "schema": _PAGE_SIZE}],
+    ),
+    (
+        "get",
+        "/api/runs/{id}/steps",
+        "A page of a run's steps, after the cursor of the page before",
+        None,
+        {200: m.StepPageOut, 400: _E, 404: m.RunNotFoundOut},
+        [
+            {"name": "cursor", "in": "query", "schema": _STR},
+            {"name": "limit", "in": "query", "schema": _PAGE_SIZE},
+        ],
+    ),
     (
         "post",
         "/api/runs/{id}/cancel",

@@ -1,4 +1,6 @@
-"""``/api/runs``: list (filters, pages), a run with its steps, cancel, signal."""
+"""``/api/runs``: list (filters, pages), a run with the first page of its steps, more of its steps,
+cancel, signal. A run's steps come a page at a time (``steps_limit`` / ``limit``, at most 1,000): a
+run of 300,000 steps costs the server one page per request, never the whole run at once."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import DuroError, Engine, RunNotFoundError, RunStatus
-from duro.tooling import RunInfo, datetime_to_ms
+from duro.tooling import RunInfo, StepsPage, datetime_to_ms
 
 from ._common import ApiError, answer, duro_error, engine, query_int, read_json
-from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut
+from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut, StepPageOut
 
 _STATUSES = [s.value for s in RunStatus]
 
@@ -72,14 +74,37 @@ async def list_runs(request: Request) -> Response:
     )
 
 
+STEPS_PAGE = 200  # a run's steps a page, unless the request asks for another size
+MAX_STEPS_PAGE = 1000
+
+
+async def _steps(request: Request, run_id: str, limit_param: str, cursor: str | None) -> StepsPage:
+    limit = query_int(request, limit_param, STEPS_PAGE, 1, MAX_STEPS_PAGE)
+    try:
+        return await engine(request).steps_page(run_id, cursor, limit)
+    except RunNotFoundError as err:
+        raise duro_error(err) from None
+    except DuroError as err:  # a cursor this server did not give
+        raise ApiError(400, str(err)) from None
+
+
 async def get_run(request: Request) -> Response:
     eng = engine(request)
     info = await _run(eng, request.path_params["id"])
-    steps = await eng.steps(info.id)
+    page = await _steps(request, info.id, "steps_limit", None)
     queued = {} if info.status.terminal else await eng.limits.queued_for([info.id])
     return answer(
-        RunDetailOut(run=RunOut.of(info, queued.get(info.id)), steps=[StepOut.of(s) for s in steps])
+        RunDetailOut(
+            run=RunOut.of(info, queued.get(info.id)),
+            steps=[StepOut.of(s) for s in page.steps],
+            next_steps_cursor=page.next_cursor,
+        )
     )
+
+
+async def get_steps(request: Request) -> Response:
+    page = await _steps(request, request.path_params["id"], "limit", request.query_params.get("cursor"))
+    return answer(StepPageOut(steps=[StepOut.of(s) for s in page.steps], next_cursor=page.next_cursor))
 
 
 async def cancel_run(request: Request) -> Response:
@@ -103,6 +128,7 @@ async def send_signal(request: Request) -> Response:
 routes = [
     Route("/api/runs", list_runs, methods=["GET"]),
     Route("/api/runs/{id}", get_run, methods=["GET"]),
+    Route("/api/runs/{id}/steps", get_steps, methods=["GET"]),
     Route("/api/runs/{id}/cancel", cancel_run, methods=["POST"]),
     Route("/api/runs/{id}/signals/{name}", send_signal, methods=["POST"]),
 ]

@@ -165,20 +165,47 @@ export function renderRun(root, scope, [id]) {
   root.append(h('div', {testid: 'run-detail'}, head, actions, signalError, content));
   actions.hidden = true;
   let run = null;
+  // A run's steps come a page at a time: the first page with the run, more on "Load more steps".
+  // A refresh reads the first pages again (as many steps as shown, up to 1,000) and keeps the rest.
+  let steps = [];
+  let next = null;
+
+  const render = () => {
+    const [top, ...body] = runView(run, steps, next === null ? null : loadMore);
+    // a refresh keeps unfolded what the user unfolded
+    const opened = [...content.querySelectorAll('details')].map((d) => d.open);
+    head.replaceChildren(top);
+    content.replaceChildren(...body);
+    content.querySelectorAll('details').forEach((d, i) => {
+      d.open = d.open || Boolean(opened[i]);
+    });
+  };
+
+  const loadMore = async () => {
+    try {
+      const {data} = await api('GET', `/api/runs/${enc(id)}/steps?cursor=${enc(next)}&limit=200`);
+      if (!scope.alive) return;
+      steps = steps.concat(data.steps.filter((step) => step.seq > steps[steps.length - 1].seq));
+      next = data.next_cursor;
+      render();
+    } catch (err) {
+      toast(err.message, 'error');
+    }
+  };
 
   const refresh = scope.refresher(async () => {
     try {
-      const {data} = await api('GET', `/api/runs/${enc(id)}`);
+      const shown = Math.min(1000, Math.max(200, steps.length));
+      const {data} = await api('GET', `/api/runs/${enc(id)}?steps_limit=${shown}`);
       if (!scope.alive) return;
       run = data.run;
-      const [top, ...body] = runView(data.run, data.steps);
-      // a refresh keeps unfolded what the user unfolded
-      const opened = [...content.querySelectorAll('details')].map((d) => d.open);
-      head.replaceChildren(top);
-      content.replaceChildren(...body);
-      content.querySelectorAll('details').forEach((d, i) => {
-        d.open = d.open || Boolean(opened[i]);
-      });
+      const first = data.steps;
+      const last = first.length ? first[first.length - 1].seq : -1;
+      const tail = data.next_steps_cursor === null ? [] : steps.filter((step) => step.seq > last);
+      steps = first.concat(tail);
+      if (data.next_steps_cursor === null) next = null;
+      else next = tail.length ? String(tail[tail.length - 1].seq) : data.next_steps_cursor;
+      render();
       cancel.disabled = TERMINAL.has(run.status);
       signalForm.hidden = TERMINAL.has(run.status);
       actions.hidden = false;
@@ -242,7 +269,7 @@ export function renderRun(root, scope, [id]) {
   refresh();
 }
 
-function runView(run, steps) {
+function runView(run, steps, loadMore) {
   const meta = h('dl', {class: 'meta'},
     h('dt', {}, 'workflow'), h('dd', {testid: 'run-workflow'},
       h('a', {href: `#/runs?workflow=${enc(run.workflow)}`}, run.workflow), h('span', {class: 'muted'}, ` v${run.version}`)),
@@ -281,7 +308,9 @@ function runView(run, steps) {
     h('div', {class: 'columns'},
       h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),
       outcome),
-    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps)),
+    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps),
+      loadMore ? h('button', {type: 'button', testid: 'steps-more', onclick: loadMore},
+        `Load more steps (${steps.length} shown)`) : null),
   ];
 }
 

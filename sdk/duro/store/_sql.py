@@ -67,6 +67,7 @@ class SqlStore:
             "run_statuses",
             "cancel_requested",
             "get_steps",
+            "get_steps_page",
             "signalled",
             "list_schedules",
             "due_schedules",
@@ -246,6 +247,9 @@ class SqlStore:
     def get_steps(self, run_id: str) -> list[StepRecord]:
         return self._steps.get(run_id)
 
+    def get_steps_page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+        return self._steps.page(run_id, after, limit)
+
     @overload
     def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
     @overload
@@ -325,8 +329,8 @@ class SqlStore:
     ) -> tuple[list[SlotRow], list[SlotRow]]:
         return self._slots.slots_expire(configs, now)
 
-    def next_slot_due(self, now: int | None = None) -> int | None:
-        return self._slots.next_slot_due(now)
+    def next_slot_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
+        return self._slots.next_slot_due(now, limits)
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
         return self._slots.get_slot(slot_id)

@@ -87,6 +87,11 @@ class Steps:
         with self.db.single_read() as conn:
             return [StepRecord(*row) for row in self.db.run(conn, "select_steps", {"run_id": run_id})]
 
+    def page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+        params = {"run_id": run_id, "after": after, "n": limit}
+        with self.db.single_read() as conn:
+            return [StepRecord(*row) for row in self.db.run(conn, "select_steps_after", params)]
+
     def apply(self, command: Command) -> Any:
         with self.db.write() as conn:
             return self._dispatch(conn, command)
