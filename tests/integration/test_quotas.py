@@ -213,13 +213,19 @@ def test_the_queries_on_partial_indexes_still_use_them(sqlite_url):
         ).fetchall()
         plans = {
             name: conn.exec_driver_sql("EXPLAIN QUERY PLAN " + store.db.queries[name], params).fetchall()
-            for name, params in (("run_slots", {"run_id": "r"}), ("due_slots", {"now": 1}), ("next_due", {}))
+            for name, params in (
+                ("run_slots", {"run_id": "r"}),
+                ("due_slots", {"now": 1, "n": 10, "names": "lines"}),
+                ("next_due", {}),
+                ("next_due_of", {"names": "lines"}),
+            )
         }
     store.close()
     assert any("duro_runs_quota" in str(row) for row in plan), plan
     assert any("duro_runs_parent" in str(row) for row in children), children
     assert any("duro_slots_run" in str(row) for row in plans["run_slots"]), plans
     assert any("duro_slots_due" in str(row) for row in plans["due_slots"]), plans
+    assert any("duro_slots_due" in str(row) for row in plans["next_due_of"]), plans
     assert any("duro_slots_due" in str(row) for row in plans["next_due"]), plans
 
 

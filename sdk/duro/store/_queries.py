@@ -288,10 +288,13 @@ QUERIES: dict[str, str] = {
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
     "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
     "WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
+    # "limit_name || ''": the limits as a filter, never as the index to read (SQLite would read every
+    # slot of the limits through duro_slots_queue, then sort): the due index reads the due rows only
     "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
-    "AND limit_name IN (:names) ORDER BY due_at LIMIT :n",
+    "AND (limit_name || '') IN (:names) ORDER BY due_at LIMIT :n",
     "next_due": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL",
-    "next_due_of": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL AND limit_name IN (:names)",
+    "next_due_of": "SELECT min(due_at) FROM duro_slots WHERE due_at IS NOT NULL "
+    "AND (limit_name || '') IN (:names)",
     "run_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE run_id = :run_id "
     "AND state IN ('waiting', 'reserved')",
     "limit_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
