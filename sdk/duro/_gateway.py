@@ -53,6 +53,7 @@ class StoreGateway:
         self._now_or_never = store.without_waiting if store.dialect == "sqlite" else None
         self._db_executor: ThreadPoolExecutor | None = None  # every call (PostgreSQL), or the writes (SQLite)
         self._read_executor: ThreadPoolExecutor | None = None  # SQLite's reads: never behind a locked write
+        self._bulk_executor: ThreadPoolExecutor | None = None  # SQLite's long hand-outs (see _executor_for)
         self._alone = alone  # whether one run at most is in flight here (see _one_run_in_flight)
         self.progress = self._group_commit()
 
@@ -84,14 +85,18 @@ class StoreGateway:
         """``fn(*args)``, a method of the store, without the event loop waiting on the database."""
         if self._hooks.inline_store:
             return fn(*args)
-        if self._now_or_never is not None:
+        bulk = getattr(fn, "__name__", "") in self.store.bulk
+        if self._now_or_never is not None and not bulk:
             try:
                 return self._now_or_never(fn, *args)
             except WouldWait:
                 pass
-        return await self.call_on(self._executor_for(fn), fn, *args)
+        return await self.call_on(self._executor_for(fn, bulk), fn, *args)
 
-    def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
+    def _executor_for(self, fn: Callable[..., Any], bulk: bool = False) -> ThreadPoolExecutor:
+        """The threads for ``fn``. On SQLite a bulk call (a hand-out of many slots, in transactions
+        of 1,000 grants) has a thread of its own, never the event loop: the writer thread stays free
+        for the runs' writes, which take their turns with its transactions (see ``store._turns``)."""
         if self._db_executor is None:
             sqlite = self.store.dialect == "sqlite"
             self._db_executor = ThreadPoolExecutor(
@@ -99,6 +104,9 @@ class StoreGateway:
             )
             if sqlite:
                 self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
+                self._bulk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-db-bulk")
+        if bulk and self._bulk_executor is not None:
+            return self._bulk_executor
         if self._read_executor is not None and getattr(fn, "__name__", "") in self.store.reads:
             return self._read_executor
         return self._db_executor
@@ -130,10 +138,10 @@ class StoreGateway:
 
     def close(self) -> None:
         """Release the store's pooled connections and threads; a later call opens them again."""
-        for executor in (self._db_executor, self._read_executor):
+        for executor in (self._db_executor, self._read_executor, self._bulk_executor):
             if executor is not None:
                 executor.shutdown(wait=True)
-        self._db_executor = self._read_executor = None
+        self._db_executor = self._read_executor = self._bulk_executor = None
         self.store.close()
 
 

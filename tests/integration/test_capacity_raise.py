@@ -134,3 +134,32 @@ def test_a_release_beside_a_large_raise_hands_out_one_batch_and_the_pass_the_res
         assert [row.id for row in granted + rest] == [f"s{i:05d}" for i in range(WAITING)]
     finally:
         store.close()
+
+
+async def test_an_engine_hands_out_in_a_thread_of_its_own_never_on_the_loop(tmp_path):
+    """On SQLite an engine tries a store call on the event loop first; a hand-out of many slots
+    (many transactions) never is: it runs in its own thread, the writer thread left to the runs."""
+    import threading
+
+    from duro import Engine, define_workspace
+
+    url = f"sqlite:///{tmp_path / 'raise.db'}"
+    workspace = define_workspace(workflows=[], limits={"lines": {"capacity": 1, "max_hold": "1h"}})
+    async with Engine(url, workspace=workspace) as engine:
+        store = engine.store
+        store_ops.slot_request(store, workspace.limits["lines"], "held", None, None, None, 500)  # busy
+        _queue(store, workspace.limits["lines"], WAITING)
+        threads: dict[str, str] = {}
+        for name in ("set_limit_override", "slots_expire"):
+            method = getattr(store, name)
+
+            def seen(*args, _name=name, _method=method):
+                threads[_name] = threading.current_thread().name
+                return _method(*args)
+
+            seen.__name__ = name
+            setattr(store, name, seen)
+        info = await engine.limits.set_capacity("lines", WAITING + 1)
+        assert info.effective_capacity == WAITING + 1
+        assert threads["set_limit_override"].startswith("duro-db-bulk"), threads
+        assert store.limit_states()["lines"].reserved == WAITING

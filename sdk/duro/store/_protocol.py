@@ -40,6 +40,7 @@ class Store(Protocol):
 
     dialect: str  # "sqlite" or "postgresql": how the engine calls it (see duro._gateway)
     reads: frozenset[str]  # the names of the methods that only read (run apart from writes on SQLite)
+    bulk: frozenset[str]  # the methods that may write many transactions (never on the event loop)
     # the commands ``apply_batch`` takes in one shared transaction; the rest go through ``apply`` alone
     batches: frozenset[type[Command]]
     notifies: bool  # whether ``listen`` delivers other processes' changes (else workers poll alone)

@@ -85,6 +85,10 @@ class SqlStore:
         }
     )
 
+    # the methods that may write many transactions (a hand-out of many slots, 1,000 grants each):
+    # never tried on the event loop, and on SQLite in a thread of their own (see StoreGateway.call)
+    bulk = frozenset({"set_limit_override", "slots_expire", "slots_leave"})
+
     def __init__(
         self,
         url: str | URL = DEFAULT_SQLITE_URL,
