@@ -18,6 +18,7 @@ from duro import (
     workflow,
 )
 from tests.integration.flows import double, fulfil
+from tests.support.waiting import eventually
 
 
 def engine_for(url: str, **kw) -> Engine:
@@ -64,7 +65,12 @@ async def test_a_run_of_another_namespace_is_not_found_when_reads_are_fenced(dat
                 with pytest.raises(RunNotFoundError) as missing:
                     await call(run.id)
                 assert missing.value.namespace == "blue" and "in namespace 'blue'" in str(missing.value)
-        assert await run.status() == RunStatus.SUSPENDED
+
+        # it waits for its signal (it may still be on its way there)
+        async def suspended() -> bool:
+            return await run.status() == RunStatus.SUSPENDED
+
+        await eventually(suspended, what="the run waiting for its signal")
         await run.signal("go", "on")
         assert await run.result(timeout="10s") == "on"
 
