@@ -85,18 +85,18 @@ class StoreGateway:
         """``fn(*args)``, a method of the store, without the event loop waiting on the database."""
         if self._hooks.inline_store:
             return fn(*args)
-        bulk = getattr(fn, "__name__", "") in self.store.bulk
-        if self._now_or_never is not None and not bulk:
+        if self._now_or_never is not None and getattr(fn, "__name__", "") not in self.store.bulk:
             try:
                 return self._now_or_never(fn, *args)
             except WouldWait:
                 pass
-        return await self.call_on(self._executor_for(fn, bulk), fn, *args)
+        return await self.call_on(self._executor_for(fn), fn, *args)
 
-    def _executor_for(self, fn: Callable[..., Any], bulk: bool = False) -> ThreadPoolExecutor:
-        """The threads for ``fn``. On SQLite a bulk call (a hand-out of many slots, in transactions
-        of 1,000 grants) has a thread of its own, never the event loop: the writer thread stays free
-        for the runs' writes, which take their turns with its transactions (see ``store._turns``)."""
+    def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
+        """The threads for the store method ``fn``. On SQLite a bulk call (a hand-out of many
+        slots, in transactions of 1,000 grants) has a thread of its own, never the event loop: the
+        writer thread stays free for the runs' writes, which take their turns with its transactions
+        (see ``store._turns``)."""
         if self._db_executor is None:
             sqlite = self.store.dialect == "sqlite"
             self._db_executor = ThreadPoolExecutor(
@@ -105,9 +105,10 @@ class StoreGateway:
             if sqlite:
                 self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
                 self._bulk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-db-bulk")
-        if bulk and self._bulk_executor is not None:
+        name = getattr(fn, "__name__", "")
+        if self._bulk_executor is not None and name in self.store.bulk:
             return self._bulk_executor
-        if self._read_executor is not None and getattr(fn, "__name__", "") in self.store.reads:
+        if self._read_executor is not None and name in self.store.reads:
             return self._read_executor
         return self._db_executor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from ._clock import ms_to_datetime
 from ._definitions import RunStatus
@@ -53,6 +53,7 @@ class StepsPage:
 
     steps: list[StepInfo]
     next_cursor: str | None
+    MAX_LIMIT: ClassVar[int] = 1000  # steps a page at the most
 
 
 @dataclass(frozen=True)

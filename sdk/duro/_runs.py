@@ -22,7 +22,6 @@ from .limits import Limits
 from .store import RunRecord, settle_sleeps
 
 _JSON = Codec(None)
-MAX_STEPS_PAGE = 1000  # steps a page at the most (``engine.steps_page``)
 
 
 def _after(cursor: str | None) -> int:
@@ -90,9 +89,9 @@ class Runs:
         return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
 
     async def steps_page(self, run_id: str, cursor: str | None, limit: int) -> StepsPage:
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_STEPS_PAGE:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= StepsPage.MAX_LIMIT:
             raise DuroError(
-                f"limit {limit!r} is not a page size; give a whole number from 1 to {MAX_STEPS_PAGE}"
+                f"limit {limit!r} is not a page size; give a whole number from 1 to {StepsPage.MAX_LIMIT}"
             )
         after = _after(cursor)
         run = await self.record(run_id)

@@ -75,11 +75,10 @@ async def list_runs(request: Request) -> Response:
 
 
 STEPS_PAGE = 200  # a run's steps a page, unless the request asks for another size
-MAX_STEPS_PAGE = 1000
 
 
 async def _steps(request: Request, run_id: str, limit_param: str, cursor: str | None) -> StepsPage:
-    limit = query_int(request, limit_param, STEPS_PAGE, 1, MAX_STEPS_PAGE)
+    limit = query_int(request, limit_param, STEPS_PAGE, 1, StepsPage.MAX_LIMIT)
     try:
         return await engine(request).steps_page(run_id, cursor, limit)
     except RunNotFoundError as err:
