@@ -831,3 +831,48 @@ def test_a_divergence_and_the_versions_in_flight_show_in_studio(browser: Any, tm
         expect(page.get_by_test_id("version-charge-1").get_by_test_id("version-unfinished")).to_have_text("1")
         with server.client() as client:
             assert client.get(f"/api/runs/{charge_id}").json()["run"]["version"] == "1"
+
+
+LONG_WORKFLOWS = """
+from duro import step, workflow
+
+
+@step
+async def tick(i: int) -> int:
+    return i
+
+
+@workflow
+async def long(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await tick(i)
+    return total
+"""
+
+
+def test_a_long_runs_steps_come_a_page_at_a_time(browser: Any, tmp_path: Path) -> None:
+    """A run of 450 steps: its page shows the first 200 and a button; each click adds the next 200,
+    in order, until the last step shows and the button goes."""
+    project = tmp_path / "long"
+    (project / "workflows").mkdir(parents=True)
+    (project / "duro.config.py").write_text(
+        "from duro import define_workspace\n\nworkspace = define_workspace()\n"
+    )
+    (project / "workflows" / "long.py").write_text(LONG_WORKFLOWS)
+    with running_dev_server(project) as server, browsing(browser, server.url) as context:
+        run_id = start(server, "long", 450)
+        page = context.new_page()
+        page.goto(f"/#/runs/{run_id}")
+        expect(page.get_by_test_id("run-status")).to_have_text("completed", timeout=30_000)
+        rows = page.get_by_test_id("step-row")
+        more = page.get_by_test_id("steps-more")
+        expect(rows).to_have_count(200)
+        expect(more).to_contain_text("200 shown")
+        more.click()
+        expect(rows).to_have_count(400)
+        more.click()
+        expect(rows).to_have_count(450)
+        expect(more).to_have_count(0)
+        seqs = rows.evaluate_all("(rows) => rows.map((row) => Number(row.dataset.seq))")
+        assert seqs == list(range(450))
