@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from duro import DuroError, Engine, RunFailedError, RunHandle
-from duro.tooling import LimitInfo, SlotInfo
+from duro import DuroError
 
 from .cli_server import project_database_url
+
+if TYPE_CHECKING:
+    from duro import Engine, RunHandle
+    from duro.tooling import LimitInfo, SlotInfo
 
 
 def _steps_table(steps: list[Any]) -> str:
@@ -52,6 +54,8 @@ async def _queue_line(engine: Engine, run_id: str) -> tuple[str | None, str | No
 async def _result_telling_the_queue(engine: Engine, handle: RunHandle) -> None:
     """``handle.result()``; meanwhile, on stderr, where the run waits for a slot, each time that
     changes (a run that ends within the first poll costs no query)."""
+    import asyncio  # each command imports what it uses: ``duro --help`` stays quick
+
     result = asyncio.ensure_future(handle.result())
     said: tuple[str | None, str | None] = (None, None)
     try:
@@ -68,6 +72,8 @@ async def _result_telling_the_queue(engine: Engine, handle: RunHandle) -> None:
 
 
 async def _run(project: Path, workflow: str, inp: Any, database_url: str, as_json: bool) -> int:
+    from duro import Engine, RunFailedError
+
     engine = Engine.from_project(project, database_url=database_url)
     async with engine:
         handle = await engine.start(workflow, inp)
@@ -134,6 +140,8 @@ def run_command(
     workflow: str, input_json: str, project: Path, database_url: str | None, as_json: bool
 ) -> None:
     """Run WORKFLOW of the project to completion here, then print its steps and result."""
+    import asyncio
+
     try:
         inp = json.loads(input_json)
     except json.JSONDecodeError as err:

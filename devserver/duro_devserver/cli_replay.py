@@ -8,21 +8,23 @@ store is opened read-only (SQLite ``mode=ro``, PostgreSQL read-only sessions) an
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from duro import DuroError
-from duro.store import RunRecord, SqlStore
-from duro.tooling import ReplayOutcome, SystemClock, duration_ms, history_to_json
+from duro.tooling import duration_ms
 
 from .cli_api import runs_group
 from .cli_server import project_database_url
+
+if TYPE_CHECKING:
+    from duro.store import RunRecord, SqlStore
+    from duro.tooling import ReplayOutcome
 
 ACTIVE = ("pending", "running", "suspended", "blocked")
 FINISHED = ("completed", "failed", "cancelled")
@@ -51,6 +53,8 @@ def _selected(store: SqlStore, workflow: str | None, cutoff: int | None) -> Iter
 async def _check(
     project: Path, url: str, workflow: str | None, since_ms: int | None
 ) -> tuple[int, list[ReplayOutcome]]:
+    from duro.store import SqlStore
+    from duro.tooling import SystemClock
     from duro_harness import simulated  # the harness's world: its own store, a simulated clock
 
     # Read the real clock now: inside the harness's world time is frozen at its simulated instant.
@@ -99,6 +103,8 @@ def add_commands(main: click.Group) -> None:
         """Replay the recorded history of every unfinished run (and, with --since, of recently
         finished ones) on the project's current code, executing no step body. Lists each run that
         would diverge and exits 1 if any would: run it before a deploy."""
+        import asyncio
+
         root = directory.resolve()
         try:
             since_ms = None if since is None else duration_ms(since, "--since")
@@ -147,6 +153,9 @@ def add_commands(main: click.Group) -> None:
     )
     def runs_export(run_id: str, project: Path, database_url: str | None, output: Path | None) -> None:
         """Write RUN_ID's history (its record and steps) as JSON, for ``await env.replay(...)`` in a test."""
+        from duro.store import SqlStore
+        from duro.tooling import history_to_json
+
         try:
             store = SqlStore(project_database_url(project.resolve(), database_url), read_only=True)
         except DuroError as err:

@@ -3,20 +3,20 @@ reload), ``duro worker`` (executes runs, no HTTP)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging.config
-import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from duro import DuroError, Engine, WorkerOptions
+from duro import DuroError, WorkerOptions
 
 from ._extras import dev_extra
 from .logs import FORMATS, log, logging_config
-from .source import FixedEngine
+
+if TYPE_CHECKING:
+    from duro import Engine
 
 _LEASE = click.option(
     "--lease",
@@ -216,6 +216,10 @@ def add_commands(main: click.Group) -> None:
         with dev_extra():
             from .app import create_app
             from .server import run_server
+        from duro import Engine
+
+        from .source import FixedEngine
+
         root = _project_dir(directory)
         try:
             open_store(project_database_url(root, database_url))
@@ -252,6 +256,11 @@ def add_commands(main: click.Group) -> None:
         unload_after: str,
     ) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
+        import asyncio
+        import logging.config
+
+        from duro import Engine
+
         root = _project_dir(directory)
         logging.config.dictConfig(logging_config(log_format))
         try:
@@ -273,6 +282,9 @@ def add_commands(main: click.Group) -> None:
 
 
 async def _work(engine: Engine) -> None:
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -7,7 +7,29 @@ slot timeouts, reservations, ``max_hold``, the limits' 15 s pass, schedules — 
 milliseconds of wall time; ``await env.restart()`` simulates a box restart.
 """
 
-from ._clock import DEFAULT_START, SimulatedClock
-from ._env import DuroEnv, simulated
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from duro.tooling import lazy_names
+
+if TYPE_CHECKING:
+    from ._clock import DEFAULT_START, SimulatedClock
+    from ._env import DuroEnv, simulated
 
 __all__ = ["DuroEnv", "simulated", "SimulatedClock", "DEFAULT_START"]
+
+# Each name loads its module on first use: the pytest plugin, imported with this package, loads none.
+__getattr__, __dir__ = lazy_names(
+    globals(),
+    {
+        "._clock": (
+            "DEFAULT_START",
+            "SimulatedClock",
+        ),
+        "._env": (
+            "DuroEnv",
+            "simulated",
+        ),
+    },
+)

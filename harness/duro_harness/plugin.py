@@ -7,23 +7,34 @@
   Its project is the marker's ``project`` (relative to the rootdir), else the nearest folder above
   the test file holding ``duro.config.py``, else the rootdir when it has one or a ``workflows/``.
 - ``@pytest.mark.duro(project=..., start=..., config={"limits": {...}})`` sets those per test.
+
+A test run that asks for no ``duro_env`` loads nothing of duro: the harness (and the engine under
+it) loads when a test first asks for the fixture.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import pytest
 
-from ._env import DuroEnv
+if TYPE_CHECKING:
+    from ._env import DuroEnv
 
 CONFIG_FILE = "duro.config.py"
+_ENV_MODULE = "duro_harness._env"
+
+
+def _is_env(value: object) -> TypeGuard[DuroEnv]:
+    """Whether ``value`` is a ``DuroEnv`` (none can exist before the harness is loaded)."""
+    module = sys.modules.get(_ENV_MODULE)
+    return module is not None and isinstance(value, module.DuroEnv)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,12 +58,14 @@ def _claimed_by_other_plugin(item: pytest.Item) -> bool:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     if not inspect.iscoroutinefunction(pyfuncitem.obj) or _claimed_by_other_plugin(pyfuncitem):
         return None
+    import asyncio
+
     arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
 
     async def run() -> None:
         async with AsyncExitStack() as stack:
             for value in arguments.values():
-                if isinstance(value, DuroEnv):
+                if _is_env(value):
                     await stack.enter_async_context(value)
             await pyfuncitem.obj(**arguments)
 
@@ -86,6 +99,8 @@ def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> Any
 def _on_the_tests_loop(make: Any, item: pytest.Item) -> Any:
     @functools.wraps(make)
     async def duro_env(**kwargs: Any) -> AsyncIterator[Any]:
+        import asyncio
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -94,7 +109,7 @@ def _on_the_tests_loop(make: Any, item: pytest.Item) -> Any:
                 '(an `anyio_backend` fixture returning "asyncio")'
             ) from None
         env = make(**kwargs)
-        if not isinstance(env, DuroEnv):
+        if not _is_env(env):
             yield env
             return
         async with env:
@@ -131,6 +146,8 @@ def duro_env(request: pytest.FixtureRequest) -> DuroEnv:
 
 
 def _new_env(request: pytest.FixtureRequest) -> DuroEnv:
+    from ._env import DuroEnv
+
     marker = request.node.get_closest_marker("duro")
     options = dict(marker.kwargs) if marker is not None else {}
     project = options.pop("project", None)

@@ -4,41 +4,48 @@ Write ``@workflow`` and ``@step`` functions; duro runs them to completion across
 refuses starts beyond a per-key quota (:class:`Concurrency`), and queues work for named limits.
 """
 
-from ._config import Workspace, define_workspace
-from ._decorators import Workflow, step, workflow
-from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
-from ._durable import (
-    CurrentRun,
-    child,
-    current_run,
-    deprecate_patch,
-    now,
-    patched,
-    send_signal,
-    sleep,
-    start_child,
-    wait_for_signal,
-)
-from ._engine import Engine
-from ._errors import (
-    ChildWorkflowError,
-    ConcurrencyLimitError,
-    ConfigError,
-    DuroError,
-    InputError,
-    NonDeterminismError,
-    RunCancelled,
-    RunEndedError,
-    RunFailedError,
-    RunIdConflictError,
-    RunNotFoundError,
-    RunSetAsideError,
-    SlotTimeoutError,
-    UserExitError,
-)
-from ._handle import RunHandle
-from ._options import WorkerOptions
-from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ._config import Workspace, define_workspace
+    from ._decorators import Workflow, step, workflow
+    from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
+    from ._durable import (
+        CurrentRun,
+        child,
+        current_run,
+        deprecate_patch,
+        now,
+        patched,
+        send_signal,
+        sleep,
+        start_child,
+        wait_for_signal,
+    )
+    from ._engine import Engine
+    from ._errors import (
+        ChildWorkflowError,
+        ConcurrencyLimitError,
+        ConfigError,
+        DuroError,
+        InputError,
+        NonDeterminismError,
+        RunCancelled,
+        RunEndedError,
+        RunFailedError,
+        RunIdConflictError,
+        RunNotFoundError,
+        RunSetAsideError,
+        SlotTimeoutError,
+        UserExitError,
+    )
+    from ._handle import RunHandle
+    from ._options import WorkerOptions
+    from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
 
 __all__ = [
     "workflow",
@@ -85,3 +92,65 @@ __all__ = [
     "CurrentRun",
     "send_signal",
 ]
+
+# Each public name loads its module on first use: ``import duro`` loads none of them, and a
+# project's ``from duro import workflow, step`` loads what decorating needs, not the store.
+__getattr__, __dir__ = lazy_names(
+    globals(),
+    {
+        "._config": (
+            "Workspace",
+            "define_workspace",
+        ),
+        "._decorators": (
+            "Workflow",
+            "step",
+            "workflow",
+        ),
+        "._definitions": (
+            "DEFAULT_CONCURRENCY_STATUSES",
+            "Concurrency",
+            "Limit",
+            "RunStatus",
+        ),
+        "._durable": (
+            "CurrentRun",
+            "child",
+            "current_run",
+            "deprecate_patch",
+            "now",
+            "patched",
+            "send_signal",
+            "sleep",
+            "start_child",
+            "wait_for_signal",
+        ),
+        "._engine": ("Engine",),
+        "._errors": (
+            "ChildWorkflowError",
+            "ConcurrencyLimitError",
+            "ConfigError",
+            "DuroError",
+            "InputError",
+            "NonDeterminismError",
+            "RunCancelled",
+            "RunEndedError",
+            "RunFailedError",
+            "RunIdConflictError",
+            "RunNotFoundError",
+            "RunSetAsideError",
+            "SlotTimeoutError",
+            "UserExitError",
+        ),
+        "._handle": ("RunHandle",),
+        "._options": ("WorkerOptions",),
+        ".limits": (
+            "Slot",
+            "SlotRelease",
+            "acquire_slot",
+            "limit_slot",
+            "release_slot",
+            "with_limit",
+        ),
+    },
+)

@@ -5,7 +5,6 @@ Each message names the run, workflow, limit or field involved and says what to d
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -266,6 +265,8 @@ def user_exit(err: BaseException, where: str) -> BaseException:
     shutdown cancels it: ``Task.cancelling()``); one the code raised by itself is not."""
     if isinstance(err, Exception):
         return err
+    import asyncio  # loaded already: user code runs on it (here, so that ``import duro`` loads none of it)
+
     if isinstance(err, asyncio.CancelledError):
         task = asyncio.current_task()
         if task is None or task.cancelling():

@@ -1,6 +1,7 @@
 """OpenTelemetry tracing (the ``duro[otel]`` extra: ``opentelemetry-api`` only; the app brings its
 SDK and exporter). Without the extra installed, every function here does nothing and costs one
-check.
+check. The API loads when the app uses it: a tracer provider set in code has loaded it already, one
+named in the environment loads it at duro's first check; ``import duro`` loads none of it.
 
 The spans (tracer ``duro``):
 
@@ -26,26 +27,48 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Callable, Coroutine, Iterator, Sized
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
-trace: Any
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import propagate
-    from opentelemetry import trace as _trace
-    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 
-    trace = _trace
-except ImportError:  # the otel extra is not installed: tracing is off
-    trace = None
+class _Api:
+    """The parts of OpenTelemetry's API duro uses."""
 
-ENABLED = trace is not None
+    def __init__(self) -> None:
+        from opentelemetry import context, propagate, trace
+        from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
+
+        self.trace: Any = trace
+        self.context: Any = context
+        self.propagate: Any = propagate
+        self.kind: Any = SpanKind
+        self.off: tuple[type, ...] = (ProxyTracerProvider, NoOpTracerProvider)
+        self.tracer: Any = trace.get_tracer("duro")  # a proxy: follows a provider set later
+        self._status = Status
+        self._error = StatusCode.ERROR
+
+    def error_status(self, error: BaseException) -> Any:
+        return self._status(self._error, type(error).__name__)
 
 
 _FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ  # a provider the API loads when first asked
 _UNSET = object()
+_api: _Api | None = None
+_absent = False  # the extra is not installed
+
+
+def _load() -> _Api | None:
+    """The API, once the app uses it (no provider can be set without loading ``opentelemetry.trace``)."""
+    global _api, _absent
+    if _absent or ("opentelemetry.trace" not in sys.modules and not _FROM_ENV):
+        return None
+    try:
+        _api = _Api()
+    except ImportError:  # the otel extra is not installed: tracing is off
+        _absent = True
+    return _api
 
 
 def active() -> bool:
@@ -54,29 +77,32 @@ def active() -> bool:
 
     Read at every start, run and step, so it reads the API's global first (0.1 us): the API's own
     ``get_tracer_provider()`` looks the environment up at each call (2 us)."""
-    if trace is None:
+    api = _api if _api is not None else _load()
+    if api is None:
         return False
-    provider = getattr(trace, "_TRACER_PROVIDER", _UNSET)
+    provider = getattr(api.trace, "_TRACER_PROVIDER", _UNSET)
     if provider is None and not _FROM_ENV:
         return False  # none set yet
     if provider is None or provider is _UNSET:
-        provider = trace.get_tracer_provider()
-    return not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider))
+        provider = api.trace.get_tracer_provider()
+    return not isinstance(provider, api.off)
+
+
+def _on() -> _Api:
+    assert _api is not None, "a span is made only while active()"
+    return _api
 
 
 _NOTHING: AbstractContextManager[Any] = nullcontext()
 
 
-_TRACER: Any = None if trace is None else trace.get_tracer("duro")  # a proxy: follows a provider set later
-
-
 @contextmanager
 def _start_span(workflow: str) -> Iterator[str | None]:
-    assert trace is not None
-    with _TRACER.start_as_current_span(f"duro.start {workflow}", kind=SpanKind.PRODUCER) as span:
+    api = _on()
+    with api.tracer.start_as_current_span(f"duro.start {workflow}", kind=api.kind.PRODUCER) as span:
         span.set_attribute("duro.workflow", workflow)
         carrier: dict[str, str] = {}
-        propagate.inject(carrier)
+        api.propagate.inject(carrier)
         yield json.dumps(carrier, sort_keys=True) if carrier else None
 
 
@@ -87,15 +113,14 @@ def start_span(workflow: str) -> AbstractContextManager[str | None]:
     return _start_span(workflow)
 
 
-def _parent(stored: str | None) -> Any:
-    assert trace is not None
+def _parent(api: _Api, stored: str | None) -> Any:
     if not stored:
         return None
     try:
         carrier = json.loads(stored)
     except ValueError:
         return None
-    return propagate.extract(carrier) if isinstance(carrier, dict) else None
+    return api.propagate.extract(carrier) if isinstance(carrier, dict) else None
 
 
 class RunSpan:
@@ -104,27 +129,27 @@ class RunSpan:
     __slots__ = ("_span", "_token")
 
     def __init__(self, run_id: str, workflow: str, stored: str | None) -> None:
-        assert trace is not None
-        span = _TRACER.start_span(
+        api = _on()
+        span = api.tracer.start_span(
             f"duro.run {workflow}",
-            context=_parent(stored),
-            kind=SpanKind.CONSUMER,
+            context=_parent(api, stored),
+            kind=api.kind.CONSUMER,
             attributes={"duro.run_id": run_id, "duro.workflow": workflow},
         )
         self._span = span
-        self._token = otel_context.attach(trace.set_span_in_context(span))
+        self._token = api.context.attach(api.trace.set_span_in_context(span))
 
     def end(self, outcome: str, replayed: int, error: BaseException | None = None) -> None:
-        assert trace is not None
+        api = _on()
         span = self._span
         span.set_attribute("duro.outcome", outcome)
         span.set_attribute("duro.replayed", replayed)
         if error is not None:
             span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_status(api.error_status(error))
         span.end()
         try:
-            otel_context.detach(self._token)
+            api.context.detach(self._token)
         except Exception:  # noqa: BLE001 - detached in another context (a cancelled task): harmless
             pass
 
@@ -186,8 +211,7 @@ def traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -> Corou
 
 @contextmanager
 def _step_span(name: str, attempt: int) -> Iterator[Any]:
-    assert trace is not None
-    with _TRACER.start_as_current_span(
+    with _on().tracer.start_as_current_span(
         f"duro.step {name}",
         attributes={"duro.step.name": name, "duro.step.attempt": attempt},
         record_exception=False,
@@ -208,7 +232,7 @@ def step_outcome(span: Any, outcome: str, error: BaseException | None = None) ->
     if error is not None:
         span.record_exception(error)
         if outcome == "failed":
-            span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            span.set_status(_on().error_status(error))
 
 
 def slot_wait_span(limit: str, position: int | None) -> Any:
@@ -218,7 +242,7 @@ def slot_wait_span(limit: str, position: int | None) -> Any:
     attributes: dict[str, Any] = {"duro.limit": limit}
     if position is not None:
         attributes["duro.slot.position"] = position
-    return _TRACER.start_span(f"duro.slot_wait {limit}", attributes=attributes)
+    return _on().tracer.start_span(f"duro.slot_wait {limit}", attributes=attributes)
 
 
 def end_slot_wait(span: Any, outcome: str) -> None:

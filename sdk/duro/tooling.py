@@ -8,24 +8,33 @@ it with 503 and ``Retry-After``), ``check_run_id`` (the rule a new run's id must
 one before reading the store with it), ``WorkflowSpec`` (a registered workflow, as
 ``engine.workflows`` gives it), ``ReplayOutcome``, ``history_to_json`` and ``history_from_json``
 (the replay check: ``duro replay-check``, ``duro runs export``, ``env.replay``), ``version_order``
-(how versions of a workflow sort: newest last).
+(how versions of a workflow sort: newest last), ``lazy_names`` (a package's public names that load
+their module on first use, as duro's own do).
 """
 
-from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
-from ._definitions import WorkflowSpec
-from ._durations import format_ms
-from ._durations import to_ms as duration_ms
-from ._errors import StoreUnavailable
-from ._events import RunEvent
-from ._handle import RunInfo, StepInfo, StepsPage
-from ._registry import version_order
-from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
-from ._scan import Project, load_project
-from ._schedules import ScheduleInfo
-from ._text import check_run_id
-from .limits import LimitInfo, SlotInfo
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
+    from ._definitions import WorkflowSpec
+    from ._durations import format_ms
+    from ._durations import to_ms as duration_ms
+    from ._errors import StoreUnavailable
+    from ._events import RunEvent
+    from ._handle import RunInfo, StepInfo, StepsPage
+    from ._registry import version_order
+    from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
+    from ._scan import Project, load_project
+    from ._schedules import ScheduleInfo
+    from ._text import check_run_id
+    from .limits import LimitInfo, SlotInfo
 
 __all__ = [
+    "lazy_names",
     "ReplayOutcome",
     "history_from_json",
     "history_to_json",
@@ -48,3 +57,43 @@ __all__ = [
     "check_run_id",
     "WorkflowSpec",
 ]
+
+# Each name loads its module on first use: a tool that needs one record loads no store.
+__getattr__, __dir__ = lazy_names(
+    globals(),
+    {
+        "._clock": (
+            "SystemClock",
+            "datetime_to_ms",
+            "ms_to_datetime",
+        ),
+        "._definitions": ("WorkflowSpec",),
+        "._durations": (
+            "format_ms",
+            "duration_ms=to_ms",
+        ),
+        "._errors": ("StoreUnavailable",),
+        "._events": ("RunEvent",),
+        "._handle": (
+            "RunInfo",
+            "StepInfo",
+            "StepsPage",
+        ),
+        "._registry": ("version_order",),
+        "._replaycheck": (
+            "ReplayOutcome",
+            "history_from_json",
+            "history_to_json",
+        ),
+        "._scan": (
+            "Project",
+            "load_project",
+        ),
+        "._schedules": ("ScheduleInfo",),
+        "._text": ("check_run_id",),
+        ".limits": (
+            "LimitInfo",
+            "SlotInfo",
+        ),
+    },
+)

@@ -165,7 +165,7 @@ def test_duro_without_the_otel_extra_imports_and_runs_unchanged(tmp_path):
             engine.register(twice)
             async with engine:
                 run = await engine.start(twice, 21)
-                print(_tracing.ENABLED, await run.result(timeout=30))
+                print(_tracing.active(), await run.result(timeout=30))
             engine.close()
 
         asyncio.run(main())
@@ -182,6 +182,7 @@ def test_with_the_extra_but_no_tracer_provider_duro_makes_no_spans(tmp_path):
     script = textwrap.dedent(
         f"""
         import asyncio
+        import opentelemetry.trace  # the app uses the API, and sets no provider
         import duro
         from duro import _tracing
 
@@ -195,7 +196,7 @@ def test_with_the_extra_but_no_tracer_provider_duro_makes_no_spans(tmp_path):
             async with engine:
                 run = await engine.start(plain, 1)
                 await run.result(timeout=30)
-                print(_tracing.ENABLED, _tracing.active(), engine.store.get_run(run.id).trace_context)
+                print(_tracing._api is not None, _tracing.active(), engine.store.get_run(run.id).trace_context)
             engine.close()
 
         asyncio.run(main())

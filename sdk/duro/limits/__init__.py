@@ -7,10 +7,17 @@
 - for operators: :mod:`._admin` (``engine.limits``).
 """
 
-from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
-from ._admin import Limits
-from ._local import LocalSlots
-from ._types import HOOK_PREFIX, LimitInfo, Slot, SlotInfo, SlotRelease, limit_config
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
+    from ._admin import Limits
+    from ._local import LocalSlots
+    from ._types import HOOK_PREFIX, LimitInfo, Slot, SlotInfo, SlotRelease, limit_config
 
 __all__ = [
     "HOOK_PREFIX",
@@ -27,3 +34,27 @@ __all__ = [
     "release_slot",
     "with_limit",
 ]
+
+# Each name loads its module on first use: workflow code's acquire_slot loads no operator's tools.
+__getattr__, __dir__ = lazy_names(
+    globals(),
+    {
+        "._acquire": (
+            "RunLimits",
+            "acquire_slot",
+            "limit_slot",
+            "release_slot",
+            "with_limit",
+        ),
+        "._admin": ("Limits",),
+        "._local": ("LocalSlots",),
+        "._types": (
+            "HOOK_PREFIX",
+            "LimitInfo",
+            "Slot",
+            "SlotInfo",
+            "SlotRelease",
+            "limit_config",
+        ),
+    },
+)

@@ -1,38 +1,45 @@
 """Storage: the SQLModel schema, the narrow store protocol, and the SQL implementation."""
 
-from ._commands import (
-    Adopter,
-    Command,
-    ConfirmSlot,
-    FinishRun,
-    GiveUpSlot,
-    OwnStep,
-    RecordStep,
-    ReleaseSlot,
-    RequestSlot,
-    SendSignal,
-    SlotOutcome,
-    TakeSignal,
-    Unload,
-    Waiting,
-)
-from ._protocol import Store
-from ._records import (
-    CancelOutcome,
-    Claim,
-    Fenced,
-    NewRun,
-    QuotaCheck,
-    RunRecord,
-    ScheduleRecord,
-    StepRecord,
-    WouldWait,
-    settle_sleeps,
-)
-from ._slot_rows import LimitState
-from ._sql import SqlStore
-from ._tables import SCHEMA_VERSION
-from ._urls import DEFAULT_SQLITE_URL, parse_database_url
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ._commands import (
+        Adopter,
+        Command,
+        ConfirmSlot,
+        FinishRun,
+        GiveUpSlot,
+        OwnStep,
+        RecordStep,
+        ReleaseSlot,
+        RequestSlot,
+        SendSignal,
+        SlotOutcome,
+        TakeSignal,
+        Unload,
+        Waiting,
+    )
+    from ._protocol import Store
+    from ._records import (
+        CancelOutcome,
+        Claim,
+        Fenced,
+        NewRun,
+        QuotaCheck,
+        RunRecord,
+        ScheduleRecord,
+        StepRecord,
+        WouldWait,
+        settle_sleeps,
+    )
+    from ._slot_rows import LimitState
+    from ._sql import SqlStore
+    from ._tables import SCHEMA_VERSION
+    from ._urls import DEFAULT_SQLITE_URL, parse_database_url
 
 __all__ = [
     "Adopter",
@@ -66,3 +73,46 @@ __all__ = [
     "settle_sleeps",
     "WouldWait",
 ]
+
+# Each name loads its module on first use: a command or a record does not load SQLAlchemy.
+__getattr__, __dir__ = lazy_names(
+    globals(),
+    {
+        "._commands": (
+            "Adopter",
+            "Command",
+            "ConfirmSlot",
+            "FinishRun",
+            "GiveUpSlot",
+            "OwnStep",
+            "RecordStep",
+            "ReleaseSlot",
+            "RequestSlot",
+            "SendSignal",
+            "SlotOutcome",
+            "TakeSignal",
+            "Unload",
+            "Waiting",
+        ),
+        "._protocol": ("Store",),
+        "._records": (
+            "CancelOutcome",
+            "Claim",
+            "Fenced",
+            "NewRun",
+            "QuotaCheck",
+            "RunRecord",
+            "ScheduleRecord",
+            "StepRecord",
+            "WouldWait",
+            "settle_sleeps",
+        ),
+        "._slot_rows": ("LimitState",),
+        "._sql": ("SqlStore",),
+        "._tables": ("SCHEMA_VERSION",),
+        "._urls": (
+            "DEFAULT_SQLITE_URL",
+            "parse_database_url",
+        ),
+    },
+)

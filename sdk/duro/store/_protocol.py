@@ -10,7 +10,7 @@ correct when it passes it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from .._config import LimitConfig
 from .._slots import SlotEvent, SlotRow
@@ -29,7 +29,9 @@ from ._commands import (
     Unload,
 )
 from ._records import CancelOutcome, Claim, NewRun, QuotaCheck, RunRecord, ScheduleRecord, StepRecord
-from ._slot_stats import SlotStats
+
+if TYPE_CHECKING:
+    from ._slot_stats import SlotStats  # its SQL needs SQLAlchemy: a store's, not the protocol's
 
 T = TypeVar("T")
 
