@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from croniter import croniter
-
 from ._clock import Clock, datetime_to_ms, ms_to_datetime
 from ._definitions import Concurrency
 from ._errors import DuroError
@@ -67,6 +65,8 @@ class ScheduleInfo:
 
 def next_window(cron: str, after_ms: int) -> int:
     """The first cron window strictly after ``after_ms`` (UTC)."""
+    from croniter import croniter  # loaded by the first schedule, not by every engine
+
     return datetime_to_ms(croniter(cron, ms_to_datetime(after_ms)).get_next(datetime))
 
 
@@ -133,6 +133,8 @@ class Schedules:
             raise DuroError(
                 f"schedule name {name!r} is invalid: use 1 to 100 letters, digits, '.', '_', ':' or '-'"
             )
+        from croniter import croniter
+
         if not isinstance(cron, str) or not croniter.is_valid(cron):
             raise DuroError(
                 f"schedule {name!r}: cron {cron!r} is not a valid cron expression; "

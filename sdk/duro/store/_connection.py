@@ -15,26 +15,24 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-try:
-    import psycopg
-    from psycopg.pq import TransactionStatus
-except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
-    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]  # a stand-in: see _extras.Absent
-
 from .._clock import pause
 from .._errors import DuroError, StoreUnavailable
+from . import _psycopg
 from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
 from ._schema import create_schema
 from ._turns import TurnLock
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
+
+if TYPE_CHECKING:
+    import psycopg
 
 T = TypeVar("T")
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -59,10 +57,11 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     sent: a round trip for nothing. When this statement is the transaction's first, the two go in
     one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
     driver = driver_of(conn)
+    pg = _psycopg.driver
     if (
-        isinstance(driver, psycopg.Connection)
+        isinstance(driver, pg.Connection)
         and not driver.autocommit
-        and driver.info.transaction_status == TransactionStatus.IDLE
+        and driver.info.transaction_status == pg.pq.TransactionStatus.IDLE
     ):
         with driver.pipeline():
             return driver.execute(sql, params)
@@ -79,7 +78,8 @@ def is_transient(err: BaseException) -> bool:
             return True
         cause = err.orig
     # the named queries run on the driver's connection: psycopg's own errors
-    return isinstance(cause, (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout))
+    pg = _psycopg.driver
+    return isinstance(cause, (pg.OperationalError, pg.errors.IdleInTransactionSessionTimeout))
 
 
 def is_unavailable(err: BaseException) -> bool:

@@ -22,10 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-try:
-    import psycopg
-except ModuleNotFoundError:  # no postgres extra: SQLite only (parse_database_url says which to install)
-    from .._extras import PSYCOPG as psycopg  # type: ignore[no-redef]  # a stand-in: see _extras.Absent
+from . import _psycopg
 
 NOTIFY_CHANNEL = "duro"
 
@@ -41,6 +38,7 @@ def listen(url: URL, deliver: Callable[[list[Any]], None], stopping: threading.E
     whatever was sent meanwhile was lost, so listeners look again."""
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     first = True
+    psycopg = _psycopg.driver
     while not stopping.is_set():
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:

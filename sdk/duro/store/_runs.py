@@ -9,13 +9,9 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-try:
-    from psycopg.errors import UniqueViolation
-except ModuleNotFoundError:  # no postgres extra: SQLite only
-    from .._extras import NotInstalled as UniqueViolation  # type: ignore[assignment]  # a stand-in: see _extras
-
 from .._errors import ConcurrencyLimitError, RunIdConflictError, RunNotFoundError
 from .._quota import admit
+from . import _psycopg
 from ._commands import OwnStep
 from ._connection import Connector
 from ._fences import write_step
@@ -100,7 +96,7 @@ class Runs:
             if self.db.dialect == "postgresql" and parent is None:
                 return self._insert_pipelined(new, quota)
             return self._insert(new, quota, parent)
-        except (IntegrityError, UniqueViolation, _RunExists):
+        except (IntegrityError, _psycopg.driver.errors.UniqueViolation, _RunExists):
             # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
             # existence check), or by another process's start between our check and our insert.
             existing = self.get(new.id)

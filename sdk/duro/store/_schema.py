@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._errors import DuroError
-from ._tables import ACTIVE_SQL, SCHEMA_VERSION, metadata
+from ._tables import ACTIVE_SQL, SCHEMA_VERSION, metadata, partial_on_postgresql
 
 
 class Connector(Protocol):
@@ -108,6 +108,8 @@ def create_schema(db: Connector) -> None:
     a lock, so that processes starting together do it once); then the store is ready."""
     if db.schema_ready:
         return
+    if db.dialect == "postgresql":
+        partial_on_postgresql()
     try:
         with db.engine.connect() as conn:
             conn.execution_options(duro_write=True)

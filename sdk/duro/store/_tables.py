@@ -29,7 +29,6 @@ ACTIVE_SQL = "(" + ", ".join(f"'{status}'" for status in ACTIVE_STATUS_VALUES) +
 
 class _Where(TypedDict):
     sqlite_where: TextClause
-    postgresql_where: TextClause
 
 
 class _ColumnOptions(TypedDict, total=False):
@@ -38,8 +37,10 @@ class _ColumnOptions(TypedDict, total=False):
 
 
 def _where(condition: str) -> _Where:
-    """A partial index's condition, on both databases."""
-    return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
+    """A partial index's condition, the same SQL on both databases: given for SQLite here, and for
+    PostgreSQL by :func:`partial_on_postgresql` when a PostgreSQL store opens (naming PostgreSQL's
+    option here would load SQLAlchemy's PostgreSQL dialect in every process, SQLite's too)."""
+    return {"sqlite_where": text(condition)}
 
 
 class DuroTable(SQLModel, registry=registry()):
@@ -266,3 +267,12 @@ meta = _table(Meta)
 schedules = _table(Schedule)
 limits = _table(LimitRow)
 slots = _table(SlotRequest)
+
+
+def partial_on_postgresql() -> None:
+    """Give each partial index its condition on PostgreSQL too (see :func:`_where`); idempotent."""
+    for table in metadata.tables.values():
+        for index in table.indexes:
+            where = index.dialect_options["sqlite"]["where"]
+            if where is not None:
+                index.dialect_options["postgresql"]["where"] = where

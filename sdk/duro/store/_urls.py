@@ -11,6 +11,7 @@ from sqlalchemy.exc import ArgumentError
 from .._durations import to_ms
 from .._errors import DuroError
 from .._extras import require
+from . import _psycopg
 
 DEFAULT_SQLITE_URL = "sqlite:///.duro/dev.db"
 URL_HINT = "use sqlite:///path/to/file.db or postgresql+psycopg://user:password@host:5432/dbname"
@@ -33,6 +34,7 @@ def parse_database_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
     if backend in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
         require("psycopg", "postgres", "PostgreSQL")
+        _psycopg.load()
     elif backend != "sqlite":
         raise DuroError(
             f"database URL {parsed.render_as_string(hide_password=True)!r} names backend "
