@@ -24,7 +24,14 @@ from duro import DuroError, Engine
 from duro.metrics import collector
 
 from .api import api_routes
-from .api._common import STORE_DOWN, ApiError, duro_error, error_response, store_down, unavailable_response
+from .api._common import (
+    ApiError,
+    duro_error,
+    error_response,
+    store_down,
+    store_down_errors,
+    unavailable_response,
+)
 from .monitor import LimitsMonitor
 from .security import Guard
 from .source import EngineSource, FixedEngine, ProjectUnavailable
@@ -67,7 +74,7 @@ def create_app(
         ProjectUnavailable: _unavailable,
         DuroError: _duro_error,
         HTTPException: _http_error,
-        **dict.fromkeys(STORE_DOWN, _store_down),
+        **dict.fromkeys(store_down_errors(), _store_down),
     }
     guard = Middleware(Guard, token=token, allowed_hosts=list(allowed_hosts))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[guard], exception_handlers=handlers)

@@ -14,7 +14,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from .api._common import STORE_DOWN
+from .api._common import store_down_errors
 from .api.models import LimitOut
 from .source import EngineSource, ProjectUnavailable
 
@@ -68,7 +68,7 @@ class LimitsMonitor:
             return
         try:
             infos = await engine.limits.list()
-        except STORE_DOWN:
+        except store_down_errors():
             return  # the store is busy or out of reach: no point this time, the next sample tries again
         now = engine.clock.now_ms()
         for info in infos:

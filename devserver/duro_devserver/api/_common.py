@@ -7,6 +7,7 @@ import logging
 import math
 import re
 import sqlite3
+import sys
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -28,19 +29,19 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_JSON_DEPTH = 100
 RETRY_AFTER_S = 5  # a store error that escaped without saying how long to wait
 
-# What says the store did not answer: the engine's StoreUnavailable, or a driver's error that
-# escaped it (answered the same way, never as a 500 with SQL and a traceback)
-STORE_DOWN: tuple[type[BaseException], ...] = (
-    StoreUnavailable,
-    sa.exc.OperationalError,
-    sqlite3.OperationalError,
-)
-try:
-    import psycopg
-except ModuleNotFoundError:  # no postgres extra: the store is SQLite
-    pass
-else:
-    STORE_DOWN += (psycopg.OperationalError,)
+
+def store_down_errors() -> tuple[type[BaseException], ...]:
+    """What says the store did not answer: the engine's StoreUnavailable, or a driver's error that
+    escaped it (answered the same way, never as a 500 with SQL and a traceback). psycopg's once it
+    is loaded: a PostgreSQL URL loads it when parsed, before any app or engine uses the store."""
+    psycopg = sys.modules.get("psycopg")
+    found: tuple[type[BaseException], ...] = (
+        StoreUnavailable,
+        sa.exc.OperationalError,
+        sqlite3.OperationalError,
+    )
+    return found if psycopg is None else (*found, psycopg.OperationalError)
+
 
 log = logging.getLogger("duro.devserver")
 
@@ -82,8 +83,9 @@ def store_down(err: BaseException | None) -> BaseException | None:
     """``err``, or the exception it was raised from or while handling, that says the store did not
     answer (a route that turned any DuroError into a 404 or 422 must not hide a 503)."""
     seen: set[int] = set()
+    down = store_down_errors()
     while err is not None and id(err) not in seen:
-        if isinstance(err, STORE_DOWN):
+        if isinstance(err, down):
             return err
         seen.add(id(err))
         err = err.__cause__ or err.__context__
