@@ -77,9 +77,13 @@ def active() -> bool:
 
     Read at every start, run and step, so it reads the API's global first (0.1 us): the API's own
     ``get_tracer_provider()`` looks the environment up at each call (2 us)."""
-    api = _api if _api is not None else _load()
+    api = _api
     if api is None:
-        return False
+        if "opentelemetry.trace" not in sys.modules and not _FROM_ENV:
+            return False  # the app has not loaded the API: no provider can be set
+        api = _load()
+        if api is None:
+            return False
     provider = getattr(api.trace, "_TRACER_PROVIDER", _UNSET)
     if provider is None and not _FROM_ENV:
         return False  # none set yet

@@ -57,6 +57,8 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     sent: a round trip for nothing. When this statement is the transaction's first, the two go in
     one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
     driver = driver_of(conn)
+    if isinstance(driver, sqlite3.Connection):
+        return driver.execute(sql, params)
     pg = _psycopg.driver
     if (
         isinstance(driver, pg.Connection)
