@@ -340,8 +340,7 @@ class RunContext(SlotCalls):
             if residency.leaves_at_once(started + ms):
                 # It will leave memory at once: its record must be in first, and until it is the run
                 # counts as executing, so a worker's capacity bounds what it claims while its
-                # commits lag (without this, PostgreSQL under a burst of starts let a worker hold
-                # 90,000 runs and grow to 740 MB: bench/inflight.py)
+                # commits lag (else a burst of starts grows a worker without bound)
                 with contextlib.suppress(Exception):  # a failure is the run's fatal (see refused)
                     await recorded.outcome()
                 if not recorded.took:

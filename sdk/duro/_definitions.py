@@ -131,8 +131,8 @@ class StepSpec:
     retry_delay_ms: int
     signature: inspect.Signature
     output: Codec
-    # the one call shape that needs no Signature.bind to be known good (15 us a call, replays
-    # included): this many positional arguments and no keywords; -1 when the signature has defaults,
+    # the one call shape that needs no Signature.bind (slow, and paid at every replay) to be known
+    # good: this many positional arguments and no keywords; -1 when the signature has defaults,
     # keyword-only or variadic parameters
     arity: int = -1
 

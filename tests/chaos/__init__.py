@@ -1,1 +1,1 @@
-"""The chaos suite of issue 7: many workers on one real PostgreSQL, killed, stopped and cut off."""
+"""The chaos suite: many workers on one real PostgreSQL, killed, stopped and cut off."""

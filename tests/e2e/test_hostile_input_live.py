@@ -1,5 +1,5 @@
-"""Hostile input sent to a real ``duro dev`` process, once on SQLite and once on the real PostgreSQL
-(issue 14): override values of the wrong JSON type, and NUL characters in a run id, a quota key, a
+"""Hostile input sent to a real ``duro dev`` process, once on SQLite and once on the real PostgreSQL:
+override values of the wrong JSON type, and NUL characters in a run id, a quota key, a
 filter, a run's and a slot's path, and a slot label. Each is the same 4xx on both stores, the store's
 rows are what they were before, and the server's log holds no NUL, no driver error and no value sent.
 

@@ -1,4 +1,4 @@
-"""Issue 16's bar, with real processes: 20,000 runs sleep for a day and 20 for 20 s under a ``duro
+"""Waiting costs nothing, with real processes: 20,000 runs sleep for a day and 20 for 20 s under a ``duro
 worker``; the worker is killed (SIGKILL) once all are asleep and a new one starts. The 20 short
 sleepers complete within 5 s of their wake time, and neither worker grows by more than 60 MB over
 an idle worker (its peak resident memory, VmHWM, against an idle worker's after one run)."""

@@ -4,7 +4,7 @@ answer matches the description (status codes and bodies).
 
 Two parts. schemathesis generates cases from the description, valid ones and ones that break it
 (its negative mode: wrong JSON types, out-of-range numbers, missing fields; strings may hold NUL).
-Generated data seldom reaches the shapes that broke the server once (issue 14), so every operation
+Generated data seldom reaches the shapes that broke the server once, so every operation
 also gets hand-made hostile cases, sent through schemathesis and checked by it: each path and query
 parameter (and one it does not know) holding a NUL, query numbers and arrays of the wrong type, and
 each body (and each field of it, nested ones included) replaced by a value of every wrong JSON type,

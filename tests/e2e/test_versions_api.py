@@ -1,4 +1,4 @@
-"""Issue 18 in the API: a run failed with ``NonDeterminismError`` carries both calls and the seq
+"""Versions in the API: a run failed with ``NonDeterminismError`` carries both calls and the seq
 (``run.error.detail``), and each workflow lists its versions with their unfinished runs, a version
 the code no longer has included (``versions``). In process, over engines on one SQLite file."""
 

@@ -1,4 +1,4 @@
-"""Ownership is fenced on execution (issue 13), shown with real ``duro worker`` / ``duro serve`` processes
+"""Ownership is fenced on execution, shown with real ``duro worker`` / ``duro serve`` processes
 and an effect log the step bodies write (``fence_project/workflows/effects.py``):
 
 - a worker frozen (SIGSTOP) past its lease while its run sleeps, the run completed by another worker,

@@ -1,4 +1,4 @@
-"""Hostile input changes nothing and gets a clear answer, the same on SQLite and PostgreSQL (issue 14):
+"""Hostile input changes nothing and gets a clear answer, the same on SQLite and PostgreSQL:
 override values of the wrong JSON type, and NUL characters (PostgreSQL's text columns cannot hold
 them, SQLite's can) in every id, name, key, label and filter that reaches the store.
 

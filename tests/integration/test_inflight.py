@@ -1,4 +1,4 @@
-"""Waiting costs nothing (issue 16): a waiting run leaves its worker's memory and comes back by replay
+"""Waiting costs nothing: a waiting run leaves its worker's memory and comes back by replay
 when its wait ends, on both stores. Every wait kind: a sleep, a signal, a child, a slot's queue; a
 cancellation; a worker that stops or dies; the bound on concurrent runs."""
 

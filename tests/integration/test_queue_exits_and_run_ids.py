@@ -1,4 +1,4 @@
-"""Correctness seen from outside (issue 14), on a fresh SQLite file and on a real PostgreSQL database:
+"""Correctness seen from outside, on a fresh SQLite file and on a real PostgreSQL database:
 
 - a run that leaves a limit's queue by ending (cancelled, failed) has its hook step closed, with an
   end time and the run's end as its status;

@@ -176,7 +176,7 @@ async def test_a_replay_that_diverges_fails_with_non_determinism(sqlite_url):
         await clock.advance("1m")
     async with simulated_engine(sqlite_url, clock) as engine:
         engine.register("deal", "1", version_two)
-        await clock.advance("1h")  # a waiting run is replayed when its wait ends (issue 16)
+        await clock.advance("1h")  # a waiting run is replayed when its wait ends
         with pytest.raises(RunFailedError) as info:
             await engine.handle(handle.id).result()
     cause = info.value.cause
@@ -214,6 +214,6 @@ async def test_divergence_cannot_be_swallowed_by_workflow_code(sqlite_url):
         await clock.advance("1s")
     async with simulated_engine(sqlite_url, clock) as engine:
         engine.register("w", "1", second)
-        await clock.advance("1h")  # replayed when its sleep ends (issue 16)
+        await clock.advance("1h")  # replayed when its sleep ends
         with pytest.raises(RunFailedError, match="diverged"):
             await engine.handle(handle.id).result()

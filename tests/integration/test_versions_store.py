@@ -1,5 +1,5 @@
 """``Store.unfinished_by_version``: the unfinished runs of each (workflow, version) of a namespace,
-the workflows page's versions (issue 18), on SQLite and PostgreSQL."""
+the workflows page's versions, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
