@@ -80,7 +80,7 @@ def is_transient(err: BaseException) -> bool:
             return True
         cause = err.orig
     # the named queries run on the driver's connection: psycopg's own errors
-    pg = _psycopg.driver
+    pg = _psycopg.loaded()
     return isinstance(cause, (pg.OperationalError, pg.errors.IdleInTransactionSessionTimeout))
 
 

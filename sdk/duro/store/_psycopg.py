@@ -4,11 +4,20 @@ PostgreSQL URL is parsed it is the stand-in of ``duro._extras`` (every ``isinsta
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .._extras import PSYCOPG
 
 driver: Any = PSYCOPG
+
+
+def loaded() -> Any:
+    """The driver if anything in this process loaded it (its errors can exist only then), else the
+    stand-in: for code that classifies an error, which may meet one before any URL was parsed."""
+    if driver is PSYCOPG and "psycopg" in sys.modules:
+        load()
+    return driver
 
 
 def load() -> None:
