@@ -224,6 +224,22 @@ class Engine:
         )
         return self.handle(record.id), created
 
+    async def start_info(
+        self,
+        wf: Any,
+        inp: Any = None,
+        *,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        version: str | None = None,
+    ) -> tuple[RunInfo, bool]:
+        """``start_run``, answered with the run as the start left it (:class:`RunInfo`: the new run
+        as written, or the one its id already named) instead of a handle: no second read."""
+        record, created = await self._starter.start(
+            wf, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
+        return RunInfo.of(record), created
+
     async def emit(self, name: str, payload: Any = None, *, event_id: str | None = None) -> EmitResult:
         """Start every workflow subscribed to event ``name`` (``@workflow(on_event=name)``) with
         ``payload`` as its input. A subscriber refused by its quota (or by its input's validation)

@@ -31,7 +31,7 @@ class Launcher(Protocol):
 
     id: str
 
-    def launch(self, run: RunRecord, fresh: bool = False) -> None: ...
+    def launch(self, run: RunRecord, fresh: bool = False, spec: WorkflowSpec | None = None) -> None: ...
 
     def has_room(self) -> bool: ...
 
@@ -121,7 +121,7 @@ class Starter:
         self._events.publish("run.created", record.id, new.created_at, spec.name, parent_id=new.parent_id)
         if worker is not None:
             if owner is not None:
-                worker.launch(record, fresh=True)
+                worker.launch(record, fresh=True, spec=spec)  # the workflow looked up once a start
             elif spec.serial or local:
                 worker.wake()
         return record, True

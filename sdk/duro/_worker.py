@@ -34,7 +34,7 @@ from ._cancel import cancelled
 from ._clock import Clock
 from ._config import Workspace
 from ._context import RunContext
-from ._definitions import TERMINAL_STATUS_VALUES
+from ._definitions import TERMINAL_STATUS_VALUES, WorkflowSpec
 from ._errors import DuroError, EngineCrash, RunCancelled, as_code
 from ._events import EventBus
 from ._gateway import StoreGateway, store_trouble
@@ -184,19 +184,19 @@ class Worker:
         """Whether this worker may execute one more run now (``max_concurrent_runs``)."""
         return self.residents.room() > 0
 
-    def launch(self, run: RunRecord, fresh: bool = False) -> None:
-        """Execute ``run`` (owned by this worker) in a task of its own; ``fresh``: it has no history."""
+    def launch(self, run: RunRecord, fresh: bool = False, spec: WorkflowSpec | None = None) -> None:
+        """Execute ``run`` (ours) in a task of its own; ``fresh``: no history; ``spec``: its code, if known."""
         if run.id in self.live:
             return
         ctx = RunContext(self.runtime, run)
         ctx.task = asyncio.get_running_loop().create_task(
-            traced(partial(self._execute, ctx, fresh), ctx),
+            traced(partial(self._execute, ctx, fresh, spec), ctx),
             name=f"duro-run-{run.id}",
             context=contextvars.Context(),
         )
         self.live[run.id] = ctx
 
-    async def _execute(self, ctx: RunContext, fresh: bool) -> None:
+    async def _execute(self, ctx: RunContext, fresh: bool, known: WorkflowSpec | None) -> None:
         store, run = self.store, ctx.record
         try:
             if not fresh:
@@ -209,7 +209,7 @@ class Worker:
             await ctx.resume()  # claimed while our lease was in doubt: nothing of it runs until confirmed
             if ctx.cancel is not None and ctx.cancel.pending and not len(ctx.history):
                 raise cancelled(run.id)  # nothing of it ran: it ends at once
-            spec = self.registry.spec_for(run.workflow, run.version)  # its own version's code
+            spec = known or self.registry.spec_for(run.workflow, run.version)  # its own version's code
             try:
                 inp = spec.input.load(run.input) if spec.takes_input else None
             except Exception as err:  # noqa: BLE001

@@ -78,7 +78,7 @@ async def start_run(request: Request) -> Response:
         quota = None
         if body.concurrency is not None:
             quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
-        handle, created = await eng.start_run(
+        info, created = await eng.start_info(
             name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
         )
     except ConcurrencyLimitError as err:
@@ -90,8 +90,7 @@ async def start_run(request: Request) -> Response:
         raise ApiError(409, str(err)) from None
     except DuroError as err:  # an InputError carries the workflow and pydantic's errors
         raise duro_error(err) from None
-    run = RunOut.of(await eng.get_run(handle.id))
-    return answer(RunCreatedOut(run=run, created=created), 201 if created else 200)
+    return answer(RunCreatedOut(run=RunOut.of(info), created=created), 201 if created else 200)
 
 
 routes = [
