@@ -314,18 +314,18 @@ class Engine:
                 self.store.declare_limits, list(self.workspace.limits.values()), self.clock.now_ms()
             )
         worker = Worker(
-            self.options,
-            self.namespace,
-            self.clock,
-            self._gateway,
-            self._registry,
-            self.events,
-            self._hooks,
-            self._starter,
-            self.workspace,
-            self.limits,
-            self.schedules,
-            self.handle,
+            options=self.options,
+            namespace=self.namespace,
+            clock=self.clock,
+            gateway=self._gateway,
+            registry=self._registry,
+            events=self.events,
+            hooks=self._hooks,
+            starter=self._starter,
+            workspace=self.workspace,
+            limits=self.limits,
+            schedules=self.schedules,
+            handle=self.handle,
             context_engine=self,
         )
         self._worker = worker

@@ -8,11 +8,10 @@ PostgreSQL, so two live workers never execute the same run; every progress write
 ownership, so a worker that lost a run changes nothing; and a worker whose own lease ran out
 executes no code of any run until a heartbeat has gone through again (``RunContext.resume``).
 
-A waiting run stays in memory a while (parked), then is unloaded: the store holds enough to replay
-it anywhere, and its ``due_at`` says when (see ``_residents``). Due work is claimed in due order,
-in batches of the worker's free capacity. What other processes did (a run to claim, a slot handed
-to one of our waiters, a signal, a child's end, a cancel) arrives through the store's ``listen``
-(PostgreSQL ``LISTEN/NOTIFY``, a SQLite file's ``data_version``), and the poll pass when it is lost.
+A waiting run stays in memory a while (parked), then is unloaded (see ``_residents``). Due work is
+claimed in due order, in batches of the worker's free capacity. What other processes did (a run to
+claim, a slot handed to a waiter here, a signal, a child's end, a cancel) arrives through the
+store's ``listen`` (LISTEN/NOTIFY, a SQLite file's ``data_version``), or the poll pass.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ class Worker:
 
     def __init__(
         self,
+        *,
         options: WorkerOptions,
         namespace: str,
         clock: Clock,
