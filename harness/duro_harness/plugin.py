@@ -8,8 +8,8 @@
   the test file holding ``duro.config.py``, else the rootdir when it has one or a ``workflows/``.
 - ``@pytest.mark.duro(project=..., start=..., config={"limits": {...}})`` sets those per test.
 
-A test run that asks for no ``duro_env`` loads nothing of duro: the harness (and the engine under
-it) loads when a test first asks for the fixture.
+A test run that asks for no ``duro_env`` loads neither the harness nor the engine under it: they
+load when a test first asks for the fixture.
 """
 
 from __future__ import annotations
