@@ -174,19 +174,33 @@ class NarrowedSampler(Sampler):
 
 
 async def test_narrowed_statuses_exceed_the_limit_only_by_the_runs_that_came_back(database_url, tmp_path):
-    sampler = NarrowedSampler(database_url)
-    admitted, refused = await race(
-        database_url, tmp_path, sampler, N_LIMIT, KEYS, N_PROCESSES, N_CLIENTS, N_STARTS, *N_OPTIONS
+    """The bound is checked in every race. A race must also exercise it (starts refused, runs coming
+    back while sampled); on a loaded machine a race now and then does not (every run had gone to
+    sleep before the next start of its key), so up to three races run, each on keys of its own."""
+    used: set[str] = set()
+    for attempt in range(3):
+        keys = [f"{key}.{attempt}" for key in KEYS]
+        used.update(keys)
+        sampler = NarrowedSampler(database_url)
+        folder = tmp_path / f"race-{attempt}"
+        folder.mkdir()
+        admitted, refused = await race(
+            database_url, folder, sampler, N_LIMIT, keys, N_PROCESSES, N_CLIENTS, N_STARTS, *N_OPTIONS
+        )
+        print(
+            f"narrowed quota race {attempt}: {admitted} admitted, {refused} refused, {sampler.samples} "
+            f"samples, max counted per key {dict(sampler.counted)}, max came back {dict(sampler.came_back)}, "
+            f"max never left {dict(sampler.never_left)}, max unfinished {dict(sampler.unfinished)} "
+            f"(limit {N_LIMIT})"
+        )
+        assert admitted + refused == N_PROCESSES * N_CLIENTS * N_STARTS
+        assert sampler.samples > 50
+        assert set(sampler.unfinished) <= used
+        # The documented bound: counted <= limit + runs that came back (the runs that never left <= limit).
+        assert sampler.beyond_the_bound == []
+        exercised = refused > 0 and admitted > N_LIMIT * len(keys)
+        if exercised and max(sampler.came_back.get(key, 0) for key in keys) > 0:
+            return
+    raise AssertionError(
+        "three races in a row refused no start or had no run come back: the bound went untested"
     )
-    print(
-        f"narrowed quota race: {admitted} admitted, {refused} refused, {sampler.samples} samples, "
-        f"max counted per key {dict(sampler.counted)}, max came back {dict(sampler.came_back)}, "
-        f"max never left {dict(sampler.never_left)}, max unfinished {dict(sampler.unfinished)} (limit {N_LIMIT})"
-    )
-    assert admitted + refused == N_PROCESSES * N_CLIENTS * N_STARTS
-    assert refused > 0 and admitted > N_LIMIT * len(KEYS)
-    assert sampler.samples > 50
-    assert set(sampler.unfinished) <= set(KEYS)
-    assert max(sampler.came_back.values()) > 0  # runs did come back while sampled: the bound was exercised
-    # The documented bound: counted <= limit + runs that came back (the runs that never left <= limit).
-    assert sampler.beyond_the_bound == []
