@@ -50,7 +50,7 @@ bench: $(STAMP)
 bench-peers:
 	PYTHON=$(PYTHON) bash bench/peers/setup_prefect.sh
 
-# Issue 15's A/B: BASE (default b682bd8) against the checkout, interleaved (bench/ab.py).
+# The hot paths of BASE (default b682bd8) against the checkout, interleaved (bench/ab.py).
 BASE ?= b682bd8
 bench-ab: $(STAMP)
 	$(BIN)/python bench/ab.py --base $(BASE) --json bench/results/ab.json

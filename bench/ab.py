@@ -1,4 +1,4 @@
-"""Issue 15's A/B: the hot paths of one duro tree against another (or the checkout), the same benchmark
+"""The A/B runner: the hot paths of one duro tree against another (or the checkout), the same benchmark
 code running on both, interleaved in one run so that the machine's noise falls on both alike.
 
     .venv/bin/python bench/ab.py --base b682bd8                      # A = b682bd8, B = the checkout
@@ -12,7 +12,7 @@ One benchmark, two trees. Every case lives in this file and uses duro's public A
 ``define_workspace``, ``Limit``, the engine's ``limits.list()`` and ``list_runs()``, and
 ``duro_harness.simulated``'s env). What differs between trees goes through the compat section below
 (the one place that knows about more than one version of duro): today only the worker options, which
-issue 15 moves from ``Engine(..., poll_interval=, lease=, worker_id=)`` into ``Engine(...,
+older trees take as ``Engine(..., poll_interval=, lease=, worker_id=)`` and newer ones as ``Engine(...,
 options=WorkerOptions(...))``. ``--base`` (A) and ``--head`` (B, when given) are exported with
 ``git archive`` (sdk/ and harness/) into a temporary directory; without ``--head``, B is the working
 tree as it is (uncommitted changes included). Each sample is a fresh process running THIS file with
@@ -115,7 +115,7 @@ QUOTA_LIMIT = 10**9
 
 def make_engine(url: str, workspace: Any = None, **worker: Any) -> Any:
     """``Engine(url, workspace)`` with worker options (``poll_interval``, ``lease``, ``worker_id``):
-    through ``duro.WorkerOptions`` when the tree exports it (issue 15 on), else as keyword arguments
+    through ``duro.WorkerOptions`` when the tree exports it, else as keyword arguments
     of ``Engine`` (the trees before it)."""
     import duro
 

@@ -25,13 +25,13 @@ What it measures, each on a fresh database file in its own temporary directory (
                (``DBOS.start_workflow`` + ``handle.get_result()``, threads). DBOS is a process-wide
                singleton, so it runs in a subprocess of this script (one per repeat, all settings).
 
-Timed windows (issue 15): every timed case measures for at least ``--window`` seconds (default 2).
+Timed windows: every timed case measures for at least ``--window`` seconds (default 2).
 The counts are BATCH sizes: a case repeats its batch (``--runs`` workflow runs or starts, sequential
 or concurrent as the case says; ``--ref-runs`` for DBOS's default-journal reference; ``--floor-rows``
 inserts for the floor) until the window has passed, and reports operations / measured time. The
 floor's ids are made before each batch, outside the timed loop, so its measured time is the sum of
 the batches' times; the other cases time from their first start to the end of the batch that
-crosses the window. ``--window 0`` measures one batch (the count-sized method before issue 15).
+crosses the window. ``--window 0`` measures one batch (a count-sized sample).
 Each sample's count and measured time are in the JSON under ``windows``.
 
 Repeats are interleaved (round 1: every case, round 2: every case, ...) so slow phases of a noisy

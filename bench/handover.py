@@ -1,4 +1,4 @@
-"""Issue 16: a slot handed to a waiter that left memory, against one still resident, on SQLite.
+"""A slot handed to a waiter that left memory, against one still resident, on SQLite.
 
 The case is bench/limits.py's ``latency_queue`` (a holder, a queue of ``--handoffs`` one-shot
 waiters behind a capacity-1 limit, the holder releases and each waiter releases in turn; the

@@ -1,4 +1,4 @@
-"""In-flight runs at scale (issue 16): a worker's memory with a million sleeping runs in the store, the
+"""In-flight runs at scale: a worker's memory with a million sleeping runs in the store, the
 time from a SIGKILL to the first due timer fired, and the start-to-all-suspended rate; duro on
 SQLite and PostgreSQL, and DBOS Transact as far as it goes.
 

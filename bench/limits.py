@@ -54,8 +54,8 @@ pairs/s (the issue). Targets: at least 100x Prefect's pairs/s in the same mode (
 task, 8 runs against 8 tasks) and at least 20% of the sqlite3 floor measured in the same run;
 release-to-resume median under 2 ms; flatness max/min within 2x.
 
-Timed windows (issue 15): every timed measurement lasts at least ``--window`` seconds (default 2;
-``--window 0`` gives the count-sized method before issue 15). How each case reads its count option:
+Timed windows: every timed measurement lasts at least ``--window`` seconds (default 2;
+``--window 0`` gives a count-sized sample). How each case reads its count option:
 
 - floors        --floor-pairs is a BATCH: batches until the window has passed (the slot-row floor's
                 ids are made before each batch, outside its timed loops); pairs / measured time.

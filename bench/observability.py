@@ -1,4 +1,4 @@
-"""Issue 17's bar: what metrics and tracing cost on the hot paths. The same duro (the checkout), three
+"""What metrics and tracing cost on the hot paths. The same duro (the checkout), three
 modes, interleaved in one run; SQLite only.
 
     .venv/bin/python bench/observability.py                                  # 5 rounds

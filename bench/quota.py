@@ -16,10 +16,10 @@ then meet at a barrier. A case's wall time runs from the barrier's release (the 
 clock read just after it) to the last client done (perf_counter is system-wide monotonic on Linux,
 so clocks of different processes compare); rate = total operations / wall time.
 
-Timed windows (issue 15): ``--starts`` is a BATCH, split across the clients; each client repeats its
+Timed windows: ``--starts`` is a BATCH, split across the clients; each client repeats its
 share of the batch until ``--window`` seconds (default 2) have passed on its own clock since the
 barrier, so a case lasts at least the window, and the rate is every client's operations over the
-wall time above. ``--window 0`` runs one batch (the count-sized method before issue 15). Each
+wall time above. ``--window 0`` runs one batch (a count-sized sample). Each
 sample records its operations (``n``) and the batch (``batch``) beside ``rate`` and ``wall``.
 
 Cases, each with 1 and 8 clients, on SQLite and on PostgreSQL:

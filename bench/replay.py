@@ -1,4 +1,4 @@
-"""What a wake costs when the run left memory: the replay of its history (issue 16).
+"""What a wake costs when the run left memory: the replay of its history.
 
 A run makes ``--calls`` durable calls (async steps returning small JSON values), then sleeps; the
 benchmark times its wake: from the sleep's end (the simulated clock moved past it) to the run's

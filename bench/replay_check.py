@@ -1,4 +1,4 @@
-"""What ``duro replay-check`` costs on a database full of unfinished runs (issue 18's bar: 10,000
+"""What ``duro replay-check`` costs on a database full of unfinished runs (the bar: 10,000
 unfinished runs of 20 steps each, on SQLite).
 
 A scratch project (``duro.config.py`` + ``workflows/``) holds one workflow: 20 step calls, then a
