@@ -41,6 +41,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from _support import export_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 TREE_DIRS = ("sdk", "devserver", "harness", "templates")
@@ -126,15 +128,6 @@ def make_project(where: Path) -> Path:
     return where
 
 
-def export(rev: str, into: Path) -> Path:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", rev, *TREE_DIRS], capture_output=True, check=True
-    ).stdout
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
-
-
 def sample(tree: Path, work: Path, server_port: int) -> dict[str, float]:
     """One of each measurement on ``tree``."""
     env = tree_env(tree)
@@ -178,7 +171,9 @@ def main() -> int:
         (work / "test_one.py").write_text(ONE_TEST)
         trees = {"head": ROOT}
         if args.base:
-            trees["base"] = export(args.base, work / "base")
+            trees["base"] = work / "base"
+            trees["base"].mkdir()
+            export_tree(args.base, list(TREE_DIRS), trees["base"])
         servers = {}
         for name, tree in trees.items():
             port = free_port()

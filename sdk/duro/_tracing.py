@@ -60,9 +60,10 @@ _absent = False  # the extra is not installed
 
 
 def _load() -> _Api | None:
-    """The API, once the app uses it (no provider can be set without loading ``opentelemetry.trace``)."""
+    """The API, loaded (``active`` asks once the app uses it: no provider can be set without
+    loading ``opentelemetry.trace``)."""
     global _api, _absent
-    if _absent or ("opentelemetry.trace" not in sys.modules and not _FROM_ENV):
+    if _absent:
         return None
     try:
         _api = _Api()
