@@ -63,8 +63,9 @@ class Pending:
             self._waiter.cancel()
 
 
-# where a write's outcome goes: the future its writer awaits, or a nowait write's Pending
-Sink = asyncio.Future[Any] | Pending
+# where a write's outcome goes: the future its writer awaits, a nowait write's Pending, or the
+# ``on_refused`` of an untracked one
+Sink = asyncio.Future[Any] | Pending | Refused
 
 
 class GroupCommit:
@@ -117,13 +118,24 @@ class GroupCommit:
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
         return pending
 
+    def write_untracked(self, command: Command, on_refused: Refused) -> None:
+        """``write_nowait`` for a write whose outcome nobody asks for later (a sleep's end): only
+        ``on_refused`` hears of it, and only if it did not take."""
+        if type(command) not in self._batched:
+            self.write_nowait(command, on_refused)
+            return
+        self._pending.append((command, on_refused))
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
     def abandon(self) -> None:
         """Drop writes not yet committed, as a process that dies here would."""
         if self._flushing is not None:
             self._flushing.cancel()
             self._flushing = None
         for _, sink in self._pending:
-            sink.cancel()
+            if not callable(sink):
+                sink.cancel()
         self._pending = []
 
     async def _flush(self) -> None:
@@ -152,10 +164,13 @@ class GroupCommit:
 
 
 def _tell(sink: Sink, result: Any, error: BaseException | None) -> None:
-    """A write's outcome to its writer's future (unless the writer gave up waiting), or to the
-    Pending of a write nobody awaits."""
+    """A write's outcome to its writer's future (unless the writer gave up waiting), to the Pending
+    of a write nobody awaits now, or to an untracked write's ``on_refused`` if it did not take."""
     if isinstance(sink, Pending):
         sink.settle(result, error)
+    elif callable(sink):
+        if error is not None or result is not True:
+            sink(error if error is not None else result)
     elif not sink.done():
         if error is not None:
             sink.set_exception(error)

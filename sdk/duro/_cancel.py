@@ -30,8 +30,9 @@ from typing import Any, NoReturn, Protocol
 
 from ._errors import RunCancelled
 from ._replay import History
+from ._residency import Parked
 from ._runtime import Runtime
-from .store import RecordStep, StepRecord, Waiting
+from .store import RecordStep, StepRecord
 
 CANCEL = "cancel"  # the kind (and name) of the record of a cancel delivered as a call returned
 WAITS = frozenset({"sleep", "signal", "hook", "child"})  # the calls a cancelled run may not make
@@ -69,7 +70,7 @@ class RunContext(Protocol):
     runtime: Runtime
     history: History
     cancel: Cancel | None
-    parked: Waiting | None
+    parked: Parked | None
     task: asyncio.Task[None] | None
     fatal: BaseException | None
 

@@ -23,16 +23,18 @@ from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
 from ._errors import DuroError, NonDeterminismError, as_code, retried, user_exit
 from ._replay import History
+from ._residency import Parked
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL
 from ._tracing import active as tracing
 from ._tracing import step_outcome, step_span
-from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal, Waiting
+from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal
 
 T = TypeVar("T")
 _JSON = Codec(None)
 _LAPSED = object()
+_tuple = tuple.__new__  # a record built without its named tuple's constructor frame (all fields given)
 # a retry's delay at least this long is recorded (a waiting step), so that the run may leave memory
 # while it waits; a shorter one stays in memory, where it costs less than the write
 RECORDED_RETRY_MS = 1000  # a sync step not started: the lease ran out before its thread got to it
@@ -52,7 +54,7 @@ class RunContext(SlotCalls):
         # run that did not take while it slept (another worker owns it: LostRun; the store failed)
         self.fatal: BaseException | None = None
         self._asleep = False
-        self.parked: Waiting | None = None  # what the run waits for while it waits (see park)
+        self.parked: Parked | None = None  # what the run waits for while it waits (see park)
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
         self.cancel: _cancel.Cancel | None = None  # a cancel to deliver into its code (see _cancel)
@@ -62,6 +64,9 @@ class RunContext(SlotCalls):
         self.now_ms = runtime.clock.now_ms  # the engine's clock, read often: bound once
         self._now = self.now_ms
         self._sleep_until = runtime.clock.sleep_until
+        self._monotonic = runtime.clock.monotonic_ms
+        self._owns_runs = runtime.lease.owns_runs  # asked at every resume: bound once
+        self._residency = runtime.residency
         self._gateway = runtime.gateway  # its .progress is replaced on abandon: read it at each write
         self._emit = runtime.events.publish
 
@@ -138,9 +143,8 @@ class RunContext(SlotCalls):
         was lost meanwhile raises ``LostRun`` and runs nothing more here."""
         if self.fatal is not None:
             raise self.fatal
-        lease = self.runtime.lease
-        if not lease.owns_runs():
-            await lease.confirm()
+        if not self._owns_runs():
+            await self.runtime.lease.confirm()
             if self.fatal is not None:
                 raise self.fatal
 
@@ -153,8 +157,8 @@ class RunContext(SlotCalls):
         A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
         if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began
             await _cancel.before_wait(self, record, wake)
-        self.parked = Waiting(self.run_id, kind, key, due_at)
-        residency = self.runtime.residency
+        self.parked = Parked(self.run_id, self._monotonic(), kind, due_at, key)
+        residency = self._residency
         residency.park(self)
         try:
             return await wake
@@ -323,24 +327,26 @@ class RunContext(SlotCalls):
         seq, rec = self.take_seq("sleep", "sleep")
         if rec is not None and rec.status == "completed":
             return
-        residency = self.runtime.residency
+        residency = self._residency
         recorded: Pending | None = None
         if rec is None:
             started = self._now()
-            rec = StepRecord(seq, "sleep", "sleep", "waiting", started, wake_at=started + ms)
+            # the records built as tuples (a named tuple's own constructor is a Python frame)
+            rec = _tuple(
+                StepRecord, (seq, "sleep", "sleep", "waiting", started, None, started + ms, None, None, None)
+            )
             # The sleep's record commits while the run sleeps (it waits anyway), and the run makes
             # sure it did when it wakes. A record that does not take ends the sleep at once, with why.
             recorded = self._gateway.progress.write_nowait(
-                RecordStep(self.run_id, self.owner, rec, "suspended", rec.wake_at, started),
-                on_refused=self.refused,
+                _tuple(RecordStep, (self.run_id, self.owner, rec, "suspended", rec.wake_at, started)),
+                self.refused,
             )
             self._emit(
                 "step.waiting", self.run_id, started, self.workflow, seq=seq, step_kind="sleep", name="sleep"
             )
             if residency.leaves_at_once(started + ms):
-                # It will leave memory at once: its record must be in first, and until it is the run
-                # counts as executing, so a worker's capacity bounds what it claims while its
-                # commits lag (else a burst of starts grows a worker without bound)
+                # It leaves memory at once: its record goes in first, and until then the run counts as
+                # executing, so what a worker claims stays bounded while its commits lag
                 with contextlib.suppress(Exception):  # a failure is the run's fatal (see refused)
                     await recorded.outcome()
                 if not recorded.took:
@@ -351,7 +357,7 @@ class RunContext(SlotCalls):
             await _cancel.before_wait(self, rec, None)
         self._asleep = True
         self.unsettled = recorded
-        self.parked = Waiting(self.run_id, "sleep", None, rec.wake_at)  # see park (written out: hot)
+        self.parked = _tuple(Parked, (self.run_id, self._monotonic(), "sleep", rec.wake_at, None))  # see park
         residency.park(self)
         try:
             await self._sleep_until(rec.wake_at)
@@ -369,14 +375,13 @@ class RunContext(SlotCalls):
             await _cancel.at_wait(self, rec)
         if recorded is not None and not recorded.took and await recorded.outcome() is not True:
             raise LostRun(self.run_id)
-        await self.resume()  # a run taken over while we slept stops here: our lease ran out first
-        # The sleep's record is not rewritten (see settle_sleeps): only the run goes back to running.
-        # Nothing later depends on that write: lost in a crash, the replay finds the sleep over (a
-        # later record exists, or its time has passed) and goes on exactly as the run did. So the run
-        # goes on while it commits; a write that does not take stops the run at once.
+        if self.fatal is not None or not self._owns_runs():  # resume(), written out: hot
+            await self.resume()  # a run taken over while we slept stops here: our lease ran out first
+        # Only the run goes back to running (see settle_sleeps), not awaited: lost in a crash, the
+        # replay finds the sleep over and goes on as the run did; a write that does not take stops it.
         woke = self._now()
-        self._gateway.progress.write_nowait(
-            RecordStep(self.run_id, self.owner, None, "running", None, woke), on_refused=self.refused
+        self._gateway.progress.write_untracked(
+            _tuple(RecordStep, (self.run_id, self.owner, None, "running", None, woke)), self.refused
         )
         self._emit(
             "step.completed", self.run_id, woke, self.workflow, seq=seq, step_kind="sleep", name="sleep"

@@ -5,6 +5,7 @@ raise a clear error (``send_signal`` and ``current_run`` excepted: see each)."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -14,9 +15,12 @@ from ._durations import Duration
 from ._errors import DuroError
 
 
-async def sleep(duration: Duration) -> None:
-    """Sleep durably for ``duration`` (``"10s"``, ``"2h"``, ms, timedelta); the run is ``suspended``."""
-    await _current.run_or_raise("sleep").sleep(duration)
+def sleep(duration: Duration) -> Coroutine[Any, Any, None]:
+    """Sleep durably for ``duration`` (``"10s"``, ``"2h"``, ms, timedelta); the run is ``suspended``.
+
+    Await it: ``await sleep("1h")``. A plain function returning the run's own coroutine: sleeps are
+    the hottest durable call, and one frame less on every wake-up counts."""
+    return _current.run_or_raise("sleep").sleep(duration)
 
 
 async def now() -> datetime:

@@ -6,7 +6,7 @@ Each message names the run, workflow, limit or field involved and says what to d
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -286,6 +286,13 @@ async def as_code(code: Awaitable[T], where: str) -> T:
         if (failure := user_exit(err, where)) is err:
             raise
         raise failure from None
+
+
+def raise_user_exit(err: BaseException, where: str) -> NoReturn:
+    """Raise ``err`` again as :func:`as_code` would (the same, written out where a frame counts)."""
+    if (failure := user_exit(err, where)) is err:
+        raise err
+    raise failure from None
 
 
 def retried(err: Exception) -> bool:

@@ -62,7 +62,8 @@ class EventBus:
     def publish(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
         """Tell every listener what happened to a run (``engine.emit`` is something else: it starts
         the workflows subscribed to an event)."""
-        if not self.wants(kind):
+        wanted = self._wanted  # wants(), written out: every durable call publishes
+        if wanted is not None and kind not in wanted:
             return  # nobody listens for it (the common case: nobody listens at all)
         event = _new_event(RunEvent, (kind, run_id, at, workflow, detail))  # RunEvent(...) without its frame
         for listener, kinds in self._listeners:

@@ -98,7 +98,8 @@ class Heartbeat:
 
     def owns_runs(self) -> bool:
         """Whether our lease is good now: no other worker can have taken our runs."""
-        return self.lease.valid(self._monotonic())
+        good_until = self.lease.good_until  # Lease.valid, written out: every run asks at every resume
+        return good_until is not None and self._monotonic() < good_until
 
     async def confirm(self) -> None:
         """Wait until our lease is good again: a heartbeat went through (our row was there: nobody

@@ -21,13 +21,14 @@ from typing import NamedTuple
 
 class Parked(NamedTuple):
     """A parked run as the worker sees it: when it parked (on the monotonic clock), the kind of its
-    wait (``sleep``, ``signal``, ``slot``, ``child``) and when the wait ends by itself (wall clock
-    milliseconds; ``None``: it does not)."""
+    wait (``sleep``, ``signal``, ``slot``, ``child``), when the wait ends by itself (wall clock
+    milliseconds; ``None``: it does not) and what else ends it (``store.Waiting.key``)."""
 
     run_id: str
     since: int
     kind: str
     due_at: int | None
+    key: str | None = None
 
 
 def unload_at_once(parked: Parked, now: int, unload_after_ms: int | None) -> bool:

@@ -66,10 +66,10 @@ class Residents:
     # -- the port a run reaches ----------------------------------------------------------------
 
     def park(self, ctx: RunContext) -> None:
-        wait = ctx.parked
-        assert wait is not None
-        run_id = ctx.run_id
-        parked = self.parked[run_id] = rules.Parked(run_id, self._monotonic(), wait.kind, wait.due_at)
+        parked = ctx.parked
+        assert parked is not None
+        run_id = parked.run_id
+        self.parked[run_id] = parked
         if self.backlog:
             self._room_freed()  # one more run may execute now
         after = self.unload_after_ms
@@ -168,7 +168,7 @@ class Residents:
         ]
         if not runs:
             return
-        waits = tuple(ctx.parked for ctx in runs if ctx.parked is not None)
+        waits = tuple(_waiting(ctx.parked) for ctx in runs if ctx.parked is not None)
         for ctx in runs:
             ctx.fatal = Unloaded(ctx.run_id)
             ctx.cancel_reason = "unload"
@@ -201,7 +201,7 @@ class Residents:
         """The waits of the parked runs whose own writes have all committed (a worker that stops
         hands these back as unloaded, the rest as executing)."""
         return tuple(
-            ctx.parked
+            _waiting(ctx.parked)
             for ctx in self.live.values()
             if ctx.parked is not None and ctx.fatal is None and (ctx.unsettled is None or ctx.unsettled.took)
         )
@@ -216,3 +216,8 @@ class Residents:
             self._timer = None
         if self._flushing is not None:
             self._flushing.cancel()
+
+
+def _waiting(parked: rules.Parked) -> Waiting:
+    """A parked run's wait, as the store takes it back."""
+    return Waiting(parked.run_id, parked.kind, parked.key, parked.due_at)

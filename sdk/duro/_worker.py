@@ -34,7 +34,7 @@ from ._clock import Clock
 from ._config import Workspace
 from ._context import RunContext
 from ._definitions import TERMINAL_STATUS_VALUES, WorkflowSpec
-from ._errors import DuroError, EngineCrash, RunCancelled, as_code
+from ._errors import DuroError, EngineCrash, RunCancelled, raise_user_exit
 from ._events import EventBus
 from ._gateway import StoreGateway, store_trouble
 from ._heartbeat import Heartbeat
@@ -94,13 +94,12 @@ class Worker:
         self.live: dict[str, RunContext] = {}  # the runs executing here (each one's task on its ctx)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
         self.wakeups = Wakeups(clock)  # runs parked on a signal, and waits for a run's end
-        self.slots = LocalSlots(workspace, gateway, clock, self.wakeups, hooks)  # runs in a limit's queue
+        self.slots = LocalSlots(  # runs in a limit's queue
+            host=self, workspace=workspace, gateway=gateway, clock=clock, wakeups=self.wakeups, hooks=hooks
+        )
         self.lease_ms = options.lease_ms
         self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
         self.ends = RunEnds(self.id, options, clock, gateway, events, limits, self.residents)
-        self.slots.on_absent = self.wake  # a slot for a run not in memory: claim it
-        self.slots.adopter = self._adopter  # a release here takes up unloaded heads itself
-        self.slots.on_adopted = self._take_up
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
         self._swept = 0  # when runs of owners with no row were last handed back (once a lease)
         self._statuses_read = -1000  # when the poll pass last read the held runs' statuses
@@ -123,15 +122,13 @@ class Worker:
             residency=self.residents,
         )
         self._limits_task: asyncio.Task[None] | None = None
-        self._wakeup = asyncio.Event()
-        self._schedules_changed = asyncio.Event()
+        self._wakeup, self._schedules_changed = asyncio.Event(), asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._schedule_task: asyncio.Task[None] | None = None
         self._listening = threading.Event()  # set: the LISTEN thread (PostgreSQL) stops
         self._claim_pending = False
         self._run_notice_queued = False  # a "run" notice is on its way from the listener to the loop
-        self._full_pass = False  # the next pass looks at everything, whatever woke it
-        self.full_passes = 0  # passes that looked at everything (not only claims) so far
+        self._full_pass, self.full_passes = False, 0  # the next pass looks at everything; how many did
         self._listener: threading.Thread | None = None
         self._monotonic = self.clock.monotonic_ms
 
@@ -166,13 +163,13 @@ class Worker:
 
     # -- executing -------------------------------------------------------------------------------
 
-    def _adopter(self) -> Adopter | None:
+    def adopter(self) -> Adopter | None:
         if not (self.heartbeat.running and self.has_room()):
             return None
         names, versions = self.registry.local_names(), self.registry.local_versions()
         return Adopter(self.id, self.namespace, tuple(names), tuple(versions))
 
-    def _take_up(self, runs: tuple[RunRecord, ...]) -> None:
+    def take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:
             self.launch(run)
 
@@ -218,7 +215,10 @@ class Worker:
                     f"{' '.join(str(err).split())}"
                 ) from None
             assert spec.invoke is not None  # a worker claims only the workflows it has the code of
-            result = await as_code(spec.invoke(inp, ctx), f"workflow {spec.name!r}")  # SystemExit: failed
+            try:  # as_code, written out: one frame less at every resume (a SystemExit fails the run)
+                result = await spec.invoke(inp, ctx)
+            except BaseException as err:
+                raise_user_exit(err, f"workflow {spec.name!r}")
             if ctx.fatal is not None:
                 raise ctx.fatal
             if self.ends.cancelled(ctx):

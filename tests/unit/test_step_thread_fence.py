@@ -27,7 +27,7 @@ class _Lease:
 
 
 def _context(lease: _Lease) -> RunContext:
-    clock = SimpleNamespace(now_ms=lambda: 0, sleep_until=None)
+    clock = SimpleNamespace(now_ms=lambda: 0, monotonic_ms=lambda: 0, sleep_until=None)
     events = SimpleNamespace(publish=lambda *args, **kwargs: None)
     runtime = Runtime(
         worker_id="w",

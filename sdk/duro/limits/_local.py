@@ -10,7 +10,8 @@ for it writes the step completed in its own transaction, so the run wakes holdin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from .._clock import Clock
 from .._config import Workspace
@@ -21,11 +22,31 @@ from .._wakeups import Waiters, Wakeups
 from ..store import Adopter, OwnStep, RunRecord
 
 
+class SlotHost(Protocol):
+    """The worker a process's slot waiters live in (``duro._worker.Worker``)."""
+
+    def wake(self) -> None:
+        """Claim now: a slot went to a run of this worker that is not in memory."""
+
+    def adopter(self) -> Adopter | None:
+        """Who takes up an unloaded head a release here hands a slot to (None: nobody now, no room)."""
+
+    def take_up(self, runs: tuple[RunRecord, ...]) -> None:
+        """Execute the runs an adopter took (see ``store.Adopter``)."""
+
+
 class LocalSlots:
     """The slot waiters of one worker, by slot id, and the loop that applies expiries on time."""
 
     def __init__(
-        self, workspace: Workspace, gateway: StoreGateway, clock: Clock, wakeups: Wakeups, hooks: EngineHooks
+        self,
+        *,
+        host: SlotHost,
+        workspace: Workspace,
+        gateway: StoreGateway,
+        clock: Clock,
+        wakeups: Wakeups,
+        hooks: EngineHooks,
     ) -> None:
         self._workspace = workspace
         self._gateway = gateway
@@ -38,12 +59,10 @@ class LocalSlots:
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
-        # unloaded, and the store has it due now (its worker sets this to its claim pass)
-        self.on_absent: Callable[[], None] = lambda: None
-        # the worker that takes up an unloaded head a release of this process hands a slot to (None:
-        # none now, e.g. no room), and what it does with the runs it took (see store.Adopter)
-        self.adopter: Callable[[], Adopter | None] = lambda: None
-        self.on_adopted: Callable[[tuple[RunRecord, ...]], None] = lambda runs: None
+        # unloaded, and the store has it due now (its worker's claim pass)
+        self.on_absent = host.wake
+        self.adopter = host.adopter  # a release here takes up the unloaded heads it hands slots to
+        self.on_adopted = host.take_up
 
     # -- waiting runs ----------------------------------------------------------------------------
 
