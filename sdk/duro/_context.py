@@ -16,20 +16,19 @@ from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import _cancel, _children, _current, _patches, _sending
+from . import _cancel, _children, _current, _patches, _signalling
 from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import DuroError, NonDeterminismError, as_code, retried, user_exit
+from ._errors import DuroError, NonDeterminismError, raise_user_exit, retried, user_exit
 from ._replay import History
 from ._residency import Parked
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
-from ._text import NO_NUL, NUL
 from ._tracing import active as tracing
 from ._tracing import step_outcome, step_span
-from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord, TakeSignal
+from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord
 
 T = TypeVar("T")
 _JSON = Codec(None)
@@ -65,7 +64,7 @@ class RunContext(SlotCalls):
         self._now = self.now_ms
         self._sleep_until = runtime.clock.sleep_until
         self._monotonic = runtime.clock.monotonic_ms
-        self._owns_runs = runtime.lease.owns_runs  # asked at every resume: bound once
+        self._own_lease = runtime.lease.lease  # read at every resume (owns_runs, written out)
         self._residency = runtime.residency
         self._gateway = runtime.gateway  # its .progress is replaced on abandon: read it at each write
         self._emit = runtime.events.publish
@@ -143,7 +142,8 @@ class RunContext(SlotCalls):
         was lost meanwhile raises ``LostRun`` and runs nothing more here."""
         if self.fatal is not None:
             raise self.fatal
-        if not self._owns_runs():
+        good_until = self._own_lease.good_until
+        if good_until is None or self._monotonic() >= good_until:
             await self.runtime.lease.confirm()
             if self.fatal is not None:
                 raise self.fatal
@@ -282,13 +282,19 @@ class RunContext(SlotCalls):
     async def _call_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The step's body; a ``BaseException`` it raises that is not duro's own is its failure
         (``UserExitError``: retried like any error), never its worker's exit."""
-        return await as_code(self._call_body(spec, args, kwargs), f"step {spec.name!r}")
+        try:  # no wrapper coroutine: one frame less at every step
+            return await self._call_body(spec, args, kwargs)
+        except BaseException as err:
+            raise_user_exit(err, f"step {spec.name!r}")
 
     async def _call_body(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         token = _current.inside_step.set(spec.name)
         try:
             if spec.is_async:
-                with self.runtime.hooks.executing_step(self.run_id, spec.name):
+                hooks = self.runtime.hooks
+                if hooks.executing is None:  # nobody lists the steps executing (the harness may)
+                    return await spec.fn(*args, **kwargs)
+                with hooks.executing_step(self.run_id, spec.name):
                     return await spec.fn(*args, **kwargs)
             if self.runtime.hooks.inline_sync_steps:
                 return spec.fn(*args, **kwargs)
@@ -375,7 +381,8 @@ class RunContext(SlotCalls):
             await _cancel.at_wait(self, rec)
         if recorded is not None and not recorded.took and await recorded.outcome() is not True:
             raise LostRun(self.run_id)
-        if self.fatal is not None or not self._owns_runs():  # resume(), written out: hot
+        good_until = self._own_lease.good_until  # resume(), written out: every sleep asks
+        if self.fatal is not None or good_until is None or self._monotonic() >= good_until:
             await self.resume()  # a run taken over while we slept stops here: our lease ran out first
         # Only the run goes back to running (see settle_sleeps), not awaited: lost in a crash, the
         # replay finds the sleep over and goes on as the run did; a write that does not take stops it.
@@ -419,70 +426,11 @@ class RunContext(SlotCalls):
     async def wait_for_signal(self, name: str, timeout: Duration | None = None) -> Any:
         """Wait (``suspended``) for signal ``name``; returns its payload, or ``None`` when ``timeout``
         passes first. Signals sent before the wait are buffered and consumed in order."""
-        if not isinstance(name, str) or not name or NUL in name:
-            raise DuroError(
-                f"wait_for_signal: the signal name must be a non-empty string, got {name!r}; {NO_NUL}"
-            )
-        seq, rec = self.take_seq("signal", name)
-        if rec is not None and rec.status == "completed":
-            return _JSON.load(rec.result)
-        if rec is None:
-            started = self._now()
-            deadline = None if timeout is None else started + to_ms(timeout, "wait_for_signal timeout")
-            rec = StepRecord(seq, "signal", name, "waiting", started, wake_at=deadline)
-        waiter = self.runtime.wakeups.signals.add((self.run_id, name))
-        try:
-            if not self.history.recorded(seq):
-                found, payload = await self._take_signal(rec)
-                if found:
-                    return payload
-                await self.write(rec, "suspended", rec.wake_at)
-            while True:
-                found, payload = await self._take_signal(rec)
-                if found:
-                    await self.resume()
-                    return payload
-                if rec.wake_at is not None and self._now() >= rec.wake_at:
-                    await self.write(
-                        StepRecord(
-                            seq,
-                            "signal",
-                            name,
-                            "completed",
-                            rec.started_at,
-                            self._now(),
-                            wake_at=rec.wake_at,
-                            result="null",
-                            detail=dump_json({"timed_out": True}),
-                        ),
-                        "running",
-                    )
-                    await self.resume()
-                    return None
-                await self.park(
-                    self.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at),
-                    "signal",
-                    name,
-                    rec.wake_at,
-                    rec,
-                )
-                waiter.clear()
-        finally:
-            self.runtime.wakeups.signals.drop((self.run_id, name), waiter)
-
-    async def _take_signal(self, rec: StepRecord) -> tuple[bool, Any]:
-        step = StepRecord(
-            rec.seq, "signal", rec.name, "waiting", rec.started_at, self._now(), wake_at=rec.wake_at
-        )
-        taken = await self.apply(TakeSignal(self.run_id, self.owner, rec.name, step))
-        if taken is None:
-            return False, None
-        self.recorded(taken)
-        return True, _JSON.load(taken.result)
+        return await _signalling.wait_for_signal(self, name, timeout)
 
     async def send_signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """See :func:`duro.send_signal`: recorded, so a replay sends nothing again."""
-        await _sending.send_signal(self, run_id, name, payload)
+        await _signalling.send_signal(self, run_id, name, payload)
 
     # -- children (see _children) ------------------------------------------------------------
 

@@ -5,7 +5,6 @@ Each message names the run, workflow, limit or field involved and says what to d
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -277,19 +276,10 @@ def user_exit(err: BaseException, where: str) -> BaseException:
     return UserExitError(f"{kind.__module__}.{kind.__qualname__}", where, " ".join(str(err).split())[:200])
 
 
-async def as_code(code: Awaitable[T], where: str) -> T:
-    """Await user code (a step's body, a run's workflow code: ``where`` names it); a
-    ``BaseException`` it raises that is not duro's own comes out as a :class:`UserExitError`."""
-    try:
-        return await code
-    except BaseException as err:
-        if (failure := user_exit(err, where)) is err:
-            raise
-        raise failure from None
-
-
 def raise_user_exit(err: BaseException, where: str) -> NoReturn:
-    """Raise ``err`` again as :func:`as_code` would (the same, written out where a frame counts)."""
+    """Raise ``err``, caught around user code (a step's body, a run's workflow code: ``where`` names
+    it), again: a ``BaseException`` that is not duro's own comes out as a :class:`UserExitError`
+    (a ``SystemExit`` in a step fails the step, never the worker)."""
     if (failure := user_exit(err, where)) is err:
         raise err
     raise failure from None

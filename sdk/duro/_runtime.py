@@ -16,6 +16,7 @@ from ._errors import DuroError, DuroInterrupt, StoreUnavailable
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._hooks import EngineHooks
+from ._lease import OwnLease
 from ._registry import Registry
 from ._starts import Starter
 from ._wakeups import Wakeups
@@ -58,7 +59,9 @@ class Residency(Protocol):
 
 
 class Lease(Protocol):
-    """The worker's lease on the runs it executes (duro._worker.Worker)."""
+    """The worker's lease on the runs it executes (duro._heartbeat.Heartbeat)."""
+
+    lease: OwnLease  # until when it is good: read in place where every resume asks (see owns_runs)
 
     def owns_runs(self) -> bool:
         """Whether no other worker can have taken our runs now."""

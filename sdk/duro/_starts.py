@@ -21,7 +21,7 @@ from ._observe import log_quota_refused
 from ._quota import RECENT_RUNS
 from ._quota import retry_after as estimate_retry_after
 from ._registry import Registry
-from ._text import check_run_id, refuse_nul
+from ._text import NUL, check_run_id, refuse_nul
 from ._tracing import start_span
 from .store import NewRun, OwnStep, QuotaCheck, RunRecord
 
@@ -140,7 +140,8 @@ class Starter:
             raise DuroError(
                 f"workflow {spec.name!r}: the concurrency key must be a non-empty string or None, got {key!r}"
             )
-        refuse_nul(key, f"workflow {spec.name!r}: the concurrency key {key!r}")
+        if NUL in key:
+            refuse_nul(key, f"workflow {spec.name!r}: the concurrency key {key!r}")
         limit = await _resolve(
             conc.limit,
             key,

@@ -215,7 +215,7 @@ class Worker:
                     f"{' '.join(str(err).split())}"
                 ) from None
             assert spec.invoke is not None  # a worker claims only the workflows it has the code of
-            try:  # as_code, written out: one frame less at every resume (a SystemExit fails the run)
+            try:  # no wrapper coroutine: one frame less at every resume (a SystemExit fails the run)
                 result = await spec.invoke(inp, ctx)
             except BaseException as err:
                 raise_user_exit(err, f"workflow {spec.name!r}")

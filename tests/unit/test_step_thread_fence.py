@@ -18,6 +18,7 @@ from duro.store import RunRecord
 class _Lease:
     def __init__(self, good: bool) -> None:
         self.good = good
+        self.lease = SimpleNamespace(good_until=None)  # what a run reads at its resumes (unused here)
 
     def owns_runs(self) -> bool:
         return self.good
