@@ -101,10 +101,16 @@ def timed_batch(pg: Any, group: S.Procs, conn: Any, sql: str, runs: int, enqueue
     since = now_ms()
     if backlog:
         group.signal(signal.SIGSTOP)
+
+    def cpu() -> tuple[float, float]:
+        return sum(S.cpu_seconds(p) for p in group.pids), S.server_cpu_seconds(postmaster(pg))
+
+    cpu0 = cpu()  # live: the window includes the starts
     begin = time.time()
     enqueue(runs)
     starts_s = time.time() - begin
-    cpu0 = (sum(S.cpu_seconds(p) for p in group.pids), S.server_cpu_seconds(postmaster(pg)))
+    if backlog:
+        cpu0 = cpu()  # backlog: the drain alone
     t0 = time.time() if backlog else begin
     if backlog:
         group.signal(signal.SIGCONT)
@@ -116,8 +122,7 @@ def timed_batch(pg: Any, group: S.Procs, conn: Any, sql: str, runs: int, enqueue
         return last if completed >= runs else None
 
     last = group.until(done, f"{runs} runs", max(120.0, runs / 20))
-    workers = sum(S.cpu_seconds(p) for p in group.pids) - cpu0[0]
-    server = S.server_cpu_seconds(postmaster(pg)) - cpu0[1]
+    workers, server = (end - start for end, start in zip(cpu(), cpu0, strict=True))
     return {
         "rate": runs / (last / 1000 - t0),
         "client_starts_per_s": runs / starts_s,
