@@ -38,7 +38,7 @@ test-fast: $(STAMP) lint
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Every benchmark (about 12 minutes); figures and method in BENCHMARKS.md.
+# The headline suites (core, quota, limits, harness; 20 minutes or more with Prefect); figures and method in BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
 	$(BIN)/python bench/core.py --json bench/results/core.json

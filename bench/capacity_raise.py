@@ -4,10 +4,10 @@ transaction). Meanwhile one thread asks for a slot of the same limit every 10 ms
 ``RequestSlot`` then a give-up) and another reads the limits' states every 10 ms (what the
 listings read), both through the same store, as an engine's API and worker share one; both record
 their longest call. Prints, for each N: the raise's time, its time per
-grant, and the two longest waits. SQLite file in a temporary directory (``--url`` for another).
+grant, and the two longest waits. SQLite file in a temporary directory.
 
-    .venv/bin/python bench/capacity_raise.py                    # N = 1,000, 10,000, 100,000
-    .venv/bin/python bench/capacity_raise.py --sizes 1000,20000
+    .venv/bin/python bench/capacity_raise.py --json bench/results/capacity_raise.json   # N = 1,000 to 100,000
+    .venv/bin/python bench/capacity_raise.py --sizes 100,1000                           # a smoke run
 
 The queue is made of requests with no run behind them (an operator's), so that building 100,000 of
 them takes seconds, not the minutes 100,000 waiting runs would; the raise's own work (reading the
@@ -17,18 +17,25 @@ queue's heads, deciding, writing each grant) is the same.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from duro._config import LimitConfig
-from duro.store import GiveUpSlot, RequestSlot, SqlStore
+import _support as S
+
+from duro import Engine, Limit, define_workspace
+from duro.store import GiveUpSlot, RequestSlot
 
 
 def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
-    store = SqlStore(url)
-    config = LimitConfig(f"lines-{n}", capacity=0, max_hold_ms=3_600_000)
+    engine = Engine(url, define_workspace(limits={f"lines-{n}": Limit(capacity=1, max_hold="1h")}))
+    store, config = (
+        engine.store,
+        dataclasses.replace(engine.limit_config(f"lines-{n}"), capacity=0),
+    )  # queue them all
+    store.create_schema()
     for i in range(n):
         store.apply(RequestSlot(config, f"q{n}-{i:06d}", None, None, None, 1000 + i, None))
     stop = threading.Event()
@@ -64,29 +71,35 @@ def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
     stop.set()
     for thread in threads:
         thread.join()
-    store.close()
+    engine.close()
     assert len(granted) == n, (len(granted), n)
     return {"raise_s": raise_s, "acquire_s": longest["acquire"], "read_s": longest["read"]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--url", default=None)
     parser.add_argument("--no-probes", action="store_true", help="the raise alone, nothing beside it")
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        url = args.url or f"sqlite:///{Path(tmp) / 'raise.db'}"
-        print(
-            "| queued and granted | raise (s) | per grant (us) | longest acquire meanwhile (ms) | longest read meanwhile (ms) |"
-        )
-        print("| ---: | ---: | ---: | ---: | ---: |")
-        for n in (int(size) for size in args.sizes.split(",")):
-            got = measure(url, n, probes=not args.no_probes)
-            print(
-                f"| {n:,} | {got['raise_s']:.2f} | {got['raise_s'] / n * 1e6:.1f} | "
-                f"{got['acquire_s'] * 1000:.0f} | {got['read_s'] * 1000:.0f} |"
-            )
+        got = {
+            n: measure(f"sqlite:///{Path(tmp) / 'raise.db'}", n, not args.no_probes)
+            for n in map(int, args.sizes.split(","))
+        }
+    rows = [
+        (n, g["raise_s"], g["raise_s"] / n * 1e6, g["acquire_s"] * 1000, g["read_s"] * 1000)
+        for n, g in got.items()
+    ]
+    header = (
+        "queued and granted",
+        "raise (s)",
+        "per grant (us)",
+        "longest acquire meanwhile (ms)",
+        "longest read meanwhile (ms)",
+    )
+    print(S.table(header, rows))
+    S.write_json(args.json, S.environment() | {"probes": not args.no_probes, "sizes": got})
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sqlite3
 import statistics
 import sys
 import time
-from pathlib import Path
+
+import _support as S
 
 from duro import sleep, workflow
 from duro.store import SqlStore
@@ -133,8 +133,7 @@ def main() -> int:
         f"floor, the same rows through bare sqlite3: median {result['median_row_floor_seconds']:.3f} s "
         f"(duro: {result['median_seconds'] / result['median_row_floor_seconds']:.2f}x)"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    S.write_json(args.json, S.environment() | result)
     return 0
 
 

@@ -13,26 +13,26 @@ The difference per run is what replay costs; its part in the unloaded wake says 
 dominates. Rounds alternate the two forms (noisy shared machine: medians). The store is called
 inline, as under the harness, so what is timed is duro's own work and SQLite's, not thread hops.
 
-    .venv/bin/python bench/replay.py                       # --calls 100 --runs 200 --rounds 5
-    .venv/bin/python bench/replay.py --json bench/results/replay.json
+    .venv/bin/python bench/replay.py --json bench/results/replay.json    # --calls 10,100 --runs 200 --rounds 5
+    .venv/bin/python bench/replay.py --calls 10 --runs 20 --rounds 1     # a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _support as S
+
 from duro import Engine, WorkerOptions, sleep, step, workflow
 from duro.testing import run_store_inline
 from duro_harness import SimulatedClock
 
-_REAL = (time.perf_counter,)  # freezegun is not started here, but keep real time explicit
+_REAL = (time.perf_counter,)  # out of freezegun's reach
 
 
 @step
@@ -48,7 +48,7 @@ async def replayed(calls: int) -> int:
     return calls
 
 
-async def one_round(resident: bool, calls: int, runs: int) -> dict:
+async def one_round(resident: bool, calls: int, runs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         clock = SimulatedClock(datetime(2030, 1, 1, tzinfo=UTC))
         options = WorkerOptions(
@@ -65,42 +65,27 @@ async def one_round(resident: bool, calls: int, runs: int) -> dict:
             await clock.advance("1h")
             elapsed = _REAL[0]() - began
             assert [await h.status() for h in handles] == ["completed"] * runs
-    return {"ms_per_wake": elapsed * 1000 / runs}
+    return elapsed * 1000 / runs
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--calls", type=int, default=100)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", default="10,100", help="recorded calls per run, a comma list (10,100)")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    samples: dict[str, list[float]] = {"resident": [], "unloaded": []}
-    for rnd in range(args.rounds):
-        order = ("resident", "unloaded") if rnd % 2 == 0 else ("unloaded", "resident")
-        for form in order:
-            result = await one_round(form == "resident", args.calls, args.runs)
-            samples[form].append(result["ms_per_wake"])
-    resident, unloaded = (statistics.median(samples[f]) for f in ("resident", "unloaded"))
-    summary = {
-        "calls": args.calls,
-        "runs": args.runs,
-        "rounds": args.rounds,
-        "resident_ms_per_wake": resident,
-        "unloaded_ms_per_wake": unloaded,
-        "replay_ms_per_wake": unloaded - resident,
-        "replay_share_of_unloaded_wake": (unloaded - resident) / unloaded,
-        "samples": samples,
-    }
-    print(
-        f"wake of a run with {args.calls} recorded calls ({args.runs} runs, median of {args.rounds} rounds): "
-        f"resident {resident:.3f} ms, unloaded {unloaded:.3f} ms, replay {unloaded - resident:.3f} ms "
-        f"({100 * summary['replay_share_of_unloaded_wake']:.0f}% of the unloaded wake)"
-    )
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    rows, report = [], S.environment() | {"runs": args.runs, "rounds": args.rounds, "calls": {}}
+    for calls in map(int, args.calls.split(",")):
+        samples: dict[str, list[float]] = {"resident": [], "unloaded": []}
+        for rnd in range(args.rounds):
+            for form in S.rotated(list(samples), rnd, 2):
+                samples[form].append(await one_round(form == "resident", calls, args.runs))
+        resident, unloaded = (S.median(samples[f]) for f in samples)
+        report["calls"][calls] = {"resident_ms": resident, "unloaded_ms": unloaded, "samples": samples}
+        rows.append((calls, resident, unloaded, f"{(unloaded - resident) / unloaded:.0%}"))
+    print(S.table(("recorded calls", "resident wake (ms)", "unloaded wake (ms)", "replay's share"), rows))
+    S.write_json(args.json, report)
 
 
 if __name__ == "__main__":

@@ -24,18 +24,18 @@ import argparse
 import asyncio
 import json
 import sqlite3
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _support as S
+
 from duro import Engine, WorkerOptions
 from duro.store import SqlStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._support import scratch  # noqa: E402
+ACTIVE = ("pending", "running", "suspended", "blocked")
 
 STEPS = 20
 WORKFLOW = "bench.replay_check"
@@ -145,16 +145,26 @@ def cli_round(root: Path, url: str, runs: int) -> float:
     return elapsed
 
 
+def unfinished(store: SqlStore) -> list[tuple[Any, list]]:
+    """Every unfinished run and its steps, a page of 500 runs at a time, as the CLI reads them."""
+    out: list[tuple[Any, list]] = []
+    before = None
+    while True:
+        page = store.list_runs(None, None, ACTIVE, None, 500, before)
+        out += [(run, store.get_steps(run.id)) for run in page]
+        if len(page) < 500:
+            return out
+        before = (page[-1].created_at, page[-1].id)
+
+
 async def split(root: Path, url: str, runs: int) -> dict[str, float]:
-    """The CLI's work in parts: load the project, read runs + steps, replay them."""
-    import duro_devserver.cli  # noqa: F401 - loads the command modules in their order
-    from duro_devserver.cli_replay import _selected
+    """The CLI's work in parts: read the runs and their steps, load the project, replay them."""
     from duro_harness import simulated
 
     store = SqlStore(url)
     try:
         began = _REAL[0]()
-        histories = [(run, store.get_steps(run.id)) for run in _selected(store, None, None)]
+        histories = unfinished(store)
         read = _REAL[0]() - began
     finally:
         store.close()
@@ -170,51 +180,30 @@ async def split(root: Path, url: str, runs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    with scratch("replay-check") as tmp:
+    with S.scratch("replay-check") as tmp:
         root, db = tmp / "project", tmp / "replay.db"
         url = f"sqlite:///{db}"
         write_project(root)
-        began = _REAL[0]()
-        template = asyncio.run(one_real_run(root, url))
-        clone(str(db), template, args.runs - 1)
-        fill = _REAL[0]() - began
+        clone(str(db), asyncio.run(one_real_run(root, url)), args.runs - 1)
         walls = [cli_round(root, url, args.runs) for _ in range(args.rounds)]
         parts = [asyncio.run(split(root, url, args.runs)) for _ in range(args.rounds)]
-        db_mib = db.stat().st_size / 2**20
-    wall = statistics.median(walls)
-    median = {key: statistics.median(p[key] for p in parts) for key in parts[0]}
-    summary: dict[str, Any] = {
-        "runs": args.runs,
-        "steps_per_run": STEPS,
-        "rounds": args.rounds,
-        "fill": "one real run (Engine + worker), its rows copied under new ids with SQL",
-        "fill_s": fill,
-        "database_mib": db_mib,
-        "cli_wall_s": wall,
-        "cli_runs_per_s": args.runs / wall,
-        **median,
-        "replay_runs_per_s": args.runs / median["replay_s"],
-        "ms_per_run_read": 1000 * median["read_s"] / args.runs,
-        "ms_per_run_replay": 1000 * median["replay_s"] / args.runs,
-        "samples": {"cli_wall_s": walls, "split": parts},
-    }
+        mib = db.stat().st_size / 2**20
+    med = {"cli_wall_s": S.median(walls)} | {k: S.median(p[k] for p in parts) for k in parts[0]}
+    rows = [(k, v, f"{1000 * v / args.runs:.2f}", f"{args.runs / v:,.0f}") for k, v in med.items()]
     print(
-        f"duro replay-check of {args.runs} unfinished runs x {STEPS} steps (SQLite, {db_mib:.0f} MiB; "
-        f"median of {args.rounds}): {wall:.1f} s wall, {args.runs / wall:,.0f} runs/s\n"
-        f"  in process: read runs+steps {median['read_s']:.1f} s "
-        f"({summary['ms_per_run_read']:.2f} ms/run), load project {median['load_project_s']:.2f} s, "
-        f"replay {median['replay_s']:.1f} s ({summary['ms_per_run_replay']:.2f} ms/run, "
-        f"{summary['replay_runs_per_s']:,.0f} runs/s)"
+        f"{args.runs:,} unfinished runs of {STEPS} steps, SQLite ({mib:.0f} MiB), medians of {args.rounds}:"
     )
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    print(S.table(("part", "s", "ms per run", "runs/s"), rows))
+    S.write_json(
+        args.json,
+        S.environment()
+        | {"runs": args.runs, "steps": STEPS, "mib": mib, "medians": med, "walls": walls, "parts": parts},
+    )
 
 
 if __name__ == "__main__":
