@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .store import Command, Store
+from .store import Command
+
+if TYPE_CHECKING:
+    from .store import SqlStore
 
 # told of a write that did not take: its result (``False``: fenced) or the exception it raised
 Refused = Callable[[Any], None]
@@ -70,11 +73,11 @@ Sink = asyncio.Future[Any] | Pending | Refused
 
 class GroupCommit:
     """Queues the commands of the runs' writes and applies those the store batches
-    (``Store.batches``) together, one transaction per loop turn; the others alone."""
+    (``SqlStore.batches``) together, one transaction per loop turn; the others alone."""
 
     def __init__(
         self,
-        store: Store,
+        store: SqlStore,
         call: Callable[..., Awaitable[Any]],
         max_batch: int = 500,
         alone: Callable[[], bool] = lambda: False,

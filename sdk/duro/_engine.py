@@ -38,7 +38,7 @@ from ._starts import Starter
 from ._triggers import EmitResult, emit
 from ._worker import Worker
 from .limits import Limits, LocalSlots, limit_config
-from .store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord, Store
+from .store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
 
@@ -51,7 +51,8 @@ class Engine:
     ``namespace``: runs this engine creates and executes. ``scope_reads``: fence reads (and quota
     counts) to the namespace. ``clock``: the one clock (the harness injects a simulated one).
     ``options``: how its worker runs (:class:`WorkerOptions`: lease, poll interval, worker id).
-    ``store``: a :class:`~duro.store.Store` implementation instead of ``database_url``.
+    ``store``: a :class:`~duro.store.SqlStore` opened with options of your own, instead of
+    ``database_url``.
     """
 
     def __init__(
@@ -63,7 +64,7 @@ class Engine:
         clock: Clock | None = None,
         *,
         options: WorkerOptions | None = None,
-        store: Store | None = None,
+        store: SqlStore | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
             raise DuroError(
@@ -73,7 +74,7 @@ class Engine:
             raise DuroError(f"workspace must come from define_workspace(...), got {workspace!r}")
         if options is not None and not isinstance(options, WorkerOptions):
             raise DuroError(f"options must be a WorkerOptions(...), got {options!r}")
-        self.store: Store = store if store is not None else SqlStore(database_url or DEFAULT_SQLITE_URL)
+        self.store: SqlStore = store if store is not None else SqlStore(database_url or DEFAULT_SQLITE_URL)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.workspace = workspace if workspace is not None else define_workspace()
         self.namespace = namespace

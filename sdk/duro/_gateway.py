@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._batching import GroupCommit
 from ._errors import StoreUnavailable
@@ -35,10 +35,12 @@ from .store import (
     SendSignal,
     SlotOutcome,
     StepRecord,
-    Store,
     TakeSignal,
     WouldWait,
 )
+
+if TYPE_CHECKING:
+    from .store import SqlStore
 
 T = TypeVar("T")
 log = logging.getLogger("duro")
@@ -46,7 +48,7 @@ STORE_RETRY_S = 30.0  # how long a store call is made again while the database r
 
 
 class StoreGateway:
-    def __init__(self, store: Store, hooks: EngineHooks, alone: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, store: SqlStore, hooks: EngineHooks, alone: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self._hooks = hooks
         # SQLite's calls are tried on the loop first, never waiting for a lock (see call)
@@ -73,7 +75,7 @@ class StoreGateway:
     @overload
     async def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
     async def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
-        """``store.apply(command)`` through :meth:`call`, typed by the command (as ``Store.apply``)."""
+        """``store.apply(command)`` through :meth:`call`, typed by the command (as ``SqlStore.apply``)."""
         return await self.call(self.store.apply, command)
 
     @property

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ._slots import SlotEvent
-from .store import Store
+
+if TYPE_CHECKING:
+    from .store import SqlStore
 
 limits_log = logging.getLogger("duro.limits")
 quota_log = logging.getLogger("duro.quota")
@@ -65,7 +68,7 @@ def log_quota_refused(workflow: str, limit: int) -> None:
         )
 
 
-def attach_logs(store: Store) -> None:
+def attach_logs(store: SqlStore) -> None:
     """Log what ``store`` decides about slots (once per store: engines may share one)."""
     listeners = store.slot_listeners
     if log_slot_events not in listeners:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._config import Workspace
 from ._events import EventBus, RunEvent
 from ._slots import SlotEvent
-from .store import Store
+
+if TYPE_CHECKING:
+    from .store import SqlStore
 
 try:
     from prometheus_client import Counter, Histogram
@@ -46,7 +48,7 @@ class Engine(Protocol):
     """What metrics read of a :class:`duro.Engine` (a protocol: the parts never import the engine)."""
 
     events: EventBus
-    store: Store
+    store: SqlStore
     workspace: Workspace
     meter: Any
 

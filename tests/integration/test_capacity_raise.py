@@ -19,14 +19,14 @@ def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
         for i in range(WAITING):  # no run behind them: a request made outside any run, as an operator's
             row = store_ops.slot_request(store, config, f"s{i:05d}", None, None, None, 1000 + i)
             assert row is not None and row.state == "waiting"
-        batch = store._slots._batch  # one call a transaction: count them, and their grants
+        batch = store._hand_out_batch  # one call a transaction: count them, and their grants
 
         def counted(*args):
             decision = batch(*args)
             batches.append(len(decision.granted))
             return decision
 
-        store._slots._batch = counted
+        store._hand_out_batch = counted  # type: ignore[method-assign]
         granted = store.set_limit_override(config, "capacity", WAITING + 10, 50_000)
         assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]  # queue order, once each
         assert batches == [HAND_OUT_BATCH, HAND_OUT_BATCH, 500]  # three transactions
@@ -46,13 +46,13 @@ def _queue(store: SqlStore, config: LimitConfig, n: int, runs: bool = False) -> 
 def _count_writes(store: SqlStore) -> list[int]:
     """Write transactions begun, one entry each (both stores: counted at the connector)."""
     begun: list[int] = []
-    write = store._slots.db.write
+    write = store.db.write
 
     def counted():
         begun.append(1)
         return write()
 
-    store._slots.db.write = counted  # type: ignore[method-assign]
+    store.db.write = counted  # type: ignore[method-assign]
     return begun
 
 

@@ -1,4 +1,4 @@
-"""Storage: the SQLModel schema, the narrow store protocol, and the SQL implementation."""
+"""Storage: the SQLModel schema, the typed commands and records, and the SQL store."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
         Unload,
         Waiting,
     )
-    from ._protocol import Store
     from ._records import (
         CancelOutcome,
         Claim,
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
         settle_sleeps,
     )
     from ._slot_rows import LimitState
-    from ._sql import SqlStore
+    from ._sql import SqlStore, Store
     from ._tables import SCHEMA_VERSION
     from ._urls import DEFAULT_SQLITE_URL, parse_database_url
 
@@ -94,7 +93,6 @@ __getattr__, __dir__ = lazy_names(
             "Unload",
             "Waiting",
         ),
-        "._protocol": ("Store",),
         "._records": (
             "CancelOutcome",
             "Claim",
@@ -108,7 +106,7 @@ __getattr__, __dir__ = lazy_names(
             "settle_sleeps",
         ),
         "._slot_rows": ("LimitState",),
-        "._sql": ("SqlStore",),
+        "._sql": ("SqlStore", "Store"),
         "._tables": ("SCHEMA_VERSION",),
         "._urls": (
             "DEFAULT_SQLITE_URL",

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._connection import Connector
+from ._connection import StorePart
 from ._queries import claim_sql, next_due_sql
 from ._records import Claim, RunRecord
 from ._runs import to_run
 
 
-class Claims:
-    def __init__(self, db: Connector) -> None:
-        self.db = db
+class ClaimRows(StorePart):
+    """Claims: the runs a worker takes up, and when the next one falls due."""
 
-    def claim(self, claim: Claim) -> list[RunRecord]:
-        """First delete the workers the claimer condemned (see ``duro._lease``), each only if its
-        heartbeat is still the stamp the claimer saw; then take the claimable runs (see
-        ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
+    def claim_runs(self, claim: Claim) -> list[RunRecord]:
+        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (see ``duro._lease``:
+        handing their runs back), then take up to ``claim.limit`` unowned unfinished runs that are
+        due, in due order, in one transaction (the rule is ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
         workers never start two runs of one serial workflow."""
         if not claim.workflows:
             return []
@@ -54,7 +53,8 @@ class Claims:
             return [to_run(row)._replace(fresh=was[row[0]] == "pending") for row in rows]
 
     def next_due(self, claim: Claim) -> int | None:
-        """The earliest due time of a run ``claim`` could take (``None``: none is due ever)."""
+        """The earliest due time of a run ``claim`` could take (its namespace and workflows; a serial
+        workflow's pending run excepted, see ``claim_runs``), or ``None``: none is due ever."""
         params: dict[str, Any] = {
             "namespace": claim.namespace,
             "workflows": list(claim.workflows),

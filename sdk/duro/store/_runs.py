@@ -13,14 +13,14 @@ from .._errors import ConcurrencyLimitError, RunIdConflictError, RunNotFoundErro
 from .._quota import admit
 from . import _psycopg
 from ._commands import OwnStep
-from ._connection import Connector
+from ._connection import StorePart
 from ._fences import write_step
 from ._queries import RUN_COLUMNS, count_sql, list_runs_sql, recent_durations_sql
 from ._records import CancelOutcome, Fenced, NewRun, QuotaCheck, RunRecord
 
 
 class _RunExists(Exception):
-    """A start's insert found its run id taken by another process's start (see Runs.insert)."""
+    """A start's insert found its run id taken by another process's start (see RunRows.insert_run)."""
 
 
 def to_run(row: Any) -> RunRecord:
@@ -70,9 +70,8 @@ def _admit(quota: QuotaCheck, active: int) -> None:
         raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
 
 
-class Runs:
-    def __init__(self, db: Connector) -> None:
-        self.db = db
+class RunRows(StorePart):
+    """Runs: starts, reads, quota counts, cancellation and recoveries."""
 
     def _send_count(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
         """A quota's count, its cursor not read yet (in a pipeline, say)."""
@@ -80,10 +79,14 @@ class Runs:
         return self.db.run_text(conn, count_sql(tuple(statuses), namespace is not None), params)
 
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
+        """How many runs tagged ``concurrency:<key>`` are in ``statuses`` (a quota's count)."""
         with self.db.read() as conn:
             return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
 
-    def recent_durations(self, key: str, namespace: str | None, n: int) -> list[int]:
+    def recent_durations(self, key: str, namespace: str | None, n: int = 20) -> list[int]:
+        """How long (ms, creation to end) the last ``n`` completed runs tagged ``concurrency:<key>``
+        lasted, latest end first (within ``namespace`` when set): one bounded index walk, made only
+        when a start is refused (its ``retry_after`` estimate)."""
         params: dict[str, Any] = {"key": key, "n": n}
         if namespace is not None:
             params["namespace"] = namespace
@@ -91,20 +94,28 @@ class Runs:
             rows = self.db.run_text(conn, recent_durations_sql(namespace is not None), params)
             return [int(row[0]) for row in rows]
 
-    def insert(self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None) -> tuple[RunRecord, bool]:
+    def insert_run(
+        self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None = None
+    ) -> tuple[RunRecord, bool]:
+        """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError,
+        and RunIdConflictError when the id is a run of another workflow (nothing written).
+
+        The existing-run check, the quota count and the insert are one atomic decision. ``parent``,
+        the starting run's step, is written in the same transaction (fenced like ``RecordStep``;
+        its run ``blocked`` when the step waits)."""
         try:
             if self.db.dialect == "postgresql" and parent is None:
-                return self._insert_pipelined(new, quota)
-            return self._insert(new, quota, parent)
+                return self._insert_run_pipelined(new, quota)
+            return self._insert_run(new, quota, parent)
         except (IntegrityError, _psycopg.driver.errors.UniqueViolation, _RunExists):
             # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
             # existence check), or by another process's start between our check and our insert.
-            existing = self.get(new.id)
+            existing = self.get_run(new.id)
             if existing is None:
                 raise
             return _same_workflow(existing, new), False
 
-    def _insert(
+    def _insert_run(
         self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None
     ) -> tuple[RunRecord, bool]:
         db = self.db
@@ -138,7 +149,7 @@ class Runs:
                 raise Fenced(parent.run_id)
             return RunRecord(**{**values, "tags": list(new.tags)}), True
 
-    def _insert_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
+    def _insert_run_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
         """PostgreSQL, a start with no parent step, in two or three round trips instead of six: the
         reads a quota needs (the key's lock, the existing run, the count) in one pipeline; then one
         statement inserts the run and, if it did, announces it; then the commit. Without a quota
@@ -166,7 +177,8 @@ class Runs:
                 raise _RunExists(new.id)
             return RunRecord(**{**values, "tags": list(new.tags)}), True
 
-    def get(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
+    def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
+        """The run, or ``None`` (also when it is in another namespace than ``namespace``, if given)."""
         with self.db.single_read() as conn:
             row = self.db.run(conn, "select_run", {"id": run_id}).fetchone()
         if row is None:
@@ -174,15 +186,16 @@ class Runs:
         record = to_run(row)
         return record if namespace is None or record.namespace == namespace else None
 
-    def find(
+    def list_runs(
         self,
         namespace: str | None,
         workflow: str | None,
         statuses: Sequence[str] | None,
         tag: str | None,
         limit: int,
-        before: tuple[int, str] | None,
+        before: tuple[int, str] | None = None,
     ) -> list[RunRecord]:
+        """Runs, newest first; ``before`` = (created_at, id) of the previous page's last run."""
         params: dict[str, Any] = {"limit": limit}
         if namespace is not None:
             params["namespace"] = namespace
@@ -205,7 +218,8 @@ class Runs:
         with self.db.read() as conn:
             return [to_run(row) for row in self.db.run_text(conn, list_runs_sql(filters), params)]
 
-    def statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+    def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The status of each known run, in one query."""
         ids = list(run_ids)
         if not ids:
             return {}
@@ -213,18 +227,24 @@ class Runs:
             return dict(self.db.run_in(conn, "run_statuses", {"ids": ids}).fetchall())
 
     def count_recovery(self, run_id: str, owner: str) -> int | None:
+        """Count one more attempt at a run a dead worker left (``recoveries``, see
+        ``duro._recovery``) and return the count; ``None`` if the run is not ``owner``'s."""
         with self.db.write() as conn:
             row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
             return None if row is None else int(row[0])
 
     def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
+        """Which of these unfinished runs have a cancel request (a worker's poll pass)."""
         ids = list(run_ids)
         if not ids:
             return set()
         with self.db.read() as conn:
             return {row[0] for row in self.db.run_in(conn, "cancel_requested", {"ids": ids})}
 
-    def cancel(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
+    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
+        """Cancel the run and its unfinished descendants: one that nobody holds and that never made a
+        durable call ends ``cancelled`` now (with ``error``); any other unfinished one gets the
+        request (``cancel_requested_at``), due at once, for its worker to deliver into its code."""
         db = self.db
         with db.write() as conn:
             if namespace is None:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from ._connection import Connector
+from ._connection import StorePart
 
 # Query plans. Slot rows are kept once ended, so a limit's history only grows:
 # - busy slots held since the window began: a range of ``duro_slots_queue (limit_name, state, pos)``
@@ -89,18 +89,21 @@ def summarize(rows: Iterable[StatsRow], since: int) -> SlotStats:
     return SlotStats(len(waits), p50, p90, p99, expired, timed_out)
 
 
-def limit_stats(db: Connector, name: str, since: int) -> SlotStats:
-    """The limit's figures since ``since`` (ms), in one query."""
-    with db.single_read() as conn:
-        rows = db.run_text(conn, LIMIT_STATS, {"name": name, "since": since}).fetchall()
-    return summarize(rows, since)
+class SlotStatsRows(StorePart):
+    """The faces' two reads of the slots: a limit's figures, and the queues runs wait in."""
 
+    def limit_stats(self, name: str, since_ms: int) -> SlotStats:
+        """The limit's figures since ``since_ms``, in one query: slots that became held and their
+        waits' p50/p90/p99, expiries (taken back by ``max_hold``) and timeouts."""
+        with self.db.single_read() as conn:
+            rows = self.db.run_text(conn, LIMIT_STATS, {"name": name, "since": since_ms}).fetchall()
+        return summarize(rows, since_ms)
 
-def queued_limits(db: Connector, run_ids: Iterable[str]) -> dict[str, str]:
-    """The limit whose queue each of these runs waits in (a slot ``waiting`` or ``reserved`` for
-    it), in one query; runs that wait in none are left out."""
-    ids = list(dict.fromkeys(run_ids))
-    if not ids:
-        return {}
-    with db.single_read() as conn:
-        return dict(db.run_text(conn, QUEUED_LIMITS, {"ids": ids}).fetchall())
+    def queued_limits(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The limit whose queue each of these runs waits in (a slot ``waiting`` or ``reserved`` for
+        it), in one query; runs that wait in none are left out."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        with self.db.single_read() as conn:
+            return dict(self.db.run_text(conn, QUEUED_LIMITS, {"ids": ids}).fetchall())

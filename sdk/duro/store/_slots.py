@@ -13,6 +13,7 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,21 +23,33 @@ from .. import _slots as rules
 from .._config import LimitConfig
 from .._slots import Decision, LimitView, SlotEvent, SlotRow
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
-from ._connection import Connector
+from ._connection import StorePart
 from ._fences import send_step, write_step
 from ._records import Fenced, RunRecord, StepRecord
 from ._runs import to_run
-from ._slot_rows import LimitState, slot_json, slot_row, slot_values
+from ._slot_rows import slot_json, slot_row, slot_values
+
+log = logging.getLogger("duro.store")
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
 
 
-class Slots:
+class SlotRows(StorePart):
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
-    def __init__(self, db: Connector, on_events: Callable[[Sequence[SlotEvent]], None]) -> None:
-        self.db = db
-        self.on_events = on_events  # what committed decisions did (see SqlStore.slot_listeners)
+    # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
+    # committed them: the engine's metrics and logs listen here (see duro._observe)
+    slot_listeners: list[Callable[[Sequence[SlotEvent]], None]]
+
+    def _tell_slots(self, events: Sequence[SlotEvent]) -> None:
+        if not events:
+            return
+        for listener in tuple(self.slot_listeners):
+            try:
+                listener(events)
+            except Exception:  # noqa: BLE001 - an observer must never undo what committed
+                log.exception("duro: a slot listener failed; it is dropped")
+                self.slot_listeners.remove(listener)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -62,7 +75,7 @@ class Slots:
             next_pos=next_pos,
         ), int(judged)
 
-    def _apply(self, conn: Connection, decision: Decision, now: int) -> None:
+    def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
             self.db.run(conn, "slot_upsert", slot_values(row))
         view = decision.view
@@ -98,7 +111,7 @@ class Slots:
         this worker's rolls all of it back: nothing of this happened)."""
         with self.db.pipeline(conn):
             if decision is not None:
-                self._apply(conn, decision, now)
+                self._write_decision(conn, decision, now)
             fence = (
                 None if hook is None else send_step(self.db, conn, hook.run_id, hook.owner, hook.step, now)
             )
@@ -174,31 +187,31 @@ class Slots:
         adopted.append(to_run(taken))
         return OwnStep(row.run_id, adopter.owner, StepRecord(*step))
 
-    def _slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
+    def _read_slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
         found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
         return None if found is None else slot_row(found)
 
     # -- operations ------------------------------------------------------------------------------
 
-    def command(
+    def _slot_command(
         self, conn: Connection, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
     ) -> SlotOutcome:
         match command:
             case RequestSlot():
-                return self._request(conn, command)
+                return self._request_slot(conn, command)
             case ConfirmSlot():
-                return self._confirm(conn, command)
+                return self._confirm_slot(conn, command)
             case GiveUpSlot():
-                return self._give_up(conn, command)
+                return self._give_up_slot(conn, command)
             case ReleaseSlot():
-                return self._release(conn, command)
+                return self._release_slot(conn, command)
 
-    def _request(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
+    def _request_slot(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
         """See :class:`RequestSlot`: busy at once when a slot is free and nobody waits, else queued."""
         view, judged = self._lock_limit(conn, command.config, command.now)  # the slot is read under it
         now = judged
         timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
-        existing = self._slot(conn, command.slot_id)
+        existing = self._read_slot(conn, command.slot_id)
         if existing is not None:
             return SlotOutcome(existing)
         decision = rules.request(
@@ -223,10 +236,10 @@ class Slots:
             row, None if hook is None else hook.step, events=tuple(decision.events), position=queued
         )
 
-    def _confirm(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
+    def _confirm_slot(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
         """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""
         view, now = self._lock_limit(conn, command.config, command.now)
-        row = self._slot(conn, command.slot_id)
+        row = self._read_slot(conn, command.slot_id)
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
         decision = rules.confirm(view, row, now)
@@ -249,11 +262,11 @@ class Slots:
             events=tuple(decision.events),
         )
 
-    def _give_up(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
+    def _give_up_slot(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
         """See :class:`GiveUpSlot`: the hook step is written failed, also when the expiry pass timed
         the request out first."""
         view, now = self._lock_limit(conn, command.config, command.now)
-        row = self._slot(conn, command.slot_id)
+        row = self._read_slot(conn, command.slot_id)
         if command.cancelled:
             return self._leave_cancelled(conn, command, view, row, now)
         if row is None or row.state not in ("waiting", "timed_out"):
@@ -289,10 +302,10 @@ class Slots:
             events=() if decision is None else tuple(decision.events),
         )
 
-    def _release(self, conn: Connection, command: ReleaseSlot) -> SlotOutcome:
+    def _release_slot(self, conn: Connection, command: ReleaseSlot) -> SlotOutcome:
         """See :class:`ReleaseSlot`: frees the slot and hands freed capacity to the queue's heads."""
         configs, hook = command.configs, command.hook
-        row = self._slot(conn, command.slot_id)
+        row = self._read_slot(conn, command.slot_id)
         if row is None or row.limit not in configs:
             if hook is not None:
                 hook = OwnStep(
@@ -302,7 +315,7 @@ class Slots:
             return SlotOutcome(row, None if hook is None else hook.step)
         view, now = self._lock_limit(conn, configs[row.limit], command.now)
         if self.db.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
-            row = self._slot(conn, command.slot_id) or row  # again, under the limit's lock
+            row = self._read_slot(conn, command.slot_id) or row  # again, under the limit's lock
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         adopted = self._hand_out(conn, decision, now, command.hand_over, command.adopt)
@@ -331,10 +344,10 @@ class Slots:
         ended = list(run_ids)
         granted: list[SlotRow] = []
         for start in range(0, len(ended), HAND_OUT_BATCH):
-            granted += self._leave(configs, ended[start : start + HAND_OUT_BATCH], now)
+            granted += self._leave_queues(configs, ended[start : start + HAND_OUT_BATCH], now)
         return granted
 
-    def _leave(self, configs: Mapping[str, LimitConfig], ended: list[str], now: int) -> list[SlotRow]:
+    def _leave_queues(self, configs: Mapping[str, LimitConfig], ended: list[str], now: int) -> list[SlotRow]:
         granted: list[SlotRow] = []
         events: list[SlotEvent] = []
         with self.db.write() as conn:
@@ -349,15 +362,15 @@ class Slots:
                 if row.limit not in configs:
                     continue
                 view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
-                row = self._slot(conn, row.id) or row  # again, under the limit's lock
+                row = self._read_slot(conn, row.id) or row  # again, under the limit's lock
                 decision = rules.leave(view, row, judged)
                 self._hand_out(conn, decision, judged)
-                self._apply(conn, decision, judged)
+                self._write_decision(conn, decision, judged)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
             for run_id in ended:  # its request may have timed out meanwhile: not queued, still waited on
                 self.db.run(conn, "hook_leave", {"run_id": run_id, "now": now})
-        self.on_events(events)
+        self._tell_slots(events)
         return granted
 
     def slots_expire(
@@ -374,10 +387,10 @@ class Slots:
         granted: list[SlotRow] = []
         full = True
         while full:
-            full = self._expire(configs, now, changed, granted)
+            full = self._expire_slots(configs, now, changed, granted)
         return changed, granted
 
-    def _expire(
+    def _expire_slots(
         self, configs: Mapping[str, LimitConfig], now: int, changed: list[SlotRow], granted: list[SlotRow]
     ) -> bool:
         """One transaction of the expiry pass; whether it did as much as one may (more may be left)."""
@@ -398,17 +411,17 @@ class Slots:
                     continue  # nothing due, nothing to hand out (a capacity raised in the config is)
                 # read before the lock: another worker's pass may have applied them since
                 fresh = [
-                    row for row in (self._slot(conn, r.id) for r in due.get(name, [])) if row is not None
+                    row for row in (self._read_slot(conn, r.id) for r in due.get(name, [])) if row is not None
                 ]
                 decision = rules.expire(view, fresh, now)
                 changed.extend(decision.writes)
                 self._hand_out(conn, decision, now, most=budget)
-                self._apply(conn, decision, now)
+                self._write_decision(conn, decision, now)
                 budget -= len(decision.granted)
                 did += len(decision.writes)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
-        self.on_events(events)
+        self._tell_slots(events)
         return did > 0 and (len(found) == HAND_OUT_BATCH or budget <= 0)
 
     def next_slot_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
@@ -439,59 +452,6 @@ class Slots:
             return dict(self.db.run_in(conn, "slot_states", {"ids": ids}).fetchall())
 
     def get_slot(self, slot_id: str) -> SlotRow | None:
+        """The slot request, or ``None``."""
         with self.db.single_read() as conn:
-            return self._slot(conn, slot_id)
-
-    # -- admin -----------------------------------------------------------------------------------
-
-    def limit_states(self) -> dict[str, LimitState]:
-        with self.db.single_read() as conn:
-            return {r[0]: LimitState(*r) for r in self.db.run(conn, "limit_rows", {})}
-
-    def declare_limits(self, configs: Iterable[LimitConfig], now: int) -> None:
-        with self.db.write() as conn:
-            for config in configs:
-                params = {"name": config.name, "now": now}
-                self.db.run(conn, "limit_insert", params)
-                self.db.run(
-                    conn,
-                    "limit_declare",
-                    {**params, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms},
-                )
-
-    def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
-        with self.db.single_read() as conn:
-            return [slot_row(r) for r in self.db.run(conn, "limit_slots", {"name": name, "n": max_rows})]
-
-    def set_limit_override(
-        self, config: LimitConfig, field: str, value: int | None, now: int
-    ) -> list[SlotRow]:
-        """Set (or with None reset) an override; a capacity raise hands slots out at once, in
-        transactions of at most ``HAND_OUT_BATCH`` grants each: a raise to 100,000 with as many
-        waiting holds the limit's lock (and SQLite's write lock) a batch at a time, and the limit's
-        other operations go on in between."""
-        with self.db.write() as conn:
-            now = self.db.now(conn, now)
-            self._view(conn, config, now)
-            self.db.run(
-                conn,
-                "set_capacity" if field == "capacity" else "set_max_hold",
-                {"name": config.name, "value": value, "now": now},
-            )
-            decision = self._batch(conn, config, now)
-        self.on_events(decision.events)
-        granted = list(decision.granted)
-        while decision.granted and decision.view.free > 0 and decision.view.waiting > 0:  # more of both
-            with self.db.write() as conn:
-                decision = self._batch(conn, config, self.db.now(conn, now))
-            self.on_events(decision.events)
-            granted += decision.granted
-        return granted
-
-    def _batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
-        """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""
-        decision = Decision(self._view(conn, config, now))
-        self._hand_out(conn, decision, now, most=HAND_OUT_BATCH)
-        self._apply(conn, decision, now)
-        self.db.notify(conn, ["limits"])
-        return decision
+            return self._read_slot(conn, slot_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 from sqlalchemy.engine import Connection
 
@@ -23,15 +23,15 @@ from ._commands import (
     ReleaseSlot,
     RequestSlot,
     SendSignal,
+    SlotOutcome,
     TakeSignal,
     Unload,
 )
-from ._connection import Connector
 from ._fences import due_for, send_step, write_step
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord
-from ._signals import Signals
-from ._slots import Slots
+from ._signals import SignalRows
+from ._slots import SlotRows
 
 # per shape (see step_rows), the columns of a full row that shape keeps: the six required ones and
 # its optional ones
@@ -77,37 +77,48 @@ def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
     return all(type(command) is RecordStep for command in commands)
 
 
-class Steps:
-    def __init__(self, db: Connector, signals: Signals, slots: Slots) -> None:
-        self.db = db
-        self.signals = signals
-        self.slots = slots
+class StepRows(SignalRows, SlotRows):
+    """A run's steps, and its progress writes: the typed commands, of signals and slots too."""
 
-    def get(self, run_id: str) -> list[StepRecord]:
+    def get_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's steps in sequence order, as written (see ``settle_sleeps``)."""
         with self.db.single_read() as conn:
             return [StepRecord(*row) for row in self.db.run(conn, "select_steps", {"run_id": run_id})]
 
-    def page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+    def get_steps_page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+        """At most ``limit`` of the run's steps after sequence number ``after``, in order."""
         params = {"run_id": run_id, "after": after, "n": limit}
         with self.db.single_read() as conn:
             return [StepRecord(*row) for row in self.db.run(conn, "select_steps_after", params)]
 
-    def apply(self, command: Command) -> Any:
+    @overload
+    def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
+    @overload
+    def apply(self, command: TakeSignal) -> StepRecord | None: ...
+    @overload
+    def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
+    @overload
+    def apply(self, command: Unload) -> list[str]: ...
+    def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
+        """Apply one command in a transaction of its own (see :mod:`._commands` for each result)."""
         with self.db.write() as conn:
-            return self._dispatch(conn, command)
+            result: bool | StepRecord | SlotOutcome | list[str] | None = self._apply_command(conn, command)
+        if type(result) is SlotOutcome:
+            self._tell_slots(result.events)
+        return result
 
-    def _dispatch(self, conn: Connection, command: Command) -> Any:
+    def _apply_command(self, conn: Connection, command: Command) -> Any:
         match command:
             case RecordStep(run_id, owner, step, run_status, wake_at, now):
                 return write_step(self.db, conn, run_id, owner, step, run_status, wake_at, now)
             case FinishRun():
-                return self._finish(conn, command)
+                return self._finish_run(conn, command)
             case TakeSignal():
-                return self.signals.take(conn, command)
+                return self._take_signal(conn, command)
             case SendSignal():
-                return self.signals.send_from_run(conn, command)
+                return self._send_from_run(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
-                return self.slots.command(conn, command)
+                return self._slot_command(conn, command)
             case Unload():
                 return self._unload(conn, command)
 
@@ -135,15 +146,23 @@ class Steps:
         return [run_id for run_id, cursor in sent if cursor.rowcount == 1]
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:
+        """Apply commands of many runs (of the types in ``batches``: ``RecordStep``, ``FinishRun``; on
+        SQLite also ``RequestSlot`` and ``ReleaseSlot``) in one transaction, each with its own fence
+        and result, in order: a fenced command changes nothing and disturbs no other."""
         if self.db.dialect == "postgresql":
-            return self._apply_pipelined(commands)
-        if _all_steps(commands):
-            return self._apply_steps_sqlite(commands)
-        return self._apply_each(commands)
+            results = self._apply_pipelined(commands)
+        elif _all_steps(commands):
+            results = self._apply_steps_sqlite(commands)
+        else:
+            results = self._apply_each(commands)
+        for result in results:
+            if type(result) is SlotOutcome:
+                self._tell_slots(result.events)
+        return results
 
     def _apply_each(self, commands: Sequence[Command]) -> list[Any]:
         with self.db.write() as conn:
-            return [self._dispatch(conn, command) for command in commands]
+            return [self._apply_command(conn, command) for command in commands]
 
     def _apply_pipelined(self, commands: Sequence[Command]) -> list[Any]:
         """PostgreSQL: every statement of the batch in one pipeline, one round trip in all instead
@@ -242,7 +261,7 @@ class Steps:
         }
         return self.db.run(conn, "finish_run", params)
 
-    def _finish(self, conn: Connection, command: FinishRun) -> bool:
+    def _finish_run(self, conn: Connection, command: FinishRun) -> bool:
         result = self._send_finish(conn, command)
         if result.rowcount != 1:
             return False

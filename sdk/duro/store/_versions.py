@@ -5,7 +5,7 @@ is removed, and a version no worker has (its runs wait ``pending``) is seen at a
 
 from __future__ import annotations
 
-from ._connection import Connector
+from ._connection import StorePart
 from ._tables import ACTIVE_SQL
 
 # One GROUP BY over the namespace's unfinished runs, whose condition repeats the partial indexes'
@@ -21,9 +21,12 @@ UNFINISHED_BY_VERSION = (
 )
 
 
-def unfinished_by_version(db: Connector, namespace: str) -> dict[tuple[str, str], int]:
-    """``{(workflow, version): unfinished runs}`` of ``namespace``, in one query; a pair with no
-    unfinished run is left out."""
-    with db.single_read() as conn:
-        rows = db.run_text(conn, UNFINISHED_BY_VERSION, {"namespace": namespace}).fetchall()
-    return {(workflow, version): count for workflow, version, count in rows}
+class VersionRows(StorePart):
+    """The unfinished runs of each version."""
+
+    def unfinished_by_version(self, namespace: str) -> dict[tuple[str, str], int]:
+        """``{(workflow, version): unfinished runs}`` of ``namespace`` (pending, running, suspended,
+        blocked), in one query; a pair with no unfinished run is left out."""
+        with self.db.single_read() as conn:
+            rows = self.db.run_text(conn, UNFINISHED_BY_VERSION, {"namespace": namespace}).fetchall()
+        return {(workflow, version): count for workflow, version, count in rows}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._connection import Connector
+from ._connection import StorePart
 from ._queries import WORKER_COLUMNS
 
 
-class Workers:
-    def __init__(self, db: Connector) -> None:
-        self.db = db
+class WorkerRows(StorePart):
+    """Workers: their rows, which are their leases."""
 
-    def register(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
+    def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
+        """Add (or renew) the worker's row; its heartbeat is the lease on the runs it owns. Runs a
+        previous life of this id owned are handed back to be claimed."""
         db = self.db
         with db.write() as conn:
             now = db.now(conn, now)
@@ -27,6 +28,9 @@ class Workers:
                 db.notify(conn, ["run", namespace])
 
     def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
+        """Move the worker's heartbeat stamp forward (by at least 1). Returns the stamp of every
+        worker of its namespace (its own included: what a :class:`duro._lease.Watch` judges by), or
+        ``None`` when its row is gone: a claim condemned it, and its runs may be someone else's now."""
         db = self.db
         with db.write() as conn:
             row = db.run(conn, "beat", {"id": worker_id, "now": db.now(conn, now)}).fetchone()
@@ -34,14 +38,19 @@ class Workers:
                 return None
             return dict(db.run(conn, "stamps", {"namespace": row[0]}).fetchall())
 
-    def remove(self, worker_id: str, now: int, dead: bool = False) -> None:
+    def remove_worker(self, worker_id: str, now: int, dead: bool = False) -> None:
+        """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim.
+        ``dead``: its process is gone, so each run it was executing counts a recovery (``recoveries``,
+        in a row while the run's history has not grown), as for a worker condemned by a claim."""
         db = self.db
         with db.write() as conn:
             found = db.run(conn, "delete_worker", {"id": worker_id}).fetchone()
             if db.run(conn, "hand_back_dead" if dead else "hand_back", {"id": worker_id}).rowcount:
                 db.notify(conn, ["run", None if found is None else found[0]])
 
-    def all(self) -> list[dict[str, Any]]:
+    def list_workers(self) -> list[dict[str, Any]]:
+        """Every registered worker with its heartbeat age in ms (on the decisions' clock) and how
+        many unfinished runs it owns: what ``duro health`` shows."""
         db = self.db
         with db.read() as conn:
             now = db.now(conn, 0) if db.database_clock else None
@@ -52,6 +61,7 @@ class Workers:
             for row in rows
         ]
 
-    def local(self, host: str) -> list[tuple[str, int]]:
+    def local_workers(self, host: str) -> list[tuple[str, int]]:
+        """(worker id, pid) of the workers registered from ``host``."""
         with self.db.read() as conn:
             return [(worker_id, pid) for worker_id, pid in self.db.run(conn, "local_workers", {"host": host})]
