@@ -21,6 +21,7 @@ from typing import Any
 from . import _current
 from ._clock import Clock, SystemClock
 from ._config import LimitConfig, Workspace, define_workspace
+from ._context import RunContext
 from ._definitions import Concurrency, WorkflowSpec
 from ._durations import Duration
 from ._errors import DuroError
@@ -83,7 +84,9 @@ class Engine:
         self.events = EventBus()
         self._hooks = EngineHooks(handle_target=self)
         self._worker: Worker | None = None
-        self._gateway = StoreGateway(self.store, self._hooks, alone=self._one_run_in_flight)
+        # the runs executing here: the worker's, read by the gateway (a lone run skips the group commit)
+        self._live: dict[str, RunContext] = {}
+        self._gateway = StoreGateway(self.store, self._hooks, live=self._live)
         self._registry = Registry()
         self._starter = Starter(
             self._registry,
@@ -125,9 +128,6 @@ class Engine:
         return engine
 
     # -- wiring ----------------------------------------------------------------------------------
-
-    def _one_run_in_flight(self) -> bool:
-        return self._worker is None or len(self._worker.live) <= 1
 
     def _local_slots(self) -> LocalSlots | None:
         return None if self._worker is None else self._worker.slots
@@ -314,7 +314,9 @@ class Engine:
             await self._gateway.call(
                 self.store.declare_limits, list(self.workspace.limits.values()), self.clock.now_ms()
             )
+        self._live.clear()  # what an abandoned worker left
         worker = Worker(
+            live=self._live,
             options=self.options,
             namespace=self.namespace,
             clock=self.clock,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -48,15 +48,15 @@ STORE_RETRY_S = 30.0  # how long a store call is made again while the database r
 
 
 class StoreGateway:
-    def __init__(self, store: SqlStore, hooks: EngineHooks, alone: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, store: SqlStore, hooks: EngineHooks, live: Sized = ()) -> None:
         self.store = store
         self._hooks = hooks
         # SQLite's calls are tried on the loop first, never waiting for a lock (see call)
-        self._now_or_never = store.without_waiting if store.dialect == "sqlite" else None
+        self._now_or_never = store.db.without_waiting if store.dialect == "sqlite" else None
         self._db_executor: ThreadPoolExecutor | None = None  # every call (PostgreSQL), or the writes (SQLite)
         self._read_executor: ThreadPoolExecutor | None = None  # SQLite's reads: never behind a locked write
         self._bulk_executor: ThreadPoolExecutor | None = None  # SQLite's long hand-outs (see _executor_for)
-        self._alone = alone  # whether one run at most is in flight here (see _one_run_in_flight)
+        self._live = live  # the runs in flight here (see _one_run_in_flight)
         self.progress = self._group_commit()
 
     def _group_commit(self) -> GroupCommit:
@@ -66,7 +66,7 @@ class StoreGateway:
         """Whether a progress write may skip the group commit: the only run in flight here, on a
         store called on the loop (SQLite; PostgreSQL's batch pipelines a write's statements: one
         round trip, not two)."""
-        return (self._hooks.inline_store or self._now_or_never is not None) and self._alone()
+        return (self._hooks.inline_store or self._now_or_never is not None) and len(self._live) <= 1
 
     @overload
     async def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
@@ -98,7 +98,7 @@ class StoreGateway:
         """The threads for the store method ``fn``. On SQLite a bulk call (a hand-out of many
         slots, in transactions of 1,000 grants) has a thread of its own, never the event loop: the
         writer thread stays free for the runs' writes, which take their turns with its transactions
-        (see ``store._turns``)."""
+        (see ``store._connection.TurnLock``)."""
         if self._db_executor is None:
             sqlite = self.store.dialect == "sqlite"
             self._db_executor = ThreadPoolExecutor(

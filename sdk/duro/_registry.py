@@ -26,11 +26,20 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, WorkflowSpec] = {}  # the newest version of each name
         self._versions: dict[str, dict[str, WorkflowSpec]] = {}
+        # the workflows whose code this process has (it executes their runs) and their (workflow,
+        # version) pairs (the runs it may claim); tuples, so a claim in the store thread reads a stable copy
+        self.local_names: tuple[str, ...] = ()
+        self.local_versions: tuple[tuple[str, str], ...] = ()
 
     def _put(self, spec: WorkflowSpec) -> WorkflowSpec:
         versions = self._versions.setdefault(spec.name, {})
         versions[spec.version] = spec
         self._specs[spec.name] = versions[max(versions, key=version_order)]
+        if not spec.remote:
+            if spec.name not in self.local_names:
+                self.local_names += (spec.name,)
+            if (pair := (spec.name, spec.version)) not in self.local_versions:
+                self.local_versions += (pair,)
         return spec
 
     def register(
@@ -127,18 +136,3 @@ class Registry:
     def serial_names(self) -> list[str]:
         """Workflows whose runs start one at a time, oldest first (``"serial": True`` in the config)."""
         return [name for name, spec in self._specs.items() if spec.serial]
-
-    def local_names(self) -> list[str]:
-        """Workflows whose code this process has (it executes their runs)."""
-        return [
-            name for name, versions in self._versions.items() if any(not s.remote for s in versions.values())
-        ]
-
-    def local_versions(self) -> list[tuple[str, str]]:
-        """The (workflow, version) pairs whose code this process has: the runs it may claim."""
-        return [
-            (name, version)
-            for name, versions in self._versions.items()
-            for version, spec in versions.items()
-            if not spec.remote
-        ]

@@ -188,7 +188,7 @@ class Schedules:
         has); returns the next window to wait for."""
         gateway, store, namespace = self._gateway, self._gateway.store, self._namespace
         now = self._clock.now_ms()
-        names = self._registry.local_names()
+        names = self._registry.local_names
         for rec in await gateway.call(store.due_schedules, namespace, names, now):
             following = next_window(rec.cron, max(rec.next_fire_at, now))
             if not await gateway.call(

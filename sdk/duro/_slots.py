@@ -16,6 +16,7 @@ is read at every hand-out (raising it grants at once); lowering it takes nothing
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -86,6 +87,11 @@ class SlotEvent(NamedTuple):
     kind: str
     limit: str
     ms: int | None = None
+
+
+def slot_json(row: SlotRow) -> str:
+    """A granted slot as its hook step's result: what a replay reads back as the ``Slot``."""
+    return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
 
 
 def slot_events(before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> list[SlotEvent]:

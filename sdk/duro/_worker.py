@@ -63,6 +63,7 @@ class Worker:
     def __init__(
         self,
         *,
+        live: dict[str, RunContext],
         options: WorkerOptions,
         namespace: str,
         clock: Clock,
@@ -91,7 +92,7 @@ class Worker:
         self._context_engine = context_engine  # what user code in a run finds as the current engine
         self.host = socket.gethostname()
         self.id = options.worker_id or f"{self.host[:32]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.live: dict[str, RunContext] = {}  # the runs executing here (each one's task on its ctx)
+        self.live = live  # the runs executing here (each one's task on its ctx)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
         self.wakeups = Wakeups(clock)  # runs parked on a signal, and waits for a run's end
         self.slots = LocalSlots(  # runs in a limit's queue
@@ -166,8 +167,7 @@ class Worker:
     def adopter(self) -> Adopter | None:
         if not (self.heartbeat.running and self.has_room()):
             return None
-        names, versions = self.registry.local_names(), self.registry.local_versions()
-        return Adopter(self.id, self.namespace, tuple(names), tuple(versions))
+        return Adopter(self.id, self.namespace, self.registry.local_names, self.registry.local_versions)
 
     def take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:
@@ -371,11 +371,11 @@ class Worker:
         claim = Claim(
             worker_id=self.id,
             namespace=self.namespace,
-            workflows=self.registry.local_names(),
+            workflows=self.registry.local_names,
             now=now,
             limit=min(room, CLAIM_BATCH),
             serial=self.registry.serial_names(),
-            versions=self.registry.local_versions(),
+            versions=self.registry.local_versions,
             condemned=condemned,
             orphans=full and now - self._swept >= self.lease_ms,
         )

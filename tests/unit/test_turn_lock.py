@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from duro.store._turns import TurnLock
+from duro.store._connection import TurnLock
 
 
 def _queued(lock: TurnLock, n: int) -> None:

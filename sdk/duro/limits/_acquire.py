@@ -24,12 +24,13 @@ from .._errors import DuroError, RunCancelled, SlotTimeoutError
 from .._events import EventBus
 from .._gateway import StoreGateway
 from .._serde import describe_error, restore_error
+from .._slots import slot_json
 from .._text import NO_NUL, NUL
 from .._tracing import end_slot_wait, slot_wait_span
 from .._wakeups import Wakeups
 from ..store import ConfirmSlot, GiveUpSlot, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
 from ._local import LocalSlots
-from ._types import HOOK_PREFIX, Slot, SlotRelease, check_label, limit_config, slot_of
+from ._types import HOOK_PREFIX, Slot, SlotRelease, check_label, limit_config
 
 T = TypeVar("T")
 # A task being cancelled by its worker (shutdown, a run lost to another worker, a stale copy) must
@@ -92,12 +93,13 @@ class RunLimits:
             row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
             position = None
         if row is not None and row.state == "busy" and rec.status == "completed":
-            return slot_of(row)  # granted at once: the request closed its hook step in the same transaction
+            return Slot(
+                id=row.id, limit=row.limit, label=row.label
+            )  # granted at once: the request closed its hook step in the same transaction
         done = StepRecord(
             seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail
         )
         waiter = local.wait(slot_id, ctx.own(done))
-        taken = False  # a release in this process handed the slot over and wrote ``done`` itself
         span, outcome = slot_wait_span(limit, position), "suspended"  # suspended: still queued, run away
         try:
             while True:
@@ -113,21 +115,14 @@ class RunLimits:
                     local.changed(None if row is None else row.due_at)  # its max_hold, on time
                     continue
                 if row.state == "busy":
-                    if (
-                        done.status != "completed"
-                    ):  # taken for us here (a local hand-over), or not written yet
-                        done = done._replace(
-                            status="completed",
-                            ended_at=row.held_since if taken else ctx.now_ms(),
-                            result=json.dumps({"id": row.id, "limit": row.limit, "label": row.label}),
-                        )
-                        if not taken:
-                            await ctx.write(done)
+                    if done.status != "completed":  # granted, its hook step not written yet: ours to write
+                        done = done._replace(status="completed", ended_at=ctx.now_ms(), result=slot_json(row))
+                        await ctx.write(done)
                     ctx.recorded(done)
                     self._events.publish("slot.acquired", ctx.run_id, ctx.now_ms(), ctx.workflow, limit=limit)
                     outcome = "granted"
                     await ctx.resume()
-                    return slot_of(row)
+                    return Slot(id=row.id, limit=row.limit, label=row.label)
                 if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
                     outcome = "left"
                     raise DuroError(
@@ -167,15 +162,14 @@ class RunLimits:
                     await self._leave_cancelled(ctx, config, slot_id, done)
                 waiter.clear()
                 news = local.news(slot_id)
-                taken = news is not None and news.state == "busy"  # only a local hand-over makes ours busy
-                row = (
-                    news
-                    if news is not None
-                    else await self._gateway.call(self._gateway.store.get_slot, slot_id)
-                )
+                if news is None:
+                    row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
+                else:  # a decision of this process: the row as committed, and our step if it wrote it
+                    row, done = news[0], news[1] or done
         finally:
             local.drop(slot_id, waiter)
-            end_slot_wait(span, outcome)
+            if span is not None:
+                end_slot_wait(span, outcome)
 
     async def _leave_cancelled(
         self, ctx: RunContext, config: LimitConfig, slot_id: str, rec: StepRecord
@@ -220,7 +214,7 @@ class RunLimits:
         ctx.recorded(outcome.step or step)
         if outcome.adopted:
             local.on_adopted(outcome.adopted)
-        local.notify(outcome.granted)
+        local.notify(outcome.granted, outcome.handed)
         if released:
             self._events.publish("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
         if ctx.cancel is not None and ctx.cancel.pending:

@@ -16,7 +16,7 @@ from .._errors import ConfigError, DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
 from .._text import NUL
-from ..store import LimitState, OwnStep, ReleaseSlot
+from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
 from ._local import LocalSlots
 from ._types import LimitInfo, SlotInfo, SlotRelease, limit_config
 
@@ -57,10 +57,10 @@ class Limits:
         self._clock = clock
         self._local = local  # this process's waiters, while the engine is entered
 
-    def _notify(self, rows: Iterable[SlotRow]) -> None:
+    def _notify(self, rows: Iterable[SlotRow], handed: Mapping[str, StepRecord] | None = None) -> None:
         local = self._local()
         if local is not None:
-            local.notify(rows)
+            local.notify(rows, handed or {})
 
     def _hand_over(self) -> Mapping[str, OwnStep]:
         local = self._local()
@@ -189,7 +189,7 @@ class Limits:
         outcome = await self._gateway.apply(
             ReleaseSlot(configs, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()),
         )
-        self._notify(outcome.granted)
+        self._notify(outcome.granted, outcome.handed)
         return outcome.row, outcome.released
 
     async def release_quietly(self, slot_id: str) -> bool:

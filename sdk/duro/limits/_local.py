@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Protocol
 
 from .._clock import Clock
@@ -19,7 +20,9 @@ from .._gateway import StoreGateway, store_trouble
 from .._hooks import EngineHooks
 from .._slots import SWEEP_MS, SlotRow
 from .._wakeups import Waiters, Wakeups
-from ..store import Adopter, OwnStep, RunRecord
+from ..store import Adopter, OwnStep, RunRecord, StepRecord
+
+_NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
 
 
 class SlotHost(Protocol):
@@ -55,7 +58,8 @@ class LocalSlots:
         self._hooks = hooks
         self._waiters: Waiters[str] = Waiters()
         self._takers: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
-        self._news: dict[str, SlotRow] = {}  # rows delivered with a wake-up
+        # rows delivered with a wake-up, with the hook step a local hand-over wrote
+        self._news: dict[str, tuple[SlotRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
@@ -80,24 +84,26 @@ class LocalSlots:
         self._takers.pop(slot_id, None)
         self._news.pop(slot_id, None)
 
-    def notify_slot(self, slot_id: str, row: SlotRow | None = None) -> None:
+    def notify_slot(self, slot_id: str, row: SlotRow | None = None, step: StepRecord | None = None) -> None:
         """Wake the runs waiting on ``slot_id``; ``row``, when given, is its state as just committed
-        (they need not read it again)."""
+        (they need not read it again), and ``step`` its waiter's hook step if the store wrote it."""
         if row is not None and slot_id in self._takers:
-            self._news[slot_id] = row
+            self._news[slot_id] = (row, step)
         if slot_id in self._waiters:
             self._waiters.notify(slot_id)
         elif row is None or row.state != "waiting":
             self.on_absent()
 
-    def notify(self, rows: Iterable[SlotRow]) -> None:
-        """Wake the local runs waiting on these slots (granted, expired...)."""
+    def notify(self, rows: Iterable[SlotRow], handed: Mapping[str, StepRecord] = _NO_STEPS) -> None:
+        """Wake the local runs waiting on these slots (granted, expired...); ``handed``: the hook
+        steps a release wrote for the runs it handed a slot to (``SlotOutcome.handed``)."""
         for row in rows:
-            self.notify_slot(row.id, row)
+            self.notify_slot(row.id, row, handed.get(row.id))
             self.changed(row.due_at)
 
-    def news(self, slot_id: str) -> SlotRow | None:
-        """The row a local decision delivered with the last wake-up of ``slot_id``'s waiter, once."""
+    def news(self, slot_id: str) -> tuple[SlotRow, StepRecord | None] | None:
+        """The row a local decision delivered with the last wake-up of ``slot_id``'s waiter (and its
+        hook step, if the decision wrote it), once."""
         return self._news.pop(slot_id, None)
 
     @property

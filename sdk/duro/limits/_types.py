@@ -9,7 +9,6 @@ from typing import Any
 
 from .._config import LimitConfig, Workspace
 from .._errors import DuroError
-from .._slots import SlotRow
 from .._text import refuse_nul
 
 HOOK_PREFIX = "Esperando hueco · "
@@ -76,10 +75,6 @@ def check_label(limit: str, label: Any) -> str | None:
             f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else "")
         )
     return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
-
-
-def slot_of(row: SlotRow) -> Slot:
-    return Slot(id=row.id, limit=row.limit, label=row.label)
 
 
 def limit_config(workspace: Workspace, name: str) -> LimitConfig:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         WouldWait,
         settle_sleeps,
     )
-    from ._slot_rows import LimitState
+    from ._rows import LimitState
     from ._sql import SqlStore, Store
     from ._tables import SCHEMA_VERSION
     from ._urls import DEFAULT_SQLITE_URL, parse_database_url
@@ -105,7 +105,7 @@ __getattr__, __dir__ = lazy_names(
             "WouldWait",
             "settle_sleeps",
         ),
-        "._slot_rows": ("LimitState",),
+        "._rows": ("LimitState",),
         "._sql": ("SqlStore", "Store"),
         "._tables": ("SCHEMA_VERSION",),
         "._urls": (

@@ -20,6 +20,7 @@ from .._slots import SlotEvent, SlotRow
 from ._records import RunRecord, StepRecord
 
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
+_NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
 
 
 class OwnStep(NamedTuple):
@@ -201,6 +202,7 @@ class SlotOutcome(NamedTuple):
     step: StepRecord | None = None
     released: bool = False
     granted: tuple[SlotRow, ...] = ()
+    handed: Mapping[str, StepRecord] = _NO_STEPS  # the hook steps written for local takers, by slot id
     adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
     events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro._slots.SlotEvent)
     position: int | None = None  # a request that was queued: its place on entry (1: next)

@@ -13,6 +13,7 @@ import os
 import re
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -21,14 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from .._clock import pause
 from .._errors import DuroError, StoreUnavailable
 from . import _psycopg
+from ._engines import server_engine, sqlite_busy, sqlite_engine
 from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
 from ._schema import create_schema
-from ._turns import TurnLock
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
 
 if TYPE_CHECKING:
@@ -70,52 +70,62 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
     return driver.execute(sql, params)
 
 
-def is_transient(err: BaseException) -> bool:
-    """See ``SqlStore.is_transient``."""
-    if isinstance(err.orig if isinstance(err, sa.exc.DBAPIError) else err, sqlite3.Error):
-        return False
-    cause: BaseException | None = err
-    if isinstance(err, sa.exc.DBAPIError):
-        if isinstance(err, sa.exc.OperationalError) or err.connection_invalidated:
-            return True
-        cause = err.orig
-    # the named queries run on the driver's connection: psycopg's own errors
-    pg = _psycopg.loaded()
-    return isinstance(cause, (pg.OperationalError, pg.errors.IdleInTransactionSessionTimeout))
+class TurnLock:
+    """A reentrant lock handed to its waiters first come, first served: the process's SQLite writer.
 
+    ``threading.RLock`` lets the thread that releases it take it straight back, before a waiter
+    wakes: a thread writing a long hand-out in bounded transactions (see ``_slots.HAND_OUT_BATCH``)
+    would then keep the writer for the whole hand-out, and a slot request beside it wait as long.
+    With turns, a request waits for one transaction at the most."""
 
-def is_unavailable(err: BaseException) -> bool:
-    """See ``SqlStore.is_unavailable``."""
-    cause = err.orig if isinstance(err, sa.exc.DBAPIError) else err
-    if isinstance(cause, sqlite3.Error):
-        return sqlite_busy(cause)
-    return is_transient(err)
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._owner: int | None = None
+        self._depth = 0
+        self._queue: deque[int] = deque()  # the tickets of the threads waiting, in order
+        self._tickets = 0
 
-
-def sqlite_busy(err: BaseException) -> bool:
-    """SQLITE_BUSY or SQLITE_LOCKED (and their extended codes): another connection holds the lock."""
-    name = getattr(err, "sqlite_errorname", None) or ""
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return True
-    text = str(err).lower()
-    return any(
-        words in text for words in ("database is locked", "database is busy", "database table is locked")
-    )
-
-
-def _enable_wal(cur: Any) -> None:
-    """Switch the file to WAL (persistent, so once per file). Several processes opening a new file at
-    once race for it and SQLite answers "locked" without waiting: retry for up to 30 s."""
-    for attempt in range(600):
-        try:
-            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-                return
-            cur.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or attempt == 599:
+    def acquire(self, blocking: bool = True) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return True
+            if self._owner is None and not self._queue:
+                self._owner, self._depth = me, 1
+                return True
+            if not blocking:
+                return False
+            self._tickets += 1
+            ticket = self._tickets
+            self._queue.append(ticket)
+            try:
+                while self._owner is not None or self._queue[0] != ticket:
+                    self._cond.wait()
+            except BaseException:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
                 raise
-            pause(0.05)
+            self._queue.popleft()
+            self._owner, self._depth = me, 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self._owner != threading.get_ident():
+                raise RuntimeError("TurnLock released by a thread that does not hold it")
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                if self._queue:
+                    self._cond.notify_all()
+
+    def __enter__(self) -> TurnLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class _CallState(threading.local):
@@ -148,11 +158,16 @@ class Connector:
         self.database_clock = database_clock and self.dialect == "postgresql"
         try:
             if self.dialect == "sqlite":
-                self.engine = self._sqlite_engine(
-                    options.get("synchronous", "NORMAL"), options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS)
+                self.engine, self.file = sqlite_engine(
+                    self.url,
+                    options.get("synchronous", "NORMAL"),
+                    options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT_MS),
+                    read_only,
                 )
+                if self.file is not None:
+                    sa.event.listen(self.engine, "connect", self._note_identity)
             else:
-                self.engine = self._server_engine(pool_size, idle_ms)
+                self.engine = server_engine(self.url, pool_size, idle_ms, read_only)
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {URL_HINT}") from None
         self.schema_ready = False
@@ -260,78 +275,26 @@ class Connector:
         if self.dialect == "postgresql" and messages:
             self.run(conn, "notify", payloads(messages))
 
-    # -- engines ---------------------------------------------------------------------------------
-
-    def _server_engine(self, pool_size: int, idle_ms: int | None) -> sa.Engine:
-        engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=pool_size)
-        read_only = self.read_only
-        if (idle_ms is not None or read_only) and self.dialect == "postgresql":
-
-            @sa.event.listens_for(engine, "connect")
-            def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-                cur = dbapi_conn.cursor()
-                if idle_ms is not None:
-                    cur.execute(f"SET idle_in_transaction_session_timeout = {int(idle_ms)}")
-                if read_only:  # every transaction of this session: the server refuses any write
-                    cur.execute("SET default_transaction_read_only = on")
-                cur.close()
-                dbapi_conn.commit()
-
-        return engine
-
-    def _sqlite_engine(self, synchronous: str, busy_timeout_ms: int) -> sa.Engine:
-        path = self.url.database
-        url = self.url
-        if self.read_only:  # the file must exist, and is opened so that SQLite refuses any write
-            if not path or path == ":memory:" or path.startswith("file:") or not os.path.isfile(path):
-                raise DuroError(
-                    f"there is no SQLite database at {path!r}: check --database-url (or the project "
-                    f"directory, whose .duro/dev.db is the default)"
-                )
-            url = self.url.set(database=f"file:{os.path.abspath(path)}", query={"mode": "ro", "uri": "true"})
-        elif path and path != ":memory:" and not path.startswith("file:"):
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self.file = os.path.abspath(path)
-        options: dict[str, Any] = {}
-        if self.url.query.get("mode") == "memory":  # a shared in-memory database (the harness's): each
-            options["poolclass"] = sa.pool.QueuePool  # connection of the pool is one more to it
-        # how long a statement waits for another process's write lock (both sqlite3's own wait and
-        # the PRAGMA say the same), then fails "database is locked" (see is_unavailable)
-        connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
-        engine = sa.create_engine(url, connect_args=connect_args, **options)
-        read_only = self.read_only
-
-        @sa.event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # duro issues BEGIN itself (see _on_begin)
-            cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            if self.file is not None and self._identity is None:  # the file this process writes
-                found = os.stat(self.file)
-                self._identity = (found.st_dev, found.st_ino)
-            if not read_only:  # a reader takes the file's journal mode as it is
-                _enable_wal(cur)
-            cur.execute(f"PRAGMA synchronous={synchronous}")
-            cur.close()
-
-        @sa.event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            driver = sqlite_driver(conn)
-            if driver.in_transaction:
-                return  # a write transaction write() began on the driver: SQLAlchemy joins it
-            statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get("duro_write") else "BEGIN"
-            driver.execute(statement)
-
-        return engine
-
     def ensure_schema(self) -> None:
         if not self.schema_ready:
             create_schema(self)
 
+    def _note_identity(self, _dbapi_conn: Any, _record: Any) -> None:
+        """Remember the file this process writes, as first opened (see :meth:`_check_file`)."""
+        if self.file is not None and self._identity is None:
+            found = os.stat(self.file)
+            self._identity = (found.st_dev, found.st_ino)
+
     # -- calls that must not wait (SQLite, on the event loop) --------------------------------------
 
     def without_waiting(self, fn: Callable[..., T], *args: Any) -> T:
-        """See ``SqlStore.without_waiting``."""
+        """``fn(*args)`` (a method of the store), here and now, if it needs no lock that another
+        process or thread holds; otherwise :class:`WouldWait`, having changed nothing. SQLite only:
+        its statements take microseconds unless they wait for a lock, so the engine makes a call
+        this way first, on the event loop, and in a thread only when it would wait. Its connections
+        here have a busy timeout of 0 and it takes this process's write lock without blocking, so a
+        file that another process holds locked answers at once. Once a transaction of the call has
+        committed, the rest of the call may wait (nothing done twice)."""
         local = self._local
         if self.dialect != "sqlite" or not self.schema_ready or local.nowait:
             raise WouldWait

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Connection
 
 from .._config import LimitConfig
 from .._slots import Decision, SlotRow
-from ._slot_rows import LimitState, slot_row
+from ._rows import LimitState, slot_row
 from ._slots import HAND_OUT_BATCH, SlotRows
 
 

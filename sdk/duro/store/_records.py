@@ -19,7 +19,7 @@ class Fenced(DuroError):
 
 
 class WouldWait(Exception):
-    """A call made with ``Store.without_waiting`` would have waited for a lock: it changed nothing,
+    """A call made with ``Connector.without_waiting`` would have waited for a lock: it changed nothing,
     and is to be made again where waiting is fine (a thread)."""
 
 

@@ -14,9 +14,9 @@ from .._quota import admit
 from . import _psycopg
 from ._commands import OwnStep
 from ._connection import StorePart
-from ._fences import write_step
 from ._queries import RUN_COLUMNS, count_sql, list_runs_sql, recent_durations_sql
 from ._records import CancelOutcome, Fenced, NewRun, QuotaCheck, RunRecord
+from ._rows import write_step
 
 
 class _RunExists(Exception):

@@ -11,8 +11,8 @@ from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import RunEndedError, RunNotFoundError
 from ._commands import SendSignal, TakeSignal
 from ._connection import StorePart
-from ._fences import write_step
 from ._records import Fenced, StepRecord
+from ._rows import write_step
 
 
 class SignalRows(StorePart):

@@ -21,13 +21,12 @@ from sqlalchemy.engine import Connection
 
 from .. import _slots as rules
 from .._config import LimitConfig
-from .._slots import Decision, LimitView, SlotEvent, SlotRow
+from .._slots import Decision, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import StorePart
-from ._fences import send_step, write_step
 from ._records import Fenced, RunRecord, StepRecord
+from ._rows import send_step, slot_row, slot_values, write_step
 from ._runs import to_run
-from ._slot_rows import slot_json, slot_row, slot_values
 
 log = logging.getLogger("duro.store")
 
@@ -127,13 +126,15 @@ class SlotRows(StorePart):
         takers: Mapping[str, OwnStep] | None = None,
         adopter: Adopter | None = None,
         most: int = HAND_OUT_BATCH,
+        handed: dict[str, StepRecord] | None = None,
     ) -> list[RunRecord]:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
 
         ``takers``: the waiters parked in the calling process, by slot id, with their hook steps. A
         head among them takes its slot at once: its hook step is written completed here (fenced on
-        its run, like any write of that run), so it wakes holding the slot with nothing to confirm.
+        its run, like any write of that run), so it wakes holding the slot with nothing to confirm;
+        ``handed`` collects those steps as written, by slot id.
         ``adopter``: a head whose run was unloaded from memory is taken up by it the same way (see
         ``Adopter``); the runs it took are returned. At most ``most`` grants: a release while a
         raise is under way does not take the rest of the raise into its own transaction."""
@@ -157,6 +158,8 @@ class SlotRows(StorePart):
                 done = hook.step._replace(status="completed", ended_at=now, result=slot_json(row))
                 if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
+                    if handed is not None and row.id in hooks:
+                        handed[row.id] = done
             rules.hand_out(decision, heads, now, frozenset(taken), most)
         return adopted
 
@@ -318,7 +321,8 @@ class SlotRows(StorePart):
             row = self._read_slot(conn, command.slot_id) or row  # again, under the limit's lock
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
-        adopted = self._hand_out(conn, decision, now, command.hand_over, command.adopt)
+        handed: dict[str, StepRecord] = {}
+        adopted = self._hand_out(conn, decision, now, command.hand_over, command.adopt, handed=handed)
         if hook is not None:
             hook = OwnStep(
                 hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
@@ -331,6 +335,7 @@ class SlotRows(StorePart):
             None if hook is None else hook.step,
             released=released,
             granted=tuple(decision.granted),
+            handed=handed,
             adopted=tuple(adopted),
             events=tuple(decision.events),
         )

@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from .._durations import Duration, to_ms
 from .._errors import DuroError
-from . import _connection, _notify, _schema
+from . import _engines, _notify, _schema
 from ._claims import ClaimRows
 from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
@@ -163,7 +163,7 @@ class SqlStore(
 
         SQLite's errors never are: a locked file has already been waited for (``busy_timeout``), and
         waiting again would make that option meaningless (see :meth:`is_unavailable`)."""
-        return _connection.is_transient(err)
+        return _engines.is_transient(err)
 
     @staticmethod
     def is_unavailable(err: BaseException) -> bool:
@@ -171,17 +171,7 @@ class SqlStore(
         locked by another process past ``busy_timeout`` ("database is locked"), or PostgreSQL
         unreachable (what :meth:`is_transient` retries; once retrying gives up, this). A refused
         statement, a missing table or a bug is not."""
-        return _connection.is_unavailable(err)
-
-    def without_waiting(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` (a method of this store), here and now, if it needs no lock that another
-        process or thread holds; otherwise :class:`WouldWait`, having changed nothing. SQLite only:
-        its statements take microseconds unless they wait for a lock, so the engine makes a call
-        this way first, on the event loop, and in a thread only when it would wait. Its connections
-        here have a busy timeout of 0 and it takes this process's write lock without blocking, so a
-        file that another process holds locked answers at once. Once a transaction of the call has
-        committed, the rest of the call may wait (nothing done twice)."""
-        return self.db.without_waiting(fn, *args)
+        return _engines.is_unavailable(err)
 
     def listen(self, deliver: Callable[[list[Any]], None], stopping: Any) -> None:
         """Block, handing each notice (see :mod:`._notify`) to ``deliver``, until ``stopping`` is

@@ -1,6 +1,6 @@
 """A run's progress: the typed commands (``apply``, ``apply_batch``), step records and the run's end.
 
-Each command keeps its own fence (see :mod:`._fences`) and result, also inside a batch: a fenced
+Each command keeps its own fence (see :mod:`._rows`) and result, also inside a batch: a fenced
 write changes nothing and does not disturb the others. A batch is applied in one transaction: on
 PostgreSQL in one pipeline (one round trip), on SQLite as one ownership read and one
 ``executemany`` per kind of write.
@@ -27,9 +27,9 @@ from ._commands import (
     TakeSignal,
     Unload,
 )
-from ._fences import due_for, send_step, write_step
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord
+from ._rows import due_for, send_step, write_step
 from ._signals import SignalRows
 from ._slots import SlotRows
 

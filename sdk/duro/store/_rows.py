@@ -1,14 +1,21 @@
-"""A run's writes, fenced on its owner and on its status not being terminal: a worker that lost a
+"""The rows the store's parts share: a step's and a slot's values as written, a slot's and a limit's
+as read, and the fence every write of a run passes.
+
+A run's writes are fenced on its owner and on its status not being terminal: a worker that lost a
 run (cancelled, or taken over after its lease ran out) changes nothing. Each write touches the run
-first (the fence); the caller learns from the fence's row count whether it still owns the run."""
+first (the fence); the caller learns from the fence's row count whether it still owns the run.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from .._slots import SlotRow
 from ._connection import Connector
+from ._queries import SLOT_COLUMNS
 from ._records import StepRecord
 
 
@@ -99,3 +106,45 @@ def send_step(
     if step is not None:
         db.run(conn, "upsert_step", step_values(run_id, step))
     return fence
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """A limit's row: overrides and live counts (for the admin listing)."""
+
+    name: str
+    capacity_override: int | None
+    max_hold_override_ms: int | None
+    busy: int
+    reserved: int
+    waiting: int
+    capacity: int | None = None  # as declared by the last worker to start with it in its config
+    max_hold_ms: int | None = None
+
+
+def slot_row(values: Any) -> SlotRow:
+    data = dict(zip(SLOT_COLUMNS, values, strict=True))
+    data["limit"] = data.pop("limit_name")
+    data.pop("due_at")
+    return SlotRow(**data)
+
+
+def slot_values(row: SlotRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "limit_name": row.limit,
+        "run_id": row.run_id,
+        "state": row.state,
+        "pos": row.pos,
+        "label": row.label,
+        "enqueued_at": row.enqueued_at,
+        "timeout_at": row.timeout_at,
+        "reserved_until": row.reserved_until,
+        "granted_at": row.granted_at,
+        "held_since": row.held_since,
+        "max_hold_ms": row.max_hold_ms,
+        "expires_at": row.expires_at,
+        "ended_at": row.ended_at,
+        "reason": row.reason,
+        "due_at": row.due_at,
+    }
