@@ -3,16 +3,32 @@ what comes in, shape what goes out, and are the OpenAPI description's components
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model
 
 from duro.tooling import LimitInfo, RunInfo, ScheduleInfo, SlotInfo, StepInfo
 
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def answer_of(record: type, **changed: Any) -> type[BaseModel]:
+    """The base of an answer that shows an SDK record: the record's fields (a dataclass's), in its
+    order and with its types, never written again here. ``changed`` gives a field another
+    ``(type, default)`` where the API shows it its own way (an error as :class:`RunErrorOut`, a
+    status as its literal values), or drops it (``None``)."""
+    hints = typing.get_type_hints(record)
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        spec = changed.get(field.name, (hints[field.name], ...))
+        if spec is not None:
+            fields[field.name] = spec
+    return create_model(f"_{record.__name__}Fields", **fields)
 
 
 # -- requests --------------------------------------------------------------------------------------
@@ -124,20 +140,27 @@ class RunErrorOut(BaseModel):
     )
 
 
-class RunOut(BaseModel):
-    id: str
-    workflow: str
-    version: str
-    namespace: str
-    status: Literal["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]
-    input: Any
-    output: Any
-    error: RunErrorOut | None
-    tags: list[str]
-    parent_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    ended_at: datetime | None
+RUN_STATUS = Literal["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]
+
+if TYPE_CHECKING:  # the fields are the records' (answer_of); a type checker sees the models
+    _RunFields = BaseModel
+    _StepFields = BaseModel
+    _LimitFields = BaseModel
+    _SlotFields = BaseModel
+    _ScheduleFields = BaseModel
+else:
+    _RunFields = answer_of(
+        RunInfo, status=(RUN_STATUS, ...), error=(RunErrorOut | None, ...), tags=(list[str], ...)
+    )
+    _StepFields = answer_of(StepInfo, error=(RunErrorOut | None, ...))
+    _LimitFields = answer_of(LimitInfo)
+    _SlotFields = answer_of(SlotInfo, state=(Literal["busy", "reserved", "waiting"], ...), waited=None)
+    _ScheduleFields = answer_of(ScheduleInfo)
+
+
+class RunOut(_RunFields):
+    # A run: duro.RunInfo's fields, and the limit whose queue it waits in.
+
     queued_for: str | None = Field(
         default=None,
         description="the limit whose queue the run waits in for a slot (its request waiting, or reserved "
@@ -147,50 +170,15 @@ class RunOut(BaseModel):
 
     @classmethod
     def of(cls, info: RunInfo, queued_for: str | None = None) -> RunOut:
-        return cls(
-            id=info.id,
-            workflow=info.workflow,
-            version=info.version,
-            namespace=info.namespace,
-            status=info.status.value,
-            input=info.input,
-            output=info.output,
-            error=None if info.error is None else RunErrorOut(**info.error),
-            tags=list(info.tags),
-            parent_id=info.parent_id,
-            created_at=info.created_at,
-            updated_at=info.updated_at,
-            ended_at=info.ended_at,
-            queued_for=queued_for,
-        )
+        return cls.model_validate({**vars(info), "queued_for": queued_for})
 
 
-class StepOut(BaseModel):
-    seq: int
-    name: str
-    kind: str
-    status: str
-    started_at: datetime
-    ended_at: datetime | None
-    wake_at: datetime | None
-    result: Any
-    error: RunErrorOut | None
-    detail: dict[str, Any] | None
+class StepOut(_StepFields):
+    # A step: duro.StepInfo's fields.
 
     @classmethod
     def of(cls, info: StepInfo) -> StepOut:
-        return cls(
-            seq=info.seq,
-            name=info.name,
-            kind=info.kind,
-            status=info.status,
-            started_at=info.started_at,
-            ended_at=info.ended_at,
-            wake_at=info.wake_at,
-            result=info.result,
-            error=None if info.error is None else RunErrorOut(**info.error),
-            detail=info.detail,
-        )
+        return cls.model_validate(vars(info))
 
 
 class RunCreatedOut(BaseModel):
@@ -256,21 +244,12 @@ class WorkflowsOut(BaseModel):
     workflows: list[WorkflowOut]
 
 
-class LimitOut(BaseModel):
-    name: str
-    capacity: int
-    effective_capacity: int
-    max_hold: str
-    effective_max_hold: str
-    capacity_override: int | None
-    max_hold_override: str | None
-    busy: int
-    reserved: int
-    waiting: int
+class LimitOut(_LimitFields):
+    # A limit: duro.limits.LimitInfo's fields.
 
     @classmethod
     def of(cls, info: LimitInfo) -> LimitOut:
-        return cls(**vars(info))
+        return cls.model_validate(vars(info))
 
 
 class LimitsOut(BaseModel):
@@ -281,37 +260,15 @@ class LimitOnlyOut(BaseModel):
     limit: LimitOut
 
 
-class SlotOut(BaseModel):
-    id: str
-    limit: str
-    state: Literal["busy", "reserved", "waiting"]
-    run_id: str | None
-    label: str | None
-    position: int | None
-    enqueued_at: datetime
+class SlotOut(_SlotFields):
+    # A slot: duro.limits.SlotInfo's fields, its wait in milliseconds.
+
     waited_ms: int | None
-    held_since: datetime | None
-    expires_at: datetime | None
-    reserved_until: datetime | None
-    timeout_at: datetime | None
 
     @classmethod
     def of(cls, info: SlotInfo) -> SlotOut:
         waited = None if info.waited is None else round(info.waited.total_seconds() * 1000)
-        return cls(
-            id=info.id,
-            limit=info.limit,
-            state=info.state,
-            run_id=info.run_id,
-            label=info.label,
-            position=info.position,
-            enqueued_at=info.enqueued_at,
-            waited_ms=waited,
-            held_since=info.held_since,
-            expires_at=info.expires_at,
-            reserved_until=info.reserved_until,
-            timeout_at=info.timeout_at,
-        )
+        return cls.model_validate({**vars(info), "waited_ms": waited})
 
 
 class SlotsOut(BaseModel):
@@ -363,20 +320,12 @@ class HistoryOut(BaseModel):
     last_hour: LastHourOut
 
 
-class ScheduleOut(BaseModel):
-    name: str
-    workflow: str
-    cron: str
-    input: Any
-    concurrency: dict[str, Any] | None
-    next_fire_at: datetime
-    last_fire_at: datetime | None
-    last_run_id: str | None
-    last_error: str | None
+class ScheduleOut(_ScheduleFields):
+    # A schedule: duro.ScheduleInfo's fields.
 
     @classmethod
     def of(cls, info: ScheduleInfo) -> ScheduleOut:
-        return cls(**vars(info))
+        return cls.model_validate(vars(info))
 
 
 class SchedulesOut(BaseModel):

@@ -79,7 +79,9 @@ class TurnLock:
     With turns, a request waits for one transaction at the most."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # the condition's own lock, entered directly: a Lock's with is C code, a Condition's Python
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._owner: int | None = None
         self._depth = 0
         self._queue: deque[int] = deque()  # the tickets of the threads waiting, in order
@@ -87,7 +89,7 @@ class TurnLock:
 
     def acquire(self, blocking: bool = True) -> bool:
         me = threading.get_ident()
-        with self._cond:
+        with self._mutex:
             if self._owner == me:
                 self._depth += 1
                 return True
@@ -111,7 +113,7 @@ class TurnLock:
             return True
 
     def release(self) -> None:
-        with self._cond:
+        with self._mutex:
             if self._owner != threading.get_ident():
                 raise RuntimeError("TurnLock released by a thread that does not hold it")
             self._depth -= 1

@@ -18,63 +18,18 @@ from __future__ import annotations
 
 from functools import cache
 
+from .._slots import SlotRow
 from ._notify import NOTIFY_CHANNEL
+from ._records import RunRecord, StepRecord
 from ._tables import ACTIVE_SQL
 
-RUN_COLUMNS = (
-    "id",
-    "namespace",
-    "workflow",
-    "version",
-    "status",
-    "input",
-    "output",
-    "error",
-    "tags",
-    "concurrency_key",
-    "parent_id",
-    "parent_seq",
-    "owner",
-    "wake_at",
-    "created_at",
-    "updated_at",
-    "ended_at",
-    "trace_context",
-    "cancel_requested_at",
-    "recovered_steps",
-)
-STEP_COLUMNS = (
-    "run_id",
-    "seq",
-    "kind",
-    "name",
-    "status",
-    "started_at",
-    "ended_at",
-    "wake_at",
-    "result",
-    "error",
-    "detail",
-)
+# A run's, a step's and a slot's columns are their records' fields, in order (the record is the
+# row's one shape; tests/unit checks both against the tables): a query selects them in that order,
+# so a row reads back as its record positionally.
+RUN_COLUMNS = tuple(name for name in RunRecord._fields if name != "fresh")  # fresh: a claim's note
+STEP_COLUMNS = ("run_id", *StepRecord._fields)
 OPTIONAL_STEP_COLUMNS = STEP_COLUMNS[6:]  # ended_at .. detail: NULL in most records
-SLOT_COLUMNS = (
-    "id",
-    "limit_name",
-    "run_id",
-    "state",
-    "pos",
-    "label",
-    "enqueued_at",
-    "timeout_at",
-    "reserved_until",
-    "granted_at",
-    "held_since",
-    "max_hold_ms",
-    "expires_at",
-    "ended_at",
-    "reason",
-    "due_at",
-)
+SLOT_COLUMNS = (*("limit_name" if name == "limit" else name for name in SlotRow._fields), "due_at")
 SCHEDULE_COLUMNS = (
     "namespace",
     "name",

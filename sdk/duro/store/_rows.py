@@ -15,24 +15,12 @@ from sqlalchemy.engine import Connection
 
 from .._slots import SlotRow
 from ._connection import Connector
-from ._queries import SLOT_COLUMNS
+from ._queries import SLOT_COLUMNS, STEP_COLUMNS
 from ._records import StepRecord
 
 
 def step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
-    return {
-        "run_id": run_id,
-        "seq": step.seq,
-        "kind": step.kind,
-        "name": step.name,
-        "status": step.status,
-        "started_at": step.started_at,
-        "ended_at": step.ended_at,
-        "wake_at": step.wake_at,
-        "result": step.result,
-        "error": step.error,
-        "detail": step.detail,
-    }
+    return dict(zip(STEP_COLUMNS, (run_id, *step), strict=True))
 
 
 WAITING_STATUSES = ("suspended", "blocked")
@@ -123,28 +111,9 @@ class LimitState:
 
 
 def slot_row(values: Any) -> SlotRow:
-    data = dict(zip(SLOT_COLUMNS, values, strict=True))
-    data["limit"] = data.pop("limit_name")
-    data.pop("due_at")
-    return SlotRow(**data)
+    """A slot's row as selected (``SLOT_COLUMNS``: its fields, then ``due_at``, which it derives)."""
+    return SlotRow(*values[:-1])
 
 
 def slot_values(row: SlotRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "limit_name": row.limit,
-        "run_id": row.run_id,
-        "state": row.state,
-        "pos": row.pos,
-        "label": row.label,
-        "enqueued_at": row.enqueued_at,
-        "timeout_at": row.timeout_at,
-        "reserved_until": row.reserved_until,
-        "granted_at": row.granted_at,
-        "held_since": row.held_since,
-        "max_hold_ms": row.max_hold_ms,
-        "expires_at": row.expires_at,
-        "ended_at": row.ended_at,
-        "reason": row.reason,
-        "due_at": row.due_at,
-    }
+    return dict(zip(SLOT_COLUMNS, (*row, row.due_at), strict=True))

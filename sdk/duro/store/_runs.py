@@ -40,29 +40,31 @@ def _same_workflow(existing: RunRecord, new: NewRun) -> RunRecord:
     return existing
 
 
-def _new_run_values(new: NewRun) -> dict[str, Any]:
-    return {
-        "id": new.id,
-        "namespace": new.namespace,
-        "workflow": new.workflow,
-        "version": new.version,
-        "status": "running" if new.owner else "pending",
-        "input": new.input,
-        "output": None,
-        "error": None,
-        "tags": json.dumps(new.tags),
-        "concurrency_key": new.concurrency_key,
-        "parent_id": new.parent_id,
-        "parent_seq": new.parent_seq,
-        "owner": new.owner,
-        "wake_at": None,
-        "created_at": new.created_at,
-        "updated_at": new.created_at,
-        "ended_at": None,
-        "trace_context": new.trace_context,
-        "cancel_requested_at": None,
-        "recovered_steps": None,
-    }
+def _new_run(new: NewRun) -> tuple[RunRecord, dict[str, Any]]:
+    """The run a start creates, and its row's values (its record's, the tags as JSON)."""
+    run = RunRecord(
+        id=new.id,
+        namespace=new.namespace,
+        workflow=new.workflow,
+        version=new.version,
+        status="running" if new.owner else "pending",
+        input=new.input,
+        output=None,
+        error=None,
+        tags=list(new.tags),
+        concurrency_key=new.concurrency_key,
+        parent_id=new.parent_id,
+        parent_seq=new.parent_seq,
+        owner=new.owner,
+        wake_at=None,
+        created_at=new.created_at,
+        updated_at=new.created_at,
+        ended_at=None,
+        trace_context=new.trace_context,
+    )
+    values = dict(zip(RUN_COLUMNS, run[:-1], strict=True))  # fresh, the last field, is not a column
+    values["tags"] = json.dumps(new.tags)
+    return run, values
 
 
 def _admit(quota: QuotaCheck, active: int) -> None:
@@ -131,7 +133,7 @@ class RunRows(StorePart):
             if quota is not None:
                 counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
                 _admit(quota, int(counted.fetchone()[0]))
-            values = _new_run_values(new)
+            run, values = _new_run(new)
             db.run(conn, "insert_run", values)
             if new.owner is None:
                 db.notify(conn, ["run", new.namespace])
@@ -147,7 +149,7 @@ class RunRows(StorePart):
             ):
                 conn.rollback()
                 raise Fenced(parent.run_id)
-            return RunRecord(**{**values, "tags": list(new.tags)}), True
+            return run, True
 
     def _insert_run_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
         """PostgreSQL, a start with no parent step, in two or three round trips instead of six: the
@@ -167,7 +169,7 @@ class RunRows(StorePart):
                 if row is not None:
                     return _same_workflow(to_run(row), new), False
                 _admit(quota, int(counted.fetchone()[0]))
-            values = _new_run_values(new)
+            run, values = _new_run(new)
             if new.owner is None:
                 notice = json.dumps(["run", new.namespace])
                 inserted = db.run(conn, "insert_run_announced", {**values, "notice": notice})
@@ -175,7 +177,7 @@ class RunRows(StorePart):
                 inserted = db.run(conn, "insert_run_new", values)
             if inserted.rowcount != 1:
                 raise _RunExists(new.id)
-            return RunRecord(**{**values, "tags": list(new.tags)}), True
+            return run, True
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
         """The run, or ``None`` (also when it is in another namespace than ``namespace``, if given)."""
