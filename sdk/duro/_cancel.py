@@ -26,15 +26,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable
-from typing import Any, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from ._errors import RunCancelled
 from ._replay import History
 from ._residency import Parked
 from ._runtime import Runtime
+from ._states import RunState, StepKind
 from .store import RecordStep, StepRecord
 
-CANCEL = "cancel"  # the kind (and name) of the record of a cancel delivered as a call returned
+CANCEL: Final = "cancel"  # the kind (and name) of the record of a cancel delivered as a call returned
 WAITS = frozenset({"sleep", "signal", "hook", "child"})  # the calls a cancelled run may not make
 
 
@@ -81,7 +82,7 @@ class RunContext(Protocol):
     def refused(self, why: Any) -> None: ...
 
     async def write(
-        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+        self, step: StepRecord, run_status: RunState | None = None, wake_at: int | None = None
     ) -> None: ...
 
 
@@ -110,7 +111,7 @@ def request(ctx: RunContext) -> bool:
 
 
 def at_call(
-    ctx: RunContext, seq: int, kind: str, name: str, rec: StepRecord | None
+    ctx: RunContext, seq: int, kind: StepKind, name: str, rec: StepRecord | None
 ) -> tuple[int, StepRecord | None]:
     """``take_seq`` of a run with a cancel (requested, delivered, or in its history)."""
     state = ctx.cancel

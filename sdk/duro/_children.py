@@ -14,6 +14,7 @@ from ._definitions import TERMINAL_STATUS_VALUES, Concurrency
 from ._errors import ChildWorkflowError, ConcurrencyLimitError, RunCancelled, RunIdConflictError
 from ._runtime import LostRun, Runtime
 from ._serde import describe_error, dump_json, restore_error
+from ._states import RunState, StepKind
 from .store import Fenced, OwnStep, StepRecord
 
 T = TypeVar("T")
@@ -27,10 +28,10 @@ class Parent(Protocol):
 
     def now_ms(self) -> int: ...
 
-    def take_seq(self, kind: str, name: str) -> tuple[int, StepRecord | None]: ...
+    def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
 
     async def write(
-        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+        self, step: StepRecord, run_status: RunState | None = None, wake_at: int | None = None
     ) -> None: ...
 
     def own(self, step: StepRecord) -> OwnStep: ...

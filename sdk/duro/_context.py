@@ -26,6 +26,7 @@ from ._replay import History
 from ._residency import Parked
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._states import RunState, StepKind
 from ._tracing import active as tracing
 from ._tracing import step_outcome, step_span
 from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord
@@ -76,7 +77,7 @@ class RunContext(SlotCalls):
 
     # -- what every durable call uses ---------------------------------------------------------
 
-    def take_seq(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+    def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]:
         """The call's sequence number and its record, if the run made it before (see History.take)."""
         if self.fatal is not None:
             raise self.fatal
@@ -88,7 +89,7 @@ class RunContext(SlotCalls):
         return (seq, rec) if self.cancel is None else _cancel.at_call(self, seq, kind, name, rec)
 
     async def write(
-        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+        self, step: StepRecord, run_status: RunState | None = None, wake_at: int | None = None
     ) -> None:
         """Record ``step`` (and the run's status and timer), through the group commit."""
         if not await self._progress(

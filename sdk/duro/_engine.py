@@ -89,28 +89,35 @@ class Engine:
         self._gateway = StoreGateway(self.store, self._hooks, live=self._live)
         self._registry = Registry()
         self._starter = Starter(
-            self._registry,
-            self._gateway,
-            self.clock,
-            self.events,
-            self._hooks,
-            namespace,
-            namespace if scope_reads else None,
+            registry=self._registry,
+            gateway=self._gateway,
+            clock=self.clock,
+            events=self.events,
+            hooks=self._hooks,
+            namespace=namespace,
+            read_namespace=namespace if scope_reads else None,
         )
-        self.limits = Limits(self.workspace, self._gateway, self.clock, self._local_slots)
+        self.limits = Limits(
+            workspace=self.workspace, gateway=self._gateway, clock=self.clock, local=self._local_slots
+        )
         self.schedules = Schedules(
-            self._registry, self._gateway, self._starter, self.clock, namespace, self._schedules_changed
+            registry=self._registry,
+            gateway=self._gateway,
+            starter=self._starter,
+            clock=self.clock,
+            namespace=namespace,
+            changed=self._schedules_changed,
         )
         self._runs = Runs(
-            self._gateway,
-            self._registry,
-            self.clock,
-            self.events,
-            self.limits,
-            namespace,
-            scope_reads,
-            self.options.poll_interval_ms,
-            lambda: self._worker,
+            gateway=self._gateway,
+            registry=self._registry,
+            clock=self.clock,
+            events=self.events,
+            limits=self.limits,
+            namespace=namespace,
+            scope_reads=scope_reads,
+            poll_ms=self.options.poll_interval_ms,
+            local=lambda: self._worker,
         )
         self._context_token: Any = None
         self.meter: Any = None  # duro.metrics.Meter, once duro.metrics.collector(engine) asks

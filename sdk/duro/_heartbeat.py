@@ -36,6 +36,7 @@ def _process_alive(pid: int) -> bool:
 class Heartbeat:
     def __init__(
         self,
+        *,
         worker_id: str,
         namespace: str,
         host: str,

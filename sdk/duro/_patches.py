@@ -19,14 +19,15 @@ over a recorded marker and records nothing. ``duro replay-check`` says when eith
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from ._errors import DuroError
 from ._replay import History
+from ._states import RunState, StepKind
 from ._text import NO_NUL, NUL
 from .store import StepRecord
 
-PATCH = "patch"  # the kind of a marker's step record
+PATCH: Final = "patch"  # the kind of a marker's step record
 
 
 class PatchedRun(Protocol):
@@ -35,12 +36,12 @@ class PatchedRun(Protocol):
     patches: dict[str, bool]
     history: History
 
-    def take_seq(self, kind: str, name: str) -> tuple[int, StepRecord | None]: ...
+    def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
 
     def now_ms(self) -> int: ...
 
     async def write(
-        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+        self, step: StepRecord, run_status: RunState | None = None, wake_at: int | None = None
     ) -> None: ...
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ._errors import NonDeterminismError
+from ._states import StepKind
 from .store import StepRecord
 
 
@@ -28,7 +29,7 @@ class History:
         """How many calls are recorded (replayed, when the run is loaded from the store)."""
         return len(self._records)
 
-    def take(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+    def take(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]:
         """The next sequence number, and its record if the run made this call before. A record of
         another call raises :class:`NonDeterminismError` (the code changed under a recorded run)."""
         seq = self._next

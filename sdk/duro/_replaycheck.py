@@ -27,6 +27,7 @@ from ._registry import Registry
 from ._replay import History
 from ._runtime import Runtime
 from ._serde import stored_json
+from ._states import StepKind
 from .store import RunRecord, StepRecord, settle_sleeps
 
 FORMAT = "duro.history/1"
@@ -46,7 +47,7 @@ class CheckedHistory(History):
 
     __slots__ = ()
 
-    def take(self, kind: str, name: str) -> tuple[int, StepRecord | None]:
+    def take(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]:
         seq, rec = super().take(kind, name)
         if rec is None or rec.status not in ("completed", "failed", "cancelled"):
             raise HistoryEnd(seq)

@@ -22,7 +22,7 @@ from . import _residency as rules
 from ._clock import Clock
 from ._gateway import StoreGateway, store_trouble
 from ._options import WorkerOptions
-from ._runtime import Unloaded
+from ._runtime import LostRun, Unloaded
 from .store import Unload, Waiting
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class Residents:
 
     def __init__(
         self,
+        *,
         worker_id: str,
         options: WorkerOptions,
         clock: Clock,
@@ -216,6 +217,25 @@ class Residents:
             self._timer = None
         if self._flushing is not None:
             self._flushing.cancel()
+
+    # -- runs lost ---------------------------------------------------------------------------------
+
+    def lose(self, run_ids: list[str]) -> None:
+        """These runs are no longer ours (ended elsewhere, or taken over): they stop at once and run
+        no more code here (their next durable call, or the end of their wait, raises ``LostRun``)."""
+        for run_id in run_ids:
+            ctx = self.live.get(run_id)
+            if ctx is not None:
+                if ctx.fatal is None:
+                    ctx.fatal = LostRun(run_id)
+                if ctx.task is not None:
+                    ctx.task.cancel()
+
+    def lose_all(self) -> int:
+        """Stop every run this worker executes, at once (see :meth:`lose`); how many there were."""
+        held = list(self.live)
+        self.lose(held)
+        return len(held)
 
 
 def _waiting(parked: rules.Parked) -> Waiting:

@@ -36,6 +36,7 @@ class RunEnds:
 
     def __init__(
         self,
+        *,
         worker_id: str,
         options: WorkerOptions,
         clock: Clock,

@@ -49,6 +49,7 @@ class LocalRuns(Protocol):
 class Runs:
     def __init__(
         self,
+        *,
         gateway: StoreGateway,
         registry: Registry,
         clock: Clock,

@@ -105,6 +105,7 @@ class Schedules:
 
     def __init__(
         self,
+        *,
         registry: Registry,
         gateway: StoreGateway,
         starter: Starter,

@@ -15,18 +15,19 @@ replay raises the same error without asking the store again.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from ._durations import Duration, to_ms
 from ._errors import DuroError, StoreUnavailable
 from ._replay import History
 from ._runtime import Runtime
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._states import RunState, StepKind
 from ._text import NO_NUL, NUL
 from .store import Command, StepRecord, TakeSignal
 from .store import SendSignal as SendCommand
 
-SEND = "send_signal"  # the kind of a send's step record
+SEND: Final = "send_signal"  # the kind of a send's step record
 T = TypeVar("T")
 _JSON = Codec(None)
 
@@ -39,14 +40,14 @@ class SignallingRun(Protocol):
     runtime: Runtime
     history: History
 
-    def take_seq(self, kind: str, name: str) -> tuple[int, StepRecord | None]: ...
+    def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
 
     def now_ms(self) -> int: ...
 
     async def apply(self, command: Command) -> Any: ...
 
     async def write(
-        self, step: StepRecord, run_status: str | None = None, wake_at: int | None = None
+        self, step: StepRecord, run_status: RunState | None = None, wake_at: int | None = None
     ) -> None: ...
 
     def recorded(self, step: StepRecord) -> None: ...

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+
+from ._states import SlotState
 
 RESERVATION_MS = 2 * 60_000
 SWEEP_MS = 15_000
@@ -32,7 +34,7 @@ class SlotRow(NamedTuple):
     id: str
     limit: str
     run_id: str | None
-    state: str
+    state: SlotState
     pos: int
     label: str | None = None
     enqueued_at: int = 0
@@ -84,7 +86,7 @@ class SlotEvent(NamedTuple):
 
     Never a label or a run id: the limit's name is the only name it carries."""
 
-    kind: str
+    kind: Literal["held", "released", "expired", "timed_out", "lapsed"]
     limit: str
     ms: int | None = None
 

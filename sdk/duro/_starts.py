@@ -41,6 +41,7 @@ class Launcher(Protocol):
 class Starter:
     def __init__(
         self,
+        *,
         registry: Registry,
         gateway: StoreGateway,
         clock: Clock,

@@ -5,13 +5,12 @@ claimable when it is unfinished and has no owner, or its owner has no row: a cla
 of workers it judged dead (see :mod:`duro._lease`), and a worker whose process is gone from this
 host is removed at once. Claiming is one conditional ``UPDATE``, with ``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, so two live workers never execute the same run; every progress write is fenced on
-ownership, so a worker that lost a run changes nothing; and a worker whose own lease ran out
-executes no code of any run until a heartbeat has gone through again (``RunContext.resume``).
+ownership, so a worker that lost a run changes nothing; one whose lease ran out executes no run's
+code until a heartbeat has gone through again (``RunContext.resume``).
 
-A waiting run stays in memory a while (parked), then is unloaded (see ``_residents``). Due work is
-claimed in due order, in batches of the worker's free capacity. What other processes did (a run to
-claim, a slot handed to a waiter here, a signal, a child's end, a cancel) arrives through the
-store's ``listen`` (LISTEN/NOTIFY, a SQLite file's ``data_version``), or the poll pass.
+A waiting run stays in memory a while, then is unloaded (``_residents``); due work is claimed in
+due order, in batches of free capacity. What other processes did arrives through the store's
+``listen`` (LISTEN/NOTIFY, a SQLite file's ``data_version``), or the poll pass.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from . import _current
 from ._cancel import cancelled
@@ -51,7 +50,6 @@ from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
 from .store import Adopter, Claim, RunRecord, settle_sleeps
 
-T = TypeVar("T")
 log = logging.getLogger("duro")
 CLAIM_BATCH = 100  # runs a claim takes at most (more room: the next batch at once; workers share a backlog)
 CLAIM_BATCH_S = 0.02  # announced runs are claimed in batches at most this often (see _wake_for_claims)
@@ -82,6 +80,7 @@ class Worker:
         self.namespace = namespace
         self.clock = clock
         self.gateway = gateway
+        self.db = gateway.call  # a store call, never blocking the loop
         self.store = gateway.store
         self.registry = registry
         self.events = events
@@ -99,13 +98,36 @@ class Worker:
             host=self, workspace=workspace, gateway=gateway, clock=clock, wakeups=self.wakeups, hooks=hooks
         )
         self.lease_ms = options.lease_ms
-        self.residents = Residents(self.id, options, clock, gateway, self.live, self.wake, self.room_freed)
-        self.ends = RunEnds(self.id, options, clock, gateway, events, limits, self.residents)
+        self.residents = Residents(
+            worker_id=self.id,
+            options=options,
+            clock=clock,
+            gateway=gateway,
+            live=live,
+            wake=self.wake,
+            room_freed=self.room_freed,
+        )
+        self.ends = RunEnds(
+            worker_id=self.id,
+            options=options,
+            clock=clock,
+            gateway=gateway,
+            events=events,
+            limits=limits,
+            residents=self.residents,
+        )
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
         self._swept = 0  # when runs of owners with no row were last handed back (once a lease)
         self._statuses_read = -1000  # when the poll pass last read the held runs' statuses
         self.heartbeat = Heartbeat(
-            self.id, namespace, self.host, self.lease_ms, clock, gateway, self.drop_all, self.wake
+            worker_id=self.id,
+            namespace=namespace,
+            host=self.host,
+            lease_ms=self.lease_ms,
+            clock=clock,
+            gateway=gateway,
+            drop_all=self.residents.lose_all,
+            rejoined=self.wake,
         )
         self.runtime = Runtime(
             worker_id=self.id,
@@ -119,7 +141,9 @@ class Worker:
             hooks=hooks,
             step_executor=self.step_executor,
             handle=handle,
-            slots=RunLimits(workspace, self.slots, gateway, events, self.wakeups),
+            slots=RunLimits(
+                workspace=workspace, local=self.slots, gateway=gateway, events=events, wakeups=self.wakeups
+            ),
             residency=self.residents,
         )
         self._limits_task: asyncio.Task[None] | None = None
@@ -135,16 +159,10 @@ class Worker:
 
     # -- I/O and wake-ups -------------------------------------------------------------------------
 
-    async def db(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self.gateway.call(fn, *args)
-
     def notify_signal(self, run_id: str, name: str) -> None:
         self.wakeups.signals.notify((run_id, name))
         if run_id not in self.live:
             self.wake()  # unloaded: the store has it due now
-
-    def notify_done(self, run_id: str) -> None:
-        self.wakeups.done.notify(run_id)
 
     def notify_cancelled(self, run_ids: Sequence[str], ended: Sequence[str] = ()) -> None:
         """Cancels asked for (see ``_cancel``): the runs executing here get theirs; ``ended``, ended."""
@@ -241,7 +259,7 @@ class Worker:
             self.live.pop(run.id, None)
             self.residents.parked.pop(run.id, None)
             if not isinstance(ctx.fatal, Unloaded):
-                self.notify_done(run.id)
+                self.wakeups.done.notify(run.id)
                 if run.parent_id is not None and run.parent_id not in self.live:
                     self.wake()  # its parent, unloaded while it waited, is due now
             if self.heartbeat.running and self.registry.is_serial(run.workflow):
@@ -305,8 +323,7 @@ class Worker:
             pass
 
     async def abandon(self) -> None:
-        """Stop as if the process died: runs stop where they are, nothing more is written, and the
-        worker row stays until someone finds the worker dead."""
+        """Stop as if the process died: runs stop where they are, nothing more is written, the row stays."""
         await self._halt("crash")
 
     async def _halt(self, reason: str) -> None:
@@ -416,12 +433,6 @@ class Worker:
 
     # -- the lease: see Heartbeat -----------------------------------------------------------------
 
-    def drop_all(self) -> int:
-        """Stop every run this worker executes, at once (see ``notify_lost``); how many there were."""
-        held = list(self.live)
-        self.notify_lost(held)
-        return len(held)
-
     def _on_notice(self, message: list[Any]) -> None:
         """A change another process committed (see ``SqlStore._notify``), on the event loop."""
         kind = message[0]
@@ -439,7 +450,7 @@ class Worker:
         elif kind == "cancel" and len(message) >= 2:
             self.notify_cancelled([str(message[1])])
         elif kind == "done" and len(message) >= 3:
-            self.notify_done(str(message[1]))
+            self.wakeups.done.notify(str(message[1]))
             self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
         elif kind == "sched":
             self.schedules_changed()
@@ -463,17 +474,6 @@ class Worker:
         self._claim_pending = False
         self.wake()
 
-    def notify_lost(self, run_ids: list[str]) -> None:
-        """These runs are no longer ours (ended elsewhere, or taken over): they stop at once and run
-        no more code here (their next durable call, or the end of their wait, raises ``LostRun``)."""
-        for run_id in run_ids:
-            ctx = self.live.get(run_id)
-            if ctx is not None:
-                if ctx.fatal is None:
-                    ctx.fatal = LostRun(run_id)
-                if ctx.task is not None:
-                    ctx.task.cancel()
-
     async def _poll_remote_changes(self) -> None:
         signals = self.wakeups.signals
         if signals:
@@ -496,5 +496,5 @@ class Worker:
             for run_id, status in statuses.items():
                 if status in TERMINAL_STATUS_VALUES:
                     if run_id in self.live:
-                        self.notify_lost([run_id])  # ended elsewhere
-                    self.notify_done(run_id)
+                        self.residents.lose([run_id])  # ended elsewhere
+                    self.wakeups.done.notify(run_id)

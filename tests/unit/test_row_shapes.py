@@ -37,3 +37,13 @@ def test_a_slot_reads_back_as_written():
     values = slot_values(row)
     assert values["limit_name"] == "lines" and values["due_at"] == 1012
     assert slot_row(tuple(values[c] for c in SLOT_COLUMNS)) == row
+
+
+def test_the_typed_states_are_the_public_statuses():
+    from typing import get_args
+
+    from duro import RunStatus
+    from duro._states import EndState, RunState
+
+    assert set(get_args(RunState)) == {s.value for s in RunStatus}
+    assert set(get_args(EndState)) == {s.value for s in RunStatus if s.terminal}

@@ -44,6 +44,7 @@ class RunLimits:
 
     def __init__(
         self,
+        *,
         workspace: Workspace,
         local: LocalSlots,
         gateway: StoreGateway,

@@ -47,6 +47,7 @@ class Limits:
 
     def __init__(
         self,
+        *,
         workspace: Workspace,
         gateway: StoreGateway,
         clock: Clock,

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from .._config import LimitConfig
 from .._slots import SlotEvent, SlotRow
+from .._states import EndState, RunState
 from ._records import RunRecord, StepRecord
 
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
@@ -39,7 +40,7 @@ class RecordStep(NamedTuple):
     run_id: str
     owner: str | None
     step: StepRecord | None
-    run_status: str | None = None
+    run_status: RunState | None = None
     wake_at: int | None = None
     now: int = 0
 
@@ -50,7 +51,7 @@ class FinishRun(NamedTuple):
 
     run_id: str
     owner: str | None
-    status: str
+    status: EndState
     output: str | None
     error: str | None
     now: int

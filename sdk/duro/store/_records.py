@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .._errors import DuroError
+from .._states import RunState, StepKind, StepState
 
 
 class Fenced(DuroError):
@@ -35,7 +36,7 @@ class RunRecord(NamedTuple):
     namespace: str
     workflow: str
     version: str
-    status: str
+    status: RunState
     input: str | None
     output: str | None
     error: str | None
@@ -69,9 +70,9 @@ class StepRecord(NamedTuple):
     """One durable call of a run as stored (immutable, like :class:`RunRecord`)."""
 
     seq: int
-    kind: str
+    kind: StepKind
     name: str
-    status: str
+    status: StepState
     started_at: int
     ended_at: int | None = None
     wake_at: int | None = None

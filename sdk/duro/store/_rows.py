@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from .._slots import SlotRow
+from .._states import RunState
 from ._connection import Connector
 from ._queries import SLOT_COLUMNS, STEP_COLUMNS
 from ._records import StepRecord
@@ -66,7 +67,7 @@ def write_step(
     run_id: str,
     owner: str | None,
     step: StepRecord | None,
-    run_status: str | None,
+    run_status: RunState | None,
     wake_at: int | None,
     now: int,
 ) -> bool:
@@ -85,7 +86,7 @@ def send_step(
     owner: str | None,
     step: StepRecord | None,
     now: int,
-    run_status: str | None = None,
+    run_status: RunState | None = None,
     wake_at: int | None = None,
 ) -> Any:
     """``write_step`` without waiting for the fence's answer (in a pipeline): the caller checks the

@@ -14,6 +14,7 @@ from typing import Any, TypeGuard, overload
 
 from sqlalchemy.engine import Connection
 
+from .._states import RunState
 from ._commands import (
     Command,
     ConfirmSlot,
@@ -211,7 +212,7 @@ class StepRows(SignalRows, SlotRows):
         for the runs and one for the steps. Under ``BEGIN IMMEDIATE`` nothing can change between the
         read and the writes. A run's last record decides its status and timer; a run whose status
         stays the same is updated without touching the status indexes."""
-        final: dict[str, tuple[str | None, str | None, int | None, int]] = {}
+        final: dict[str, tuple[str | None, RunState | None, int | None, int]] = {}
         steps: dict[tuple[str, int], StepRecord] = {}  # a step written twice in the batch: its last record
         for command in commands:
             run_id, status, wake_at = command.run_id, command.run_status, command.wake_at
