@@ -30,9 +30,9 @@ from typing import Any, Final, NoReturn, Protocol
 
 from ._errors import RunCancelled
 from ._replay import History
-from ._residency import Parked
 from ._runtime import Runtime
 from ._states import RunState, StepKind
+from ._unloading import Parked
 from .store import RecordStep, StepRecord
 
 CANCEL: Final = "cancel"  # the kind (and name) of the record of a cancel delivered as a call returned

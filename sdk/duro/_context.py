@@ -23,12 +23,12 @@ from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
 from ._errors import DuroError, NonDeterminismError, raise_user_exit, retried, user_exit
 from ._replay import History
-from ._residency import Parked
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._states import RunState, StepKind
 from ._tracing import active as tracing
 from ._tracing import step_outcome, step_span
+from ._unloading import Parked
 from .store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord
 
 T = TypeVar("T")
@@ -153,7 +153,7 @@ class RunContext(SlotCalls):
         self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
     ) -> T:
         """Wait for ``wake`` parked: the run's wait is written and checked, and nothing but ``wake``
-        moves it on, so its worker may unload it here (see ``duro._residency``) and replay it when
+        moves it on, so its worker may unload it here (see ``duro._unloading``) and replay it when
         the wait ends. ``kind``, ``key`` and ``due_at`` say what ends it (see ``store.Waiting``).
         A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
         if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began

@@ -19,7 +19,7 @@ class WorkerOptions:
     under a simulated clock: the worker acts on local wake-ups only). ``worker_id``: the worker's
     row in the store (default: host, pid and a random suffix).
 
-    Waiting costs nothing (see ``duro._residency``): ``max_resident_runs`` bounds the runs a
+    Waiting costs nothing (see ``duro._unloading``): ``max_resident_runs`` bounds the runs a
     worker holds in memory (executing or waiting; over it, the longest idle waiting runs are
     unloaded and replayed when their wait ends; 0: every waiting run at once); ``max_concurrent_runs`` bounds the runs it
     executes at once (it claims due work in batches of its free capacity; a start beyond it is

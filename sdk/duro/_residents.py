@@ -1,4 +1,4 @@
-"""The runs a worker holds in memory, and the unloading of those that wait (the rules: ``_residency``).
+"""The runs a worker holds in memory, and the unloading of those that wait (the rules: ``_unloading``).
 
 A run parks at a wait (``RunContext.park``) once the wait is written and checked. To unload it, the
 worker first lets any write of the run still in flight commit (a sleep's record is not awaited),
@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import _residency as rules
+from . import _unloading as rules
 from ._clock import Clock
 from ._gateway import StoreGateway, store_trouble
 from ._options import WorkerOptions
@@ -88,7 +88,7 @@ class Residents:
 
     def leaves_at_once(self, due_at: int) -> bool:
         """Whether a sleep until ``due_at`` that parks now leaves memory at once (the rule:
-        ``_residency.unload_at_once``, written out: every sleep asks)."""
+        ``_unloading.unload_at_once``, written out: every sleep asks)."""
         after = self.unload_after_ms
         return after is not None and due_at - self._now() > after
 

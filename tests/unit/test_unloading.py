@@ -1,11 +1,11 @@
-"""The pure rules of which waiting runs a worker keeps in memory (duro._residency)."""
+"""The pure rules of which waiting runs a worker keeps in memory (duro._unloading)."""
 
 from __future__ import annotations
 
 import pytest
 
 from duro import DuroError, WorkerOptions
-from duro._residency import Parked, idle_too_long, next_idle_deadline, over_capacity, unload_at_once
+from duro._unloading import Parked, idle_too_long, next_idle_deadline, over_capacity, unload_at_once
 
 NOW = 1_000_000
 
