@@ -94,9 +94,8 @@ class RunLimits:
             row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
             position = None
         if row is not None and row.state == "busy" and rec.status == "completed":
-            return Slot(
-                id=row.id, limit=row.limit, label=row.label
-            )  # granted at once: the request closed its hook step in the same transaction
+            # granted at once: the request closed its hook step in the same transaction
+            return Slot(id=row.id, limit=row.limit, label=row.label)
         done = StepRecord(
             seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail
         )
@@ -162,11 +161,11 @@ class RunLimits:
                     local.drop(slot_id, waiter)  # no hand-over here any more: it is leaving
                     await self._leave_cancelled(ctx, config, slot_id, done)
                 waiter.clear()
-                news = local.news(slot_id)
-                if news is None:
+                delivered = local.delivered(slot_id)
+                if delivered is None:
                     row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
                 else:  # a decision of this process: the row as committed, and our step if it wrote it
-                    row, done = news[0], news[1] or done
+                    row, done = delivered[0], delivered[1] or done
         finally:
             local.drop(slot_id, waiter)
             if span is not None:

@@ -2,7 +2,7 @@
 
 A run parked on its slot request waits on an event keyed by its slot id. It is woken by a decision
 made here (a release handing it the slot: the row as committed comes with the wake-up, see
-:meth:`LocalSlots.news`), by another process's notice, or by the worker's poll pass. Its hook step is
+:meth:`LocalSlots.delivered`), by another process's notice, or by the worker's poll pass. Its hook step is
 offered to releases made in this process (:meth:`LocalSlots.hand_over`): a release that frees a slot
 for it writes the step completed in its own transaction, so the run wakes holding the slot.
 """
@@ -59,7 +59,7 @@ class LocalSlots:
         self._waiters: Waiters[str] = Waiters()
         self._takers: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
         # rows delivered with a wake-up, with the hook step a local hand-over wrote
-        self._news: dict[str, tuple[SlotRow, StepRecord | None]] = {}
+        self._delivered: dict[str, tuple[SlotRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
@@ -82,13 +82,13 @@ class LocalSlots:
     def drop(self, slot_id: str, event: asyncio.Event) -> None:
         self._waiters.drop(slot_id, event)
         self._takers.pop(slot_id, None)
-        self._news.pop(slot_id, None)
+        self._delivered.pop(slot_id, None)
 
     def notify_slot(self, slot_id: str, row: SlotRow | None = None, step: StepRecord | None = None) -> None:
         """Wake the runs waiting on ``slot_id``; ``row``, when given, is its state as just committed
         (they need not read it again), and ``step`` its waiter's hook step if the store wrote it."""
         if row is not None and slot_id in self._takers:
-            self._news[slot_id] = (row, step)
+            self._delivered[slot_id] = (row, step)
         if slot_id in self._waiters:
             self._waiters.notify(slot_id)
         elif row is None or row.state != "waiting":
@@ -101,10 +101,10 @@ class LocalSlots:
             self.notify_slot(row.id, row, handed.get(row.id))
             self.changed(row.due_at)
 
-    def news(self, slot_id: str) -> tuple[SlotRow, StepRecord | None] | None:
+    def delivered(self, slot_id: str) -> tuple[SlotRow, StepRecord | None] | None:
         """The row a local decision delivered with the last wake-up of ``slot_id``'s waiter (and its
         hook step, if the decision wrote it), once."""
-        return self._news.pop(slot_id, None)
+        return self._delivered.pop(slot_id, None)
 
     @property
     def hand_over_locally(self) -> bool:

@@ -91,7 +91,7 @@ class SlotRows(StorePart):
             },
         )
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
-        # became busy at once is its own caller's news; other changes reach the waiters' own timers).
+        # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
             conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
         )
