@@ -61,16 +61,21 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
         )
         await _start_child_run(ctx, spec, inp, child_id, concurrency, rec)
     child_id = json.loads(rec.detail or "{}")["run_id"]
-    waiter = ctx.runtime.wakeups.done.add(child_id)
+    wakeups = ctx.runtime.wakeups
+    waiter = wakeups.done.add(child_id)
     try:
-        while True:
-            child = await ctx.runtime.gateway.call(ctx.runtime.gateway.store.get_run, child_id)
+        while True:  # a child that ended here is read from its end as written
+            child = wakeups.ended.get(child_id) or await ctx.runtime.gateway.call(
+                ctx.runtime.gateway.store.get_run, child_id
+            )
             if child is not None and child.status in TERMINAL_STATUS_VALUES:
                 break
             await ctx.park(waiter.wait(), "child", child_id, None, rec)
             waiter.clear()
     finally:
-        ctx.runtime.wakeups.done.drop(child_id, waiter)
+        wakeups.done.drop(child_id, waiter)
+        if child_id not in wakeups.done:
+            wakeups.ended.pop(child_id, None)
     if child.status == "completed":
         await ctx.write(
             StepRecord(

@@ -115,13 +115,18 @@ class RunEnds:
         """Write the run's end; ``False`` if fenced, or if the store failed it (then ``fatal`` is
         ``StoreFailed``, and the run is handed back when it leaves: see :meth:`forget`)."""
         try:
-            return bool(await self.gateway.progress.write(end))
+            if not await self.gateway.progress.write(end):
+                return False
         except Exception as err:
             if not store_failed(err):
                 raise
             store_trouble(f"writing the end of run {ctx.run_id!r}", err)
             ctx.fatal = StoreFailed(ctx.run_id)
             return False
+        ctx.ended = ctx.record._replace(
+            status=end.status, output=end.output, error=end.error, ended_at=end.now, updated_at=end.now
+        )
+        return True
 
     def forget(self, ctx: RunContext) -> None:
         """The run left this worker (ended, unloaded, lost): its grace period ends with it, and its

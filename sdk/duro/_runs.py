@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._clock import Clock
@@ -40,6 +40,9 @@ class LocalRuns(Protocol):
     """The worker of an entered engine, as reads and acts on runs see it."""
 
     wakeups: Wakeups
+
+    @property
+    def live(self) -> Mapping[str, Any]: ...  # the runs executing here
 
     def notify_signal(self, run_id: str, name: str) -> None: ...
 
@@ -142,16 +145,22 @@ class Runs:
         waiter = local.wakeups.done.add(run_id) if local is not None else None
         poll_ms = self._poll_ms or 1000
         backoff = 10
+        executing = local is not None and run_id in local.live  # here: it exists and has not ended
         try:
             while True:
-                record = await self.record(run_id)
-                if record.status in TERMINAL_STATUS_VALUES:
+                # a run that ended here is answered from its end as written; one executing here
+                # needs no first read (it exists, and has not ended)
+                record = local.wakeups.ended.get(run_id) if local is not None else None
+                if record is None and not executing:
+                    record = await self.record(run_id)
+                executing = False
+                if record is not None and record.status in TERMINAL_STATUS_VALUES:
                     return self._outcome(record)
                 now = self._clock.now_ms()
                 if deadline is not None and now >= deadline:
                     raise TimeoutError(
                         f"run {run_id!r} did not finish within {format_ms(to_ms(timeout or 0))}"
-                        f"; it is {record.status}"
+                        f"; it is {'running' if record is None else record.status}"
                     )
                 # With a local worker, its completion wakes us; the pass is for runs ending elsewhere.
                 backoff = poll_ms if waiter else min(backoff * 2, poll_ms)
@@ -164,6 +173,8 @@ class Runs:
         finally:
             if local is not None and waiter is not None:
                 local.wakeups.done.drop(run_id, waiter)
+                if run_id not in local.wakeups.done:
+                    local.wakeups.ended.pop(run_id, None)
 
     def _outcome(self, record: RunRecord) -> Any:
         if record.status == "completed":

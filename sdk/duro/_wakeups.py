@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from typing import Any, Generic, TypeVar
 
 from ._clock import Clock
+from .store import RunRecord
 
 K = TypeVar("K")
 
@@ -55,6 +56,16 @@ class Wakeups:
         self.clock = clock
         self.signals: Waiters[tuple[str, str]] = Waiters()  # (run id, signal name)
         self.done: Waiters[str] = Waiters()  # run id
+        # the runs ended here as their end was written, for whoever waits for them in this process
+        # (kept while someone waits: see Runs.result)
+        self.ended: dict[str, RunRecord] = {}
+
+    def run_ended(self, run_id: str, record: RunRecord | None = None) -> None:
+        """Wake whoever waits for ``run_id`` to end; ``record``: its end as written here, which they
+        read instead of the store's."""
+        if record is not None and run_id in self.done:
+            self.ended[run_id] = record
+        self.done.notify(run_id)
 
     async def wait_for(self, awaitable: Awaitable[Any], deadline_ms: int | None) -> bool:
         """Wait for ``awaitable`` or until ``deadline_ms`` on the clock; True when the awaitable

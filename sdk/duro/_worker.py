@@ -259,7 +259,7 @@ class Worker:
             self.live.pop(run.id, None)
             self.residents.parked.pop(run.id, None)
             if not isinstance(ctx.fatal, Unloaded):
-                self.wakeups.done.notify(run.id)
+                self.wakeups.run_ended(run.id, ctx.ended)
                 if run.parent_id is not None and run.parent_id not in self.live:
                     self.wake()  # its parent, unloaded while it waited, is due now
             if self.heartbeat.running and self.registry.is_serial(run.workflow):

@@ -327,3 +327,31 @@ async def test_bad_quota_functions_fail_the_start_and_create_nothing(database_ur
         for word in words:
             assert word in str(info.value)
         assert await engine.list_runs() == []
+
+
+async def test_a_run_that_ends_here_is_answered_without_reading_it_back(tmp_path):
+    """The result of a run this engine executes comes from its end as written here: the handle
+    reads the store neither before (the run is known to exist) nor after (its end is known)."""
+
+    @step
+    async def add_one(x: int) -> int:
+        return x + 1
+
+    @workflow(name="answered_here")
+    async def answered_here(x: int) -> int:
+        return await add_one(x)
+
+    async with Engine(f"sqlite:///{tmp_path / 'here.db'}") as engine:
+        engine.register(answered_here)
+        reads: list[str] = []
+        get_run = engine.store.get_run
+
+        def counted(run_id: str, namespace: str | None = None):
+            reads.append(run_id)
+            return get_run(run_id, namespace)
+
+        engine.store.get_run = counted  # type: ignore[method-assign]
+        handle = await engine.start(answered_here, 41)
+        assert await handle.result() == 42
+        assert reads == []
+        assert (await engine.get_run(handle.id)).status == "completed"  # and the store agrees
