@@ -86,15 +86,16 @@ class Stores:
             self.pg.drop_database(name)
 
 
-def start_postgres(skip: bool = False) -> Any:
+def start_postgres(skip: bool = False, **options: bool) -> Any:
     """The PostgreSQL test server (tests/support/pgserver.py: fsync, synchronous_commit and
-    full_page_writes off), or None when skipped or unavailable (the script then says so)."""
+    full_page_writes off, unless ``options`` say otherwise), or None when skipped or unavailable
+    (the script then says so)."""
     if skip:
         return None
     from tests.support.pgserver import start_server
 
     try:
-        return start_server()
+        return start_server(**options)
     except (RuntimeError, OSError, subprocess.SubprocessError) as err:
         print(f"PostgreSQL unavailable ({err}); measuring SQLite only", file=sys.stderr)
         return None

@@ -51,6 +51,9 @@ class PgServer:
     # last commits already acknowledged to clients; on keeps every acknowledged commit. fsync stays
     # off either way: the tests crash the server, never the machine, so written WAL survives.
     durable: bool = False
+    # fsync and full_page_writes on as well (off by default): every commit on the disk, for the
+    # benchmarks that measure PostgreSQL at full durability; no test needs it
+    fsync: bool = False
 
     @property
     def admin_dsn(self) -> str:
@@ -76,9 +79,10 @@ class PgServer:
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-m", mode, "-w", "stop")
 
     def start(self) -> None:
+        synced = "on" if self.fsync else "off"
         options = (
-            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes=off "
+            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync={synced} "
+            f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes={synced} "
             f"-c max_connections=300"
         )
         self._run(
@@ -126,9 +130,10 @@ class PgServer:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
-def start_server(durable: bool = False) -> PgServer:
+def start_server(durable: bool = False, fsync: bool = False) -> PgServer:
     """A fresh server in a temporary directory; ``durable`` for tests that crash it and count on
-    every acknowledged commit (see ``PgServer.durable``)."""
+    every acknowledged commit (see ``PgServer.durable``), ``fsync`` too for a server as durable as
+    PostgreSQL's defaults (see ``PgServer.fsync``)."""
     bindir = find_bindir()
     if bindir is None:
         raise RuntimeError(
@@ -140,7 +145,9 @@ def start_server(durable: bool = False) -> PgServer:
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    server = PgServer(bindir=bindir, base=base, port=_free_port(), as_user=as_user, durable=durable)
+    server = PgServer(
+        bindir=bindir, base=base, port=_free_port(), as_user=as_user, durable=durable, fsync=fsync
+    )
     server._run(
         str(bindir / "initdb"),
         "-D",
