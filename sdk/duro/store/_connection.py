@@ -55,7 +55,8 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
 
     psycopg opens a transaction with a ``BEGIN`` of its own, answered before the first statement is
     sent: a round trip for nothing. When this statement is the transaction's first, the two go in
-    one pipeline (one round trip; the results are in the cursor when the pipeline ends)."""
+    one pipeline (one round trip; the results are in the cursor when the pipeline ends); inside a
+    pipeline already, both join it (a pipeline of its own would end in a round trip of its own)."""
     driver = driver_of(conn)
     if isinstance(driver, sqlite3.Connection):
         return driver.execute(sql, params)
@@ -64,6 +65,7 @@ def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
         isinstance(driver, pg.Connection)
         and not driver.autocommit
         and driver.info.transaction_status == pg.pq.TransactionStatus.IDLE
+        and driver.pgconn.pipeline_status == pg.pq.PipelineStatus.OFF  # in one already: it joins
     ):
         with driver.pipeline():
             return driver.execute(sql, params)
