@@ -41,6 +41,7 @@ typecheck: $(STAMP)
 # The headline suites (core, quota, limits, harness; 20 minutes or more with Prefect); figures and method in BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,bench]'
+	bash scripts/install-system-deps.sh  # PostgreSQL, for core.py's PostgreSQL cases
 	$(BIN)/python bench/core.py --json bench/results/core.json
 	$(BIN)/python bench/quota.py --json bench/results/quota.json
 	$(BIN)/python bench/limits.py --json bench/results/limits.json
