@@ -27,6 +27,8 @@ flags a ratio below 0.9 (and the exit status is 1). Cases, through duro's public
 - pairs, pairs8: 1 or 8 runs looping ``acquire_slot`` + ``release_slot`` (capacity 8): pairs/s.
 - queue: release-to-resume down a queue of 200 waiters on a capacity-1 limit: the median, ms.
 - pingpong: release-to-resume between two runs alternating on a capacity-1 limit: the median, ms.
+- xpingpong: the same between two workers (two engines in one process, PostgreSQL): every
+  hand-off crosses workers.
 - harness: ``duro_harness.simulated()``, 100 runs sleeping an hour 720 times, the seconds of
   ``env.advance("30d")`` (SQLite only).
 - scale: 2 worker processes (this file, ``--worker``) drain a backlog enqueued while they were
@@ -65,6 +67,7 @@ CASES: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "pairs8": ("pairs/s", True, STORES),
     "queue": ("ms median", False, STORES),
     "pingpong": ("ms median", False, STORES),
+    "xpingpong": ("ms median", False, ("postgresql",)),
     "harness": ("s / 30 days", False, ("sqlite",)),
     "scale": ("runs/s", True, ("postgresql",)),
 }
@@ -281,6 +284,36 @@ async def case_pingpong(url: str, window: float) -> dict:
     return got | {"value": statistics.median(lat), "window_s": EVENTS[-2][1] - EVENTS[0][1]}
 
 
+async def case_xpingpong(url: str, window: float) -> dict:
+    """``pingpong`` between two workers (two engines in this process): every hand-off crosses
+    workers, as a reservation, its notice and the other worker's confirm."""
+    from duro import Limit, define_workspace
+
+    wfs = define_workflows()
+    space = define_workspace(limits={"bench": Limit(capacity=1, max_hold="1h")})
+    engines = [make_engine(url, space, poll_interval=POLL, worker_id=f"ab-x{i}") for i in range(2)]
+    for engine in engines:
+        engine.register(wfs["cycler"])
+    try:
+        async with engines[0], engines[1]:
+            warm = await engines[0].start(wfs["cycler"], {"n": WARMUP, "tag": "warm"})
+            assert await warm.result(timeout=RESULT_TIMEOUT) == WARMUP
+            EVENTS.clear()
+            began = clock()
+            STATE["deadline"] = time.perf_counter() + window + 0.25
+            runs = [
+                await e.start(wfs["cycler"], {"tag": f"x{i}", "events": True}) for i, e in enumerate(engines)
+            ]
+            for run in runs:
+                await run.result(timeout=RESULT_TIMEOUT)
+            lat = S.handoffs(EVENTS)
+            got = figure(0, len(lat), began)
+    finally:
+        for engine in engines:
+            engine.close()
+    return got | {"value": statistics.median(lat), "window_s": EVENTS[-1][1] - EVENTS[0][1]}
+
+
 async def case_harness(window: float) -> dict:
     from duro_harness import simulated
 
@@ -427,6 +460,7 @@ def one_case(tree: str, mode: str, case: str, store: str, url: str, window: floa
             "pairs8": lambda: case_pairs(url, window, 8),
             "queue": lambda: case_queue(url, window),
             "pingpong": lambda: case_pingpong(url, window),
+            "xpingpong": lambda: case_xpingpong(url, window),
             "harness": lambda: case_harness(window),
             "scale": lambda: case_scale(tree, url, window),
         }[case]
