@@ -186,6 +186,8 @@ def test_the_runs_list_pages_and_filters(page: Any, dev_server: DevServer) -> No
     expect(rows).to_have_attribute("data-run-id", held)
 
     page.get_by_test_id("filter-clear").click()
+    expect(page).to_have_url(re.compile(r"#/runs$"))
+    expect(page.get_by_test_id("filter-tag")).to_have_value("")  # the page drawn again, unfiltered
     page.get_by_test_id("filter-status").select_option("suspended")  # hold waits for its signal
     expect(rows).to_have_count(1)
     page.get_by_test_id("filter-status").select_option("completed")
