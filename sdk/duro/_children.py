@@ -62,7 +62,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
         await _start_child_run(ctx, spec, inp, child_id, concurrency, rec)
     child_id = json.loads(rec.detail or "{}")["run_id"]
     wakeups = ctx.runtime.wakeups
-    waiter = wakeups.done.add(child_id)
+    waiter = wakeups.wait_end(child_id)
     try:
         while True:  # a child that ended here is read from its end as written
             child = wakeups.ended.get(child_id) or await ctx.runtime.gateway.call(
@@ -73,9 +73,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
             await ctx.park(waiter.wait(), "child", child_id, None, rec)
             waiter.clear()
     finally:
-        wakeups.done.drop(child_id, waiter)
-        if child_id not in wakeups.done:
-            wakeups.ended.pop(child_id, None)
+        wakeups.stop_waiting(child_id, waiter)
     if child.status == "completed":
         await ctx.write(
             StepRecord(

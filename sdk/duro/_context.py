@@ -58,7 +58,6 @@ class RunContext(SlotCalls):
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
         self.cancel: _cancel.Cancel | None = None  # a cancel to deliver into its code (see _cancel)
-        self.outcome: str | None = None  # "completed", "failed" or "cancelled" once its end is written here
         self.ended: RunRecord | None = None  # the run as its end left it, once written here
         self.patches: dict[str, bool] = {}  # each patch's answer in this run (see _patches)
         self.task: asyncio.Task[None] | None = None  # the task executing the run (set by its worker)

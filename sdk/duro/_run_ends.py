@@ -67,7 +67,7 @@ class RunEnds:
         await self.clock.sleep_until(self.clock.now_ms() + self.grace_ms)
         self._graces.pop(ctx.run_id, None)
         task = ctx.task
-        if task is None or task.done() or ctx.outcome is not None:
+        if task is None or task.done() or ctx.ended is not None:
             return
         ctx.cancel_reason = "grace"
         if ctx.fatal is None:
@@ -88,7 +88,6 @@ class RunEnds:
         run, ended = ctx.record, self.clock.now_ms()
         end = FinishRun(run.id, self.worker_id, "completed", output, None, ended, run.parent_id)
         if await self._end(ctx, end):
-            ctx.outcome = "completed"
             self.events.publish("run.completed", run.id, ended, run.workflow, created_at=run.created_at)
 
     async def fail(self, ctx: RunContext, cause: BaseException) -> None:
@@ -96,7 +95,7 @@ class RunEnds:
         run, ended = ctx.record, self.clock.now_ms()
         end = FinishRun(run.id, self.worker_id, "failed", None, describe_error(cause), ended, run.parent_id)
         if await self._end(ctx, end):
-            error, created, ctx.outcome = type(cause).__name__, run.created_at, "failed"
+            error, created = type(cause).__name__, run.created_at
             self.events.publish("run.failed", run.id, ended, run.workflow, error=error, created_at=created)
             await self.limits.leave_queues([run.id], ended)
 
@@ -107,7 +106,6 @@ class RunEnds:
         error = describe_error(_cancel.cancelled(run.id))
         end = FinishRun(run.id, self.worker_id, "cancelled", None, error, ended, run.parent_id)
         if await self._end(ctx, end):
-            ctx.outcome = "cancelled"
             self.events.publish("run.cancelled", run.id, ended, run.workflow, created_at=run.created_at)
             await self.limits.leave_queues_of_cancelled(run.id)
 
@@ -136,7 +134,7 @@ class RunEnds:
         pass of the worker while the store refuses (``Residents.give_up``)."""
         run_id = ctx.run_id
         self.suspects.leave(run_id)
-        if isinstance(ctx.fatal, StoreFailed) and ctx.outcome is None:
+        if isinstance(ctx.fatal, StoreFailed) and ctx.ended is None:
             now = self.clock.now_ms()
             waiting = Waiting(run_id, "sleep", None, now)
             task = asyncio.get_running_loop().create_task(self.residents.give_up((waiting,)))

@@ -142,10 +142,10 @@ class Runs:
     async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
         deadline = None if timeout is None else self._clock.now_ms() + to_ms(timeout, "result timeout")
         local = self._local()
-        waiter = local.wakeups.done.add(run_id) if local is not None else None
+        waiter = local.wakeups.wait_end(run_id) if local is not None else None
         poll_ms = self._poll_ms or 1000
         backoff = 10
-        executing = local is not None and run_id in local.live  # here: it exists and has not ended
+        executing = local is not None and run_id in local.live
         try:
             while True:
                 # a run that ended here is answered from its end as written; one executing here
@@ -172,9 +172,7 @@ class Runs:
                     await self._clock.sleep_until(until)
         finally:
             if local is not None and waiter is not None:
-                local.wakeups.done.drop(run_id, waiter)
-                if run_id not in local.wakeups.done:
-                    local.wakeups.ended.pop(run_id, None)
+                local.wakeups.stop_waiting(run_id, waiter)
 
     def _outcome(self, record: RunRecord) -> Any:
         if record.status == "completed":

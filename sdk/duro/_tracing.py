@@ -175,7 +175,7 @@ class _Run(Protocol):
     @property
     def cancel_reason(self) -> str | None: ...
     @property
-    def outcome(self) -> str | None: ...
+    def ended(self) -> Any: ...  # the run as its end left it, once written (a RunRecord)
 
 
 def _unloaded(ctx: _Run) -> bool:
@@ -183,8 +183,8 @@ def _unloaded(ctx: _Run) -> bool:
 
 
 def _outcome(ctx: _Run) -> str:
-    if ctx.outcome is not None:
-        return ctx.outcome  # completed, failed: its end is written
+    if ctx.ended is not None:
+        return str(ctx.ended.status)  # completed, failed, cancelled: its end is written
     if ctx.cancel_reason == "cancelled":
         return "cancelled"
     if ctx.fatal is not None:
@@ -251,7 +251,6 @@ def slot_wait_span(limit: str, position: int | None) -> Any:
 
 
 def end_slot_wait(span: Any, outcome: str) -> None:
-    if span is None:
-        return
+    """End a span of :func:`slot_wait_span` (its caller skips the call when there is none)."""
     span.set_attribute("duro.slot.outcome", outcome)
     span.end()

@@ -60,6 +60,17 @@ class Wakeups:
         # (kept while someone waits: see Runs.result)
         self.ended: dict[str, RunRecord] = {}
 
+    def wait_end(self, run_id: str) -> asyncio.Event:
+        """An event set when ``run_id`` ends here or elsewhere (see :meth:`run_ended`); the end as
+        written here, if it was, is then ``ended[run_id]``. Give it back with :meth:`stop_waiting`."""
+        return self.done.add(run_id)
+
+    def stop_waiting(self, run_id: str, event: asyncio.Event) -> None:
+        """Drop a wait of :meth:`wait_end`; the last one drops the end kept for it."""
+        self.done.drop(run_id, event)
+        if run_id not in self.done:
+            self.ended.pop(run_id, None)
+
     def run_ended(self, run_id: str, record: RunRecord | None = None) -> None:
         """Wake whoever waits for ``run_id`` to end; ``record``: its end as written here, which they
         read instead of the store's."""

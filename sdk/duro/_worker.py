@@ -170,7 +170,7 @@ class Worker:
             if (ctx := self.live.get(run_id)) is not None:
                 self.ends.request(ctx)
         for run_id in ended:
-            self.wakeups.done.notify(run_id)
+            self.wakeups.run_ended(run_id)
         self.wake()  # one unloaded (or its parent, unloaded while it waits for it) is due now
 
     def schedules_changed(self) -> None:
@@ -450,7 +450,7 @@ class Worker:
         elif kind == "cancel" and len(message) >= 2:
             self.notify_cancelled([str(message[1])])
         elif kind == "done" and len(message) >= 3:
-            self.wakeups.done.notify(str(message[1]))
+            self.wakeups.run_ended(str(message[1]))
             self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
         elif kind == "sched":
             self.schedules_changed()
@@ -497,4 +497,4 @@ class Worker:
                 if status in TERMINAL_STATUS_VALUES:
                     if run_id in self.live:
                         self.residents.lose([run_id])  # ended elsewhere
-                    self.wakeups.done.notify(run_id)
+                    self.wakeups.run_ended(run_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model
 
+from duro import RunStatus
 from duro.tooling import LimitInfo, RunInfo, ScheduleInfo, SlotInfo, StepInfo
 
 
@@ -140,8 +141,6 @@ class RunErrorOut(BaseModel):
     )
 
 
-RUN_STATUS = Literal["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"]
-
 if TYPE_CHECKING:  # the fields are the records' (answer_of); a type checker sees the models
     _RunFields = BaseModel
     _StepFields = BaseModel
@@ -150,7 +149,10 @@ if TYPE_CHECKING:  # the fields are the records' (answer_of); a type checker see
     _ScheduleFields = BaseModel
 else:
     _RunFields = answer_of(
-        RunInfo, status=(RUN_STATUS, ...), error=(RunErrorOut | None, ...), tags=(list[str], ...)
+        RunInfo,
+        status=(Literal[tuple(status.value for status in RunStatus)], ...),  # its values, as the schema says
+        error=(RunErrorOut | None, ...),
+        tags=(list[str], ...),
     )
     _StepFields = answer_of(StepInfo, error=(RunErrorOut | None, ...))
     _LimitFields = answer_of(LimitInfo)

@@ -61,7 +61,7 @@ class Limits:
     def _notify(self, rows: Iterable[SlotRow], handed: Mapping[str, StepRecord] | None = None) -> None:
         local = self._local()
         if local is not None:
-            local.notify(rows, handed or {})
+            local.notify(rows, handed)
 
     def _hand_over(self) -> Mapping[str, OwnStep]:
         local = self._local()

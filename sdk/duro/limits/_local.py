@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import Protocol
 
 from .._clock import Clock
@@ -21,8 +20,6 @@ from .._hooks import EngineHooks
 from .._slots import SWEEP_MS, SlotRow
 from .._wakeups import Waiters, Wakeups
 from ..store import Adopter, OwnStep, RunRecord, StepRecord
-
-_NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
 
 
 class SlotHost(Protocol):
@@ -94,11 +91,11 @@ class LocalSlots:
         elif row is None or row.state != "waiting":
             self.on_absent()
 
-    def notify(self, rows: Iterable[SlotRow], handed: Mapping[str, StepRecord] = _NO_STEPS) -> None:
+    def notify(self, rows: Iterable[SlotRow], handed: Mapping[str, StepRecord] | None = None) -> None:
         """Wake the local runs waiting on these slots (granted, expired...); ``handed``: the hook
         steps a release wrote for the runs it handed a slot to (``SlotOutcome.handed``)."""
         for row in rows:
-            self.notify_slot(row.id, row, handed.get(row.id))
+            self.notify_slot(row.id, row, handed.get(row.id) if handed else None)
             self.changed(row.due_at)
 
     def delivered(self, slot_id: str) -> tuple[SlotRow, StepRecord | None] | None:
