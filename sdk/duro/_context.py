@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -55,6 +55,8 @@ class RunContext(SlotCalls):
         self.fatal: BaseException | None = None
         self._asleep = False
         self.parked: Parked | None = None  # what the run waits for while it waits (see park)
+        # a run a dead worker left, until its first recorded call: at a wait, see duro._recovery
+        self.suspect_waits: Callable[[], Awaitable[None]] | None = None
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
         self.cancel_reason: str | None = None
         self.cancel: _cancel.Cancel | None = None  # a cancel to deliver into its code (see _cancel)
@@ -158,6 +160,8 @@ class RunContext(SlotCalls):
         A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
         if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began
             await _cancel.before_wait(self, record, wake)
+        if self.suspect_waits is not None:
+            await self.suspect_waits()
         self.parked = Parked(self.run_id, self._monotonic(), kind, due_at, key)
         residency = self._residency
         residency.park(self)
@@ -362,6 +366,8 @@ class RunContext(SlotCalls):
         assert rec.wake_at is not None
         if self.cancel is not None and self.cancel.stops_waits:  # it came while the record went in
             await _cancel.before_wait(self, rec, None)
+        if self.suspect_waits is not None:
+            await self.suspect_waits()
         self._asleep = True
         self.unsettled = recorded
         self.parked = _tuple(Parked, (self.run_id, self._monotonic(), "sleep", rec.wake_at, None))  # see park

@@ -9,6 +9,12 @@ an attempt (``recoveries``, in the store) before each one's code runs; the suspe
 that crashes its worker is counted at every death, and a healthy run that happened to share the
 worker is counted only when it was the one executing; past ``WorkerOptions.max_recoveries``
 attempts the run is failed with :class:`RunSetAsideError` instead of being executed again.
+
+A suspect whose replay reaches a wait it had already begun (a slot, a signal, a child) leaves
+suspicion there too, and its count goes back to 0: its code up to the wait ran without killing the
+worker, and none of it runs while it waits, so a worker that dies meanwhile (for whatever reason)
+is not its doing. A wait that ends and leads into the crashing call is not replayed as a wait again,
+so that run is still counted at every death.
 """
 
 from __future__ import annotations
@@ -52,8 +58,13 @@ class Suspects:
                 return
             ended = True
             unsubscribe()
+            ctx.suspect_waits = None
             self._leaving.pop(run.id, None)
             self._turn.release()
+
+        async def waits() -> None:
+            leave()
+            await self.gateway.call(self.gateway.store.clear_recoveries, run.id, self.worker_id)
 
         unsubscribe = self.events.subscribe(leave, PROGRESS)
         self._leaving[run.id] = leave
@@ -68,6 +79,7 @@ class Suspects:
         except BaseException:
             leave()
             raise
+        ctx.suspect_waits = waits
 
     def leave(self, run_id: str) -> None:
         """The run ended or left this worker: its turn, if it had one, ends."""

@@ -12,10 +12,24 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from duro import Engine, RunFailedError, RunSetAsideError, WorkerOptions, step, workflow
+from duro import (
+    Engine,
+    Limit,
+    RunFailedError,
+    RunSetAsideError,
+    WorkerOptions,
+    define_workspace,
+    limit_slot,
+    step,
+    wait_for_signal,
+    workflow,
+)
 from duro.metrics import collector
 from duro.store import SqlStore
 from tests.integration.store_contract._support import new_run
+from tests.support.waiting import eventually
+
+LINES = define_workspace(limits={"line": Limit(capacity=1, max_hold="1h")})
 
 
 @step
@@ -26,6 +40,13 @@ async def one() -> int:
 @workflow(name="aside.flow")
 async def flow() -> int:
     return await one()
+
+
+@workflow(name="aside.call")
+async def call(label: str) -> str:
+    async with limit_slot("line", label=label):
+        await wait_for_signal("done")
+    return label
 
 
 def _left_by_dead_workers(path: Path, run_id: str, attempts: int, steps: int) -> None:
@@ -60,3 +81,43 @@ async def test_past_max_recoveries_the_run_is_set_aside_and_counted(tmp_path: Pa
         assert failed.value.cause.deaths == 3 and failed.value.cause.steps == 0
         assert await engine.result("moved-on", timeout="10s") == 1
     assert _set_aside(registry) == 1
+
+
+def _recoveries(path: Path, run_id: str) -> int | None:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT recoveries FROM duro_runs WHERE id = ?", (run_id,)).fetchone()[0]
+
+
+async def _waiting_steps(engine: Engine, run_id: str, count: int) -> bool:
+    steps = await engine.steps(run_id)
+    return len(steps) == count and steps[-1].status == "waiting"
+
+
+async def test_a_suspect_that_reaches_its_wait_again_counts_from_zero(tmp_path: Path):
+    """A run queued for a slot when its workers died: its replay reaches the same wait, and none of
+    its code runs while it waits, so the deaths are not its doing. It leaves suspicion there (its
+    count back to 0) instead of being set aside after enough unrelated deaths."""
+    path = tmp_path / "duro.db"
+    url = f"sqlite:///{path}"
+    first = Engine(url, workspace=LINES)
+    first.register(call)
+    async with first:
+        await first.start(call, "holder", run_id="holder")
+        await eventually(lambda: _waiting_steps(first, "holder", 2), what="holder waits for its signal")
+        await first.start(call, "queued", run_id="queued")
+        await eventually(lambda: _waiting_steps(first, "queued", 1), what="queued waits for the line")
+    with sqlite3.connect(path) as db:  # as workers that died with it in memory leave it: one attempt made
+        db.execute(
+            "UPDATE duro_runs SET status = 'running', due_at = 0, recovered_steps = 1, recoveries = 1 WHERE id = 'queued'"
+        )
+    second = Engine(url, workspace=LINES, options=WorkerOptions(poll_interval="50ms", max_recoveries=2))
+    second.register(call)
+    async with second:
+        await eventually(
+            lambda: _recoveries(path, "queued") == 0, what="the suspect's count cleared at its wait"
+        )
+        await second.signal("holder", "done")
+        await eventually(lambda: _waiting_steps(second, "queued", 2), what="queued holds the line")
+        await second.signal("queued", "done")
+        assert await second.result("queued", timeout="10s") == "queued"
+        assert await second.result("holder", timeout="10s") == "holder"

@@ -181,6 +181,9 @@ QUERIES: dict[str, str] = {
     # a suspect's attempt (see duro._recovery), counted before its code runs again
     "count_recovery": "UPDATE duro_runs SET recoveries = COALESCE(recoveries, 0) + 1 "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL} RETURNING recoveries",
+    # a suspect that reached a wait: its code up to there did not kill a worker
+    "clear_recoveries": "UPDATE duro_runs SET recoveries = 0 "
+    f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",
     "hand_back": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE} WHERE owner = :id AND status IN {ACTIVE_SQL}",
     # a dead worker's runs: one it was executing (running) counts a recovery, in a row while its
     # history has not grown since the last one (see _tables.Run.recoveries)

@@ -235,6 +235,12 @@ class RunRows(StorePart):
             row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
             return None if row is None else int(row[0])
 
+    def clear_recoveries(self, run_id: str, owner: str) -> None:
+        """The run, ``owner``'s, reached a wait after its worker died: its attempts count from 0 again
+        (a death while it waits is not its doing, see ``duro._recovery``)."""
+        with self.db.write() as conn:
+            self.db.run(conn, "clear_recoveries", {"id": run_id, "owner": owner})
+
     def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
         """Which of these unfinished runs have a cancel request (a worker's poll pass)."""
         ids = list(run_ids)
