@@ -161,7 +161,6 @@ def test_a_scrape_reads_the_store_once_whatever_the_limits_and_queues(tmp_path, 
     import scrape  # bench/scrape.py: the same filling
 
     from duro import Engine, Limit, define_workspace
-    from duro.store import _connection
 
     workspace = define_workspace(
         limits={f"limit-{i:03d}": Limit(capacity=5, max_hold="1h") for i in range(100)}
@@ -173,8 +172,9 @@ def test_a_scrape_reads_the_store_once_whatever_the_limits_and_queues(tmp_path, 
         registry.register(collector(engine))
         generate_latest(registry)
         sent = []
-        original = _connection.raw_execute
-        monkeypatch.setattr(_connection, "raw_execute", lambda *a: sent.append(a[1]) or original(*a))
+        db = engine.store.db
+        original = db._execute  # every statement of the store goes through it
+        monkeypatch.setattr(db, "_execute", lambda *a: sent.append(a[1]) or original(*a))
         text = generate_latest(registry).decode()
         assert len(sent) == 1, sent
         assert 'duro_limit_waiting{limit="limit-007"} 10.0' in text

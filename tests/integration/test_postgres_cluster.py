@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import sqlalchemy as sa
 
 from duro import (
     Engine,
@@ -234,20 +233,23 @@ def test_a_session_frozen_inside_a_transaction_is_ended_by_the_server(postgres_u
     store = SqlStore(postgres_url, idle_in_transaction_timeout="300ms")
     store.create_schema()
     other = SqlStore(postgres_url)
-    with store._engine.connect() as frozen:  # a transaction of the store, left waiting for its client
-        frozen.exec_driver_sql(
+    db = store.db
+    with db.write() as conn:
+        db.run_text(
+            conn,
             "INSERT INTO duro_limits (name, busy, reserved, waiting, next_pos, updated_at) "
-            "VALUES ('line', 0, 0, 0, 0, 0)"
+            "VALUES ('line', 0, 0, 0, 0, 0)",
+            {},
         )
-        frozen.commit()
-        frozen.exec_driver_sql("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
-        with other._engine.connect() as waiting:  # blocked behind it until the server ends the frozen one
-            waiting.exec_driver_sql("SET lock_timeout = '5s'")
-            waiting.exec_driver_sql("SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE")
-            waiting.rollback()
-        with pytest.raises(sa.exc.DBAPIError) as ended:
-            frozen.exec_driver_sql("SELECT 1")
-        assert store.is_transient(ended.value)  # the engine makes the same call again
+    lock = "SELECT name FROM duro_limits WHERE name = 'line' FOR UPDATE"
+    with pytest.raises(psycopg.Error) as ended:
+        with db.write() as frozen:  # a transaction of the store, left waiting for its client
+            db.run_text(frozen, lock, {})
+            with other.db.write() as waiting:  # blocked behind it until the server ends the frozen one
+                other.db.run_text(waiting, "SET LOCAL lock_timeout = '5s'", {})
+                other.db.run_text(waiting, lock, {})
+            db.run_text(frozen, "SELECT 1", {})
+    assert store.is_transient(ended.value)  # the engine makes the same call again
     assert store.list_workers() == []  # the store's next call takes a fresh connection
     store.close()
     other.close()

@@ -313,3 +313,35 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
     assert "ended_at" in _index_definition(second, "duro_runs_quota")
     assert second.count_active("tenant:a", ("pending",), None) == 1
     second.close()
+
+
+def test_postgresql_transactions_are_the_stores_own_and_reads_keep_the_prepared_statements(
+    postgres_url,
+):
+    """The store's sessions are in autocommit and it begins each transaction with its first
+    statement: what a transaction wrote before an error is rolled back, and a one-statement read
+    runs in no transaction at all, so that it needs no rollback either (psycopg forgets a session's
+    prepared statements at every rollback, and every statement after one would be parsed and
+    planned again)."""
+    import psycopg
+
+    status = psycopg.pq.TransactionStatus
+    store = SqlStore(postgres_url, pool_size=1)
+    store.create_schema()
+    db = store.db
+    try:
+        with pytest.raises(RuntimeError), db.write() as conn:
+            params = {"id": "written-then-undone", "namespace": "default", "host": "h", "pid": 1, "now": 1}
+            db.run(conn, "insert_worker", params)
+            assert conn.connection.dbapi_connection.info.transaction_status == status.INTRANS
+            raise RuntimeError("after the first statement")
+        assert store.list_workers() == []
+        for _ in range(10):  # past psycopg's prepare threshold
+            assert store.get_slot("nobody.1") is None
+            assert store.list_workers() == []
+        with db.single_read() as conn:
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
+            assert conn.connection.dbapi_connection.info.transaction_status == status.IDLE
+        assert prepared and prepared >= 2
+    finally:
+        store.close()

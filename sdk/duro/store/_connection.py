@@ -28,6 +28,7 @@ from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import WouldWait
 from ._schema import create_schema
+from ._server import ServerTransactions
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
 
 if TYPE_CHECKING:
@@ -50,9 +51,8 @@ def sqlite_driver(conn: Connection) -> sqlite3.Connection:
 
 
 def raw_execute(conn: Connection, sql: str, params: Any) -> Any:
-    """Run ``sql`` on the driver connection under ``conn``, inside its transaction. (On PostgreSQL a
-    transaction's first statement is not wrapped in a pipeline of its own: psycopg answers the
-    ``BEGIN`` it sends with a sync even there, so a pipeline saved no round trip and cost syscalls.)"""
+    """Run ``sql`` on the driver connection under ``conn``, inside its transaction (SQLite; on
+    PostgreSQL :meth:`._server.ServerTransactions.execute` begins the transaction with it)."""
     return driver_of(conn).execute(sql, params)
 
 
@@ -156,8 +156,12 @@ class Connector:
                     sa.event.listen(self.engine, "connect", self._note_identity)
             else:
                 self.engine = server_engine(self.url, pool_size, idle_ms, read_only)
+                self._server = ServerTransactions(self.engine)
+                self._execute = self._server.execute
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {URL_HINT}") from None
+        if self.dialect == "sqlite":
+            self._execute = raw_execute
         self.schema_ready = False
         self._source = {**QUERIES, **(POSTGRESQL if self.dialect == "postgresql" else SQLITE)}
         self.queries = {name: self.adapt(sql) for name, sql in self._source.items()}  # by name, ready to run
@@ -168,6 +172,11 @@ class Connector:
         self.writes = 0  # SQLite write transactions begun by this process (see _notify.watch_sqlite)
         self._local = _CallState()  # per thread: inside without_waiting, and its connections there
         self._nowait_connections: list[Connection] = []
+
+    @property
+    def server_commits(self) -> int:
+        """PostgreSQL: the transactions committed so far (the store begins and commits its own)."""
+        return self._server.commits
 
     @property
     def safe_url(self) -> str:
@@ -183,7 +192,7 @@ class Connector:
 
     def run(self, conn: Connection, name: str, params: Any) -> Any:
         """Run named query ``name`` inside ``conn``'s transaction; returns the driver's cursor."""
-        return raw_execute(conn, self.queries[name], params)
+        return self._execute(conn, self.queries[name], params)
 
     def run_text(self, conn: Connection, sql: str, params: dict[str, Any]) -> Any:
         """Run ``sql`` (a query of :mod:`._queries`, by text), binding each list in ``params`` to its
@@ -221,7 +230,7 @@ class Connector:
                     else:
                         flat[f"{name}_{i}"] = value
             params = flat
-        return raw_execute(conn, text, params)
+        return self._execute(conn, text, params)
 
     def run_in(self, conn: Connection, name: str, params: dict[str, Any]) -> Any:
         """Named query ``name`` with list parameters (see :meth:`run_text`)."""
@@ -242,6 +251,23 @@ class Connector:
         if self.dialect != "postgresql":
             return nullcontext()
         return cast("psycopg.Connection[Any]", driver_of(conn)).pipeline()
+
+    def single_write(self) -> AbstractContextManager[Connection]:
+        """A write of one statement, which decides alone (fenced in its own SQL): on PostgreSQL in
+        autocommit, the statement its own transaction (see :mod:`._server`); a transaction of
+        :meth:`write` on SQLite."""
+        if self.dialect != "postgresql":
+            return self.write()
+        self.ensure_schema()
+        return self._server.single_write()
+
+    def committing(self, conn: Connection) -> AbstractContextManager[Any]:
+        """A write transaction's last statements, sent with its commit (PostgreSQL: one round trip,
+        see :mod:`._server`); their answers are read once the block is left, the transaction
+        committed, so each must decide alone (fenced in its own SQL). SQLite commits as always."""
+        if self.dialect != "postgresql":
+            return nullcontext()
+        return self._server.committing(conn)
 
     def lock_key(self, conn: Connection, key: str) -> None:
         """PostgreSQL: a transaction lock on ``key`` (decisions on one key, one after another);
@@ -342,9 +368,8 @@ class Connector:
         ``without_waiting``); PostgreSQL writes take pooled connections."""
         self.ensure_schema()
         if self.dialect != "sqlite":
-            with self.engine.connect() as conn:
-                with conn.begin():
-                    yield conn
+            with self._server.transaction() as conn:
+                yield conn
             return
         self._check_file()
         waits = self._waits()
@@ -388,9 +413,13 @@ class Connector:
 
     @contextmanager
     def read(self, transaction: bool = True) -> Iterator[Connection]:
-        """A read; ``transaction=False`` for one statement, which needs none of its own (SQLite
-        autocommit; psycopg's implicit one is rolled back when the pool takes the connection back)."""
+        """A read; ``transaction=False`` for one statement, which needs no transaction of its own
+        (SQLite's autocommit; on PostgreSQL see :mod:`._server`)."""
         self.ensure_schema()
+        if self.dialect != "sqlite":
+            with self._server.transaction() if transaction else self._server.session() as conn:
+                yield conn
+            return
         if self._waits():
             with self.engine.connect() as conn, conn.begin() if transaction else nullcontext():
                 yield conn
@@ -406,6 +435,20 @@ class Connector:
         finally:
             if conn.in_transaction():  # this connection stays: it must never keep a snapshot open
                 conn.rollback()
+
+    @contextmanager
+    def schema_transaction(self) -> Iterator[Connection]:
+        """The transaction that creates or migrates the schema (:meth:`write` would make sure of
+        the schema first). On PostgreSQL a statement of the store's must come first (``lock_key``):
+        it begins the transaction, which SQLAlchemy's DDL then joins."""
+        if self.dialect != "sqlite":
+            with self._server.transaction() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            conn.execution_options(duro_write=True)
+            with conn.begin():
+                yield conn
 
     def single_read(self) -> AbstractContextManager[Connection]:
         return self.read(transaction=False)

@@ -21,8 +21,9 @@ from . import _psycopg
 
 def server_engine(url: URL, pool_size: int, idle_ms: int | None, read_only: bool) -> sa.Engine:
     """PostgreSQL's engine: ``idle_ms`` ends a session idle inside a transaction that long (see
-    ``SqlStore``), and a ``read_only`` store's sessions refuse every write."""
-    engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size)
+    ``SqlStore``), and a ``read_only`` store's sessions refuse every write. Its sessions are in
+    autocommit: the store begins its transactions itself (see ``_server``)."""
+    engine = sa.create_engine(url, pool_size=pool_size, max_overflow=pool_size, isolation_level="AUTOCOMMIT")
     if (idle_ms is not None or read_only) and url.get_backend_name() == "postgresql":
 
         @sa.event.listens_for(engine, "connect")

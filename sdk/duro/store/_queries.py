@@ -279,6 +279,18 @@ QUERIES: dict[str, str] = {
 # a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
 # is announced in the same statement when it was inserted
 _INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
+
+
+def _fenced_step(fence: str) -> str:
+    """PostgreSQL: a step's upsert behind the run's fence, in one statement: the step is written
+    only if the fence touched the run, and the statement's row count is the fence's."""
+    return (
+        f"WITH fence AS ({fence} RETURNING id) INSERT INTO duro_steps ({_list(STEP_COLUMNS)}) "
+        f"SELECT id, {_list(STEP_COLUMNS[1:], ':')} FROM fence ON CONFLICT (run_id, seq) DO UPDATE SET "
+        + ", ".join(f"{c} = excluded.{c}" for c in STEP_COLUMNS[2:])
+    )
+
+
 POSTGRESQL: dict[str, str] = {
     "insert_run_new": _INSERT_RUN_NEW,
     "insert_run_announced": f"WITH ins AS ({_INSERT_RUN_NEW} RETURNING 1) "
@@ -287,7 +299,20 @@ POSTGRESQL: dict[str, str] = {
     # the rows of runs about to be handed back (see _steps.Steps._unload), in id order
     "lock_runs": "SELECT id FROM duro_runs WHERE id IN (:ids) ORDER BY id FOR UPDATE",
     "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)
+    # the same in one statement: one row if it ended the run, and a child's end announced
+    "finish_run_announced": f"WITH f AS ({QUERIES['finish_run']} RETURNING parent_id) "
+    "SELECT CASE WHEN parent_id IS NULL THEN 1 "
+    f"ELSE (SELECT 1 FROM pg_notify('{NOTIFY_CHANNEL}', :notice)) END FROM f",
     "beat": QUERIES["beat"].replace("max(", "GREATEST("),
+    "fenced_step": _fenced_step(QUERIES["fence"].replace(":id", ":run_id")),
+    # the run's own status and timer: named apart from the step's
+    "fenced_step_status": _fenced_step(
+        QUERIES["fence_status"]
+        .replace(":id", ":run_id")
+        .replace(":status", ":run_status")
+        .replace(":wake_at", ":run_wake_at")
+        .replace(":due_at", ":run_due_at")
+    ),
 }
 SQLITE: dict[str, str] = {}
 

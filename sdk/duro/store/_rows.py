@@ -72,6 +72,9 @@ def write_step(
     now: int,
 ) -> bool:
     """Record ``step`` (if any) and set the run's status and timer, if ``owner`` still owns it."""
+    if step is not None and db.dialect == "postgresql":
+        touched: int = send_step(db, conn, run_id, owner, step, now, run_status, wake_at).rowcount
+        return touched == 1
     if send_fence(db, conn, run_id, owner, now, run_status, wake_at).rowcount != 1:
         return False
     if step is not None:
@@ -89,11 +92,23 @@ def send_step(
     run_status: RunState | None = None,
     wake_at: int | None = None,
 ) -> Any:
-    """``write_step`` without waiting for the fence's answer (in a pipeline): the caller checks the
-    returned cursor's ``rowcount`` once the pipeline syncs, and rolls back if it is not 1."""
+    """``write_step`` without waiting for the fence's answer (in a pipeline): the returned cursor's
+    ``rowcount`` is 1 once the pipeline syncs if ``owner`` still owned the run. On PostgreSQL the
+    fence is inside the step's write (one statement: a fenced one writes nothing); on SQLite the
+    step is written whatever the fence says, and the caller rolls back when it is not 1."""
+    if step is None:
+        return send_fence(db, conn, run_id, owner, now, run_status, wake_at)
+    if db.dialect == "postgresql":
+        values = step_values(run_id, step)
+        values.update(owner=owner, now=now)
+        if run_status is None:
+            return db.run(conn, "fenced_step", values)
+        values.update(
+            run_status=run_status, run_wake_at=wake_at, run_due_at=due_for(run_status, wake_at, now)
+        )
+        return db.run(conn, "fenced_step_status", values)
     fence = send_fence(db, conn, run_id, owner, now, run_status, wake_at)
-    if step is not None:
-        db.run(conn, "upsert_step", step_values(run_id, step))
+    db.run(conn, "upsert_step", step_values(run_id, step))
     return fence
 
 

@@ -152,15 +152,19 @@ class RunRows(StorePart):
             return run, True
 
     def _insert_run_pipelined(self, new: NewRun, quota: QuotaCheck | None) -> tuple[RunRecord, bool]:
-        """PostgreSQL, a start with no parent step, in two or three round trips instead of six: the
+        """PostgreSQL, a start with no parent step, in one round trip, or two with a quota: the
         reads a quota needs (the key's lock, the existing run, the count) in one pipeline; then one
-        statement inserts the run and, if it did, announces it; then the commit. Without a quota
-        the insert is also the existence check: it does nothing on an id already taken (by an
-        earlier start, or one of another process past our check: no lock covers a run id), and
-        the start returns that run."""
+        statement inserts the run and, if it did, announces it, sent with the commit. Without a quota
+        that statement is the whole transaction, and the insert is also the existence check: it
+        does nothing on an id already taken (by an earlier start, or one of another process past
+        our check: no lock covers a run id), and the start returns that run."""
         db = self.db
-        with db.write() as conn:
-            if quota is not None:
+        run, values = _new_run(new)
+        if quota is None:
+            with db.single_write() as conn:
+                inserted = self._send_new(conn, new, values)
+        else:
+            with db.write() as conn:
                 with db.pipeline(conn):
                     db.lock_key(conn, f"duro:quota:{quota.key}")
                     found = db.run(conn, "select_run", {"id": new.id})
@@ -169,15 +173,18 @@ class RunRows(StorePart):
                 if row is not None:
                     return _same_workflow(to_run(row), new), False
                 _admit(quota, int(counted.fetchone()[0]))
-            run, values = _new_run(new)
-            if new.owner is None:
-                notice = json.dumps(["run", new.namespace])
-                inserted = db.run(conn, "insert_run_announced", {**values, "notice": notice})
-            else:
-                inserted = db.run(conn, "insert_run_new", values)
-            if inserted.rowcount != 1:
-                raise _RunExists(new.id)
-            return run, True
+                with db.committing(conn):  # the insert decides alone: it goes with the commit
+                    inserted = self._send_new(conn, new, values)
+        if inserted.rowcount != 1:
+            raise _RunExists(new.id)
+        return run, True
+
+    def _send_new(self, conn: Connection, new: NewRun, values: dict[str, Any]) -> Any:
+        """The insert of a new run, doing nothing on an id taken; announced if it is to be claimed."""
+        if new.owner is None:
+            notice = json.dumps(["run", new.namespace])
+            return self.db.run(conn, "insert_run_announced", {**values, "notice": notice})
+        return self.db.run(conn, "insert_run_new", values)
 
     def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
         """The run, or ``None`` (also when it is in another namespace than ``namespace``, if given)."""

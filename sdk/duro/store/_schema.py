@@ -29,6 +29,8 @@ class Connector(Protocol):
 
     def single_read(self) -> AbstractContextManager[Connection]: ...
 
+    def schema_transaction(self) -> AbstractContextManager[Connection]: ...
+
 
 # Schema migrations: MIGRATIONS[n](connection, dialect) upgrades version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
@@ -111,21 +113,19 @@ def create_schema(db: Connector) -> None:
     if db.dialect == "postgresql":
         partial_on_postgresql()
     try:
-        with db.engine.connect() as conn:
-            conn.execution_options(duro_write=True)
-            with conn.begin():
-                db.lock_key(conn, "duro:schema")
-                metadata.create_all(conn)
-                row = db.run(conn, "schema_version", {}).fetchone()
-                if row is None:
-                    db.run(conn, "schema_version_insert", {"value": str(SCHEMA_VERSION)})
-                elif int(row[0]) < SCHEMA_VERSION:
-                    _migrate(db, conn, int(row[0]))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise DuroError(
-                        f"the database at {db.safe_url} has duro schema version {row[0]}, newer than this "
-                        f"duro's {SCHEMA_VERSION}: upgrade duro before using this database"
-                    )
+        with db.schema_transaction() as conn:
+            db.lock_key(conn, "duro:schema")  # first: on PostgreSQL it begins the transaction
+            metadata.create_all(conn)
+            row = db.run(conn, "schema_version", {}).fetchone()
+            if row is None:
+                db.run(conn, "schema_version_insert", {"value": str(SCHEMA_VERSION)})
+            elif int(row[0]) < SCHEMA_VERSION:
+                _migrate(db, conn, int(row[0]))
+            elif int(row[0]) > SCHEMA_VERSION:
+                raise DuroError(
+                    f"the database at {db.safe_url} has duro schema version {row[0]}, newer than this "
+                    f"duro's {SCHEMA_VERSION}: upgrade duro before using this database"
+                )
     except sa.exc.OperationalError as err:
         raise DuroError(
             f"cannot open the database at {db.safe_url}: {err.orig}; check the URL, "

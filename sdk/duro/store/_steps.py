@@ -8,6 +8,7 @@ PostgreSQL in one pipeline (one round trip), on SQLite as one ownership read and
 
 from __future__ import annotations
 
+import json
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeGuard, overload
@@ -72,6 +73,15 @@ def step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[A
         else:
             rows[shape] = [_PICK_COLUMNS[shape](row)]
     return rows
+
+
+def _decides_alone(command: Command) -> bool:
+    """A command of one statement, fenced in its own SQL (on PostgreSQL): a step record (see
+    ``_rows.send_step``), or the end of a run that was not cancelled and has no parent to nudge
+    (a child's end is still announced, by the same statement)."""
+    if type(command) is RecordStep:
+        return True
+    return type(command) is FinishRun and command.parent is None and command.status != "cancelled"
 
 
 def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
@@ -167,13 +177,40 @@ class StepRows(SignalRows, SlotRows):
 
     def _apply_pipelined(self, commands: Sequence[Command]) -> list[Any]:
         """PostgreSQL: every statement of the batch in one pipeline, one round trip in all instead
-        of one per statement. A step's upsert is sent without waiting for its fence, so a fenced
-        write (a worker that lost runs: rare) rolls the whole batch back, and the batch is applied
-        again statement by statement, where a fenced write changes nothing."""
+        of one per statement. Step records and the ends of top-level runs decide alone (each fenced
+        in its own statement), so they go with the ``BEGIN`` and the ``COMMIT``: the batch is one
+        round trip. An end that tells a parent, or closes a cancelled run's waits, is followed up
+        by what its answer decides: then a fenced write (a worker that lost runs: rare) rolls the
+        whole batch back, and the batch is applied again statement by statement."""
+        if all(_decides_alone(command) for command in commands):
+            db = self.db
+            if len(commands) == 1:  # one statement: its own transaction
+                with db.single_write() as conn:
+                    return [self._send_alone(conn, commands[0]).rowcount == 1]
+            with db.write() as conn, db.committing(conn):
+                sent = [self._send_alone(conn, command) for command in commands]
+            return [cursor.rowcount == 1 for cursor in sent]
         try:
             return self._send_batch(commands)
         except Fenced:
             return self._apply_each(commands)
+
+    def _send_alone(self, conn: Connection, command: Command) -> Any:
+        if type(command) is RecordStep:
+            run_id, owner, step, status, wake_at, now = command
+            return send_step(self.db, conn, run_id, owner, step, now, status, wake_at)
+        assert type(command) is FinishRun
+        run_id, owner, status, output, error, now, _ = command
+        params = {
+            "id": run_id,
+            "owner": owner,
+            "status": status,
+            "output": output,
+            "error": error,
+            "now": now,
+            "notice": json.dumps(["done", run_id, status]),
+        }
+        return self.db.run(conn, "finish_run_announced", params)
 
     def _send_batch(self, commands: Sequence[Command]) -> list[Any]:
         db = self.db
