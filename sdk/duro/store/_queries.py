@@ -236,6 +236,9 @@ QUERIES: dict[str, str] = {
     # decision is judged by, read in the same statement
     "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
     "{clock} FROM duro_limits WHERE name = :name",
+    # the same, the limit found by one of its slots
+    "limit_lock_of_slot": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, "
+    "next_pos, {clock} FROM duro_limits WHERE name = (SELECT limit_name FROM duro_slots WHERE id = :id)",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     # a release's adopter takes up a queue's head unloaded from memory (see _commands.Adopter)
@@ -296,6 +299,7 @@ POSTGRESQL: dict[str, str] = {
     "insert_run_announced": f"WITH ins AS ({_INSERT_RUN_NEW} RETURNING 1) "
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
+    "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
     # the rows of runs about to be handed back (see _steps.Steps._unload), in id order
     "lock_runs": "SELECT id FROM duro_runs WHERE id IN (:ids) ORDER BY id FOR UPDATE",
     "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)

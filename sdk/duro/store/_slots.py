@@ -25,10 +25,25 @@ from .._slots import Decision, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import StorePart
 from ._records import Fenced, RunRecord, StepRecord
-from ._rows import send_step, slot_row, slot_values, write_step
+from ._rows import send_fence, slot_row, slot_values, step_values, write_step
 from ._runs import to_run
 
 log = logging.getLogger("duro.store")
+
+
+def _view(config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]:
+    """A limit as its locked row and its config say, and the instant to judge by."""
+    capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
+    return LimitView(
+        name=config.name,
+        capacity=capacity_override or config.capacity,
+        max_hold_ms=max_hold_override or config.max_hold_ms,
+        busy=busy,
+        reserved=reserved,
+        waiting=waiting,
+        next_pos=next_pos,
+    ), int(judged)
+
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
 
@@ -63,16 +78,25 @@ class SlotRows(StorePart):
         if row is None:
             self.db.run(conn, "limit_insert", params)
             row = self.db.run(conn, "limit_lock", params).fetchone()
-        capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
-        return LimitView(
-            name=config.name,
-            capacity=capacity_override or config.capacity,
-            max_hold_ms=max_hold_override or config.max_hold_ms,
-            busy=busy,
-            reserved=reserved,
-            waiting=waiting,
-            next_pos=next_pos,
-        ), int(judged)
+        return _view(config, row)
+
+    def _open(
+        self, conn: Connection, config: LimitConfig, slot_id: str, hook: OwnStep | None, now: int
+    ) -> tuple[LimitView, int, SlotRow | None, Any]:
+        """A slot operation's reads, in one round trip on PostgreSQL: the limit's row locked (see
+        :meth:`_lock_limit`), the slot read under the lock, and the hook's run fenced (the fence's
+        cursor: :meth:`_settle` checks it before anything is written)."""
+        db = self.db
+        with db.pipeline(conn):
+            locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
+            found = db.run(conn, "slot_select", {"id": slot_id})
+            fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, now)
+        row = locked.fetchone()
+        if row is None:  # the limit's first use: its row is made, then locked, and the slot read again
+            view, judged = self._lock_limit(conn, config, now)
+            return view, judged, self._read_slot(conn, slot_id), fence
+        slot = found.fetchone()
+        return (*_view(config, row), None if slot is None else slot_row(slot), fence)
 
     def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
         for row in decision.writes:
@@ -104,19 +128,20 @@ class SlotRows(StorePart):
         for run_id in sorted(r for r in woken if r is not None):
             self.db.run(conn, "nudge", {"id": run_id, "now": now})
 
-    def _settle(self, conn: Connection, decision: Decision | None, now: int, hook: OwnStep | None) -> None:
-        """Write ``decision`` (if any) and the run's hook step. On PostgreSQL the writes go in one
-        pipelined round trip; the hook's fence is checked once they are sent (a run that is no longer
-        this worker's rolls all of it back: nothing of this happened)."""
-        with self.db.pipeline(conn):
+    def _settle(
+        self, conn: Connection, decision: Decision | None, now: int, hook: OwnStep | None, fence: Any
+    ) -> None:
+        """Write ``decision`` (if any) and the run's hook step, the transaction's last writes: on
+        PostgreSQL they go with its commit, in one round trip. The hook's run was fenced when the
+        transaction opened (``fence``, see :meth:`_open`): a run that is no longer this worker's
+        rolls all of it back, and nothing of this happened."""
+        if hook is not None and (fence is None or fence.rowcount != 1):
+            raise Fenced(hook.run_id)
+        with self.db.committing(conn):
             if decision is not None:
                 self._write_decision(conn, decision, now)
-            fence = (
-                None if hook is None else send_step(self.db, conn, hook.run_id, hook.owner, hook.step, now)
-            )
-        if hook is not None and fence is not None and fence.rowcount != 1:
-            conn.rollback()
-            raise Fenced(hook.run_id)
+            if hook is not None:
+                self.db.run(conn, "upsert_step", step_values(hook.run_id, hook.step))
 
     def _hand_out(
         self,
@@ -211,10 +236,11 @@ class SlotRows(StorePart):
 
     def _request_slot(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
         """See :class:`RequestSlot`: busy at once when a slot is free and nobody waits, else queued."""
-        view, judged = self._lock_limit(conn, command.config, command.now)  # the slot is read under it
+        view, judged, existing, fence = self._open(
+            conn, command.config, command.slot_id, command.hook, command.now
+        )
         now = judged
         timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
-        existing = self._read_slot(conn, command.slot_id)
         if existing is not None:
             return SlotOutcome(existing)
         decision = rules.request(
@@ -233,7 +259,7 @@ class SlotRows(StorePart):
                     result=slot_json(row) if granted else None,
                 ),
             )
-        self._settle(conn, decision, now, hook)
+        self._settle(conn, decision, now, hook, fence)
         queued = decision.view.waiting if row.state == "waiting" else None
         return SlotOutcome(
             row, None if hook is None else hook.step, events=tuple(decision.events), position=queued
@@ -241,8 +267,7 @@ class SlotRows(StorePart):
 
     def _confirm_slot(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
         """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""
-        view, now = self._lock_limit(conn, command.config, command.now)
-        row = self._read_slot(conn, command.slot_id)
+        view, now, row, fence = self._open(conn, command.config, command.slot_id, command.hook, command.now)
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
         decision = rules.confirm(view, row, now)
@@ -257,7 +282,7 @@ class SlotRows(StorePart):
             )
         else:
             hook = None
-        self._settle(conn, decision, now, hook)
+        self._settle(conn, decision, now, hook, fence)
         return SlotOutcome(
             confirmed,
             None if hook is None else hook.step,
@@ -268,15 +293,14 @@ class SlotRows(StorePart):
     def _give_up_slot(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
         """See :class:`GiveUpSlot`: the hook step is written failed, also when the expiry pass timed
         the request out first."""
-        view, now = self._lock_limit(conn, command.config, command.now)
-        row = self._read_slot(conn, command.slot_id)
+        view, now, row, fence = self._open(conn, command.config, command.slot_id, command.hook, command.now)
         if command.cancelled:
-            return self._leave_cancelled(conn, command, view, row, now)
+            return self._leave_cancelled(conn, command, view, row, now, fence)
         if row is None or row.state not in ("waiting", "timed_out"):
             return SlotOutcome(row)
         # timed out already (by the expiry pass): nothing to decide, the hook step is still closed
         decision = rules.give_up(view, row, now) if row.state == "waiting" else None
-        self._settle(conn, decision, now, command.hook)
+        self._settle(conn, decision, now, command.hook, fence)
         return SlotOutcome(
             row if decision is None else decision.writes[-1],
             None if command.hook is None else command.hook.step,
@@ -284,7 +308,13 @@ class SlotRows(StorePart):
         )
 
     def _leave_cancelled(
-        self, conn: Connection, command: GiveUpSlot, view: LimitView, row: SlotRow | None, now: int
+        self,
+        conn: Connection,
+        command: GiveUpSlot,
+        view: LimitView,
+        row: SlotRow | None,
+        now: int,
+        fence: Any,
     ) -> SlotOutcome:
         """See ``GiveUpSlot.cancelled``: the request leaves, and what it held goes on at once."""
         if row is None:
@@ -295,7 +325,7 @@ class SlotRows(StorePart):
             decision = rules.leave(view, row, now)
         if decision is not None:
             self._hand_out(conn, decision, now)
-        self._settle(conn, decision, now, command.hook)
+        self._settle(conn, decision, now, command.hook, fence)
         return SlotOutcome(
             next((written for written in decision.writes if written.id == row.id), row)
             if decision is not None and row is not None
@@ -307,18 +337,25 @@ class SlotRows(StorePart):
 
     def _release_slot(self, conn: Connection, command: ReleaseSlot) -> SlotOutcome:
         """See :class:`ReleaseSlot`: frees the slot and hands freed capacity to the queue's heads."""
-        configs, hook = command.configs, command.hook
-        row = self._read_slot(conn, command.slot_id)
+        configs, hook, db = command.configs, command.hook, self.db
+        with db.pipeline(conn):  # as _open does, the limit found by the slot's
+            locked = db.run(conn, "limit_lock_of_slot", {"id": command.slot_id, "now": command.now})
+            found = db.run(conn, "slot_select", {"id": command.slot_id})  # under the lock
+            fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, command.now)
+        limit, slot = locked.fetchone(), found.fetchone()
+        row = None if slot is None else slot_row(slot)
         if row is None or row.limit not in configs:
             if hook is not None:
                 hook = OwnStep(
                     hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": False}))
                 )
-                self._settle(conn, None, self.db.now(conn, command.now), hook)
+                self._settle(conn, None, db.now(conn, command.now), hook, fence)
             return SlotOutcome(row, None if hook is None else hook.step)
-        view, now = self._lock_limit(conn, configs[row.limit], command.now)
-        if self.db.dialect != "sqlite":  # SQLite's writer has held the whole database since BEGIN
-            row = self._read_slot(conn, command.slot_id) or row  # again, under the limit's lock
+        if limit is None:  # a slot of a limit whose row is gone: made again
+            view, now = self._lock_limit(conn, configs[row.limit], command.now)
+            row = self._read_slot(conn, command.slot_id) or row
+        else:
+            view, now = _view(configs[row.limit], limit)
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         handed: dict[str, StepRecord] = {}
@@ -327,7 +364,7 @@ class SlotRows(StorePart):
             hook = OwnStep(
                 hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
             )
-        self._settle(conn, decision, now, hook)
+        self._settle(conn, decision, now, hook, fence)
         return SlotOutcome(
             # the released row by id: a reservation requeued and handed straight back is written
             # again, and moves to the end of the writes (see _slots.Decision.put)
