@@ -9,10 +9,10 @@ Each case on a fresh database (a file, or a new database on a PostgreSQL server)
 untimed runs; cases interleaved by round (DBOS first on odd rounds), medians:
 
 - floor: stdlib sqlite3, one ``INSERT`` + ``COMMIT`` per transaction, WAL, synchronous NORMAL / FULL.
-  On PostgreSQL, psycopg 3 on duro's own schema writing what duro writes for a one-step run, in
-  three transactions (insert the run; touch it and upsert its step; finish it), each statement its
-  own round trip, nothing read back: one run at a time on one connection (seq), or 8 connections
-  in threads at once (conc).
+  On PostgreSQL, psycopg 3 on duro's own schema sending the statements duro sends for a one-step
+  run, each its own transaction in autocommit (insert the run; its step behind its fence; finish
+  it), one round trip each, nothing read back: one run at a time on one connection (seq), or 8
+  connections in threads at once (conc).
 - starts: a client ``Engine`` (never entered) starting a registered one-step workflow.
 - duro: an entered engine; the workflow awaits one async ``@step`` returning x + 1; sequential
   (start, await the result, one at a time) or concurrent (start a batch, gather the results); at
@@ -51,18 +51,18 @@ LIKE_FOR_LIKE = {"default": "wal_normal", "full": "wal"}  # duro's durability: D
 SERVERS = {"pg_fast": {}, "pg_durable": {"durable": True, "fsync": True}}  # start_server's options
 FLOOR_CONNECTIONS = 8
 ACTIVE = "status IN ('pending', 'running', 'suspended', 'blocked')"
-PG_RUN = (  # a one-step run's writes on PostgreSQL as duro sends them: three transactions
-    ("INSERT INTO duro_runs (id, namespace, workflow, version, status, input, tags, owner, created_at, "
-     "updated_at, due_at) VALUES (%(id)s, 'default', %(wf)s, '1', 'running', %(input)s, '[]', %(owner)s, "
-     "%(now)s, %(now)s, %(now)s) ON CONFLICT (id) DO NOTHING",),
-    (f"UPDATE duro_runs SET updated_at = %(now)s WHERE id = %(id)s AND owner = %(owner)s AND {ACTIVE}",
-     "INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, ended_at, result) VALUES "
-     "(%(id)s, 0, 'step', 'add_one', 'completed', %(now)s, %(now)s, %(output)s) ON CONFLICT (run_id, seq) "
-     "DO UPDATE SET kind = excluded.kind, name = excluded.name, status = excluded.status, started_at = "
-     "excluded.started_at, ended_at = excluded.ended_at, result = excluded.result"),
-    ("UPDATE duro_runs SET status = 'completed', output = %(output)s, error = NULL, ended_at = %(now)s, "
-     f"updated_at = %(now)s, wake_at = NULL, due_at = NULL WHERE id = %(id)s AND owner = %(owner)s AND {ACTIVE} "
-     "RETURNING parent_id",),
+PG_RUN = (  # a one-step run's writes on PostgreSQL as duro sends them: three statements in autocommit
+    "INSERT INTO duro_runs (id, namespace, workflow, version, status, input, tags, owner, created_at, "
+    "updated_at, due_at) VALUES (%(id)s, 'default', %(wf)s, '1', 'running', %(input)s, '[]', %(owner)s, "
+    "%(now)s, %(now)s, %(now)s) ON CONFLICT (id) DO NOTHING",
+    f"WITH fence AS (UPDATE duro_runs SET updated_at = %(now)s WHERE id = %(id)s AND owner = %(owner)s "
+    f"AND {ACTIVE} RETURNING id) INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, "
+    "ended_at, result) SELECT id, 0, 'step', 'add_one', 'completed', %(now)s, %(now)s, %(output)s FROM fence "
+    "ON CONFLICT (run_id, seq) DO UPDATE SET kind = excluded.kind, name = excluded.name, status = "
+    "excluded.status, started_at = excluded.started_at, ended_at = excluded.ended_at, result = excluded.result",
+    "UPDATE duro_runs SET status = 'completed', output = %(output)s, error = NULL, ended_at = %(now)s, "
+    f"updated_at = %(now)s, wake_at = NULL, due_at = NULL WHERE id = %(id)s AND owner = %(owner)s AND {ACTIVE} "
+    "RETURNING parent_id",
 )  # fmt: skip
 
 
@@ -108,17 +108,16 @@ def pg_floor(url: str, mode: str, runs: int, window: float) -> dict:
     store.create_schema()
     store.close()
     width = 1 if mode == "seq" else FLOOR_CONNECTIONS
-    conns = [psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) for _ in range(width)]
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(width)]
 
     def some(conn: Any, ids: range) -> None:
         for i in ids:
             now = time.time_ns() // 1_000_000
             values = {"id": uuid.uuid4().hex, "wf": WORKFLOW, "owner": "floor", "now": now}
             values |= {"input": str(i), "output": str(i + 1)}
-            for transaction in PG_RUN:
-                for sql in transaction:
-                    conn.execute(sql, values)
-                conn.commit()
+            for sql in PG_RUN:  # each statement its own transaction
+                conn.execute(sql, values)
 
     with ThreadPoolExecutor(width) as pool:
 
