@@ -319,7 +319,8 @@ def test_postgresql_transactions_are_the_stores_own_and_reads_keep_the_prepared_
     postgres_url,
 ):
     """The store's sessions are in autocommit and it begins each transaction with its first
-    statement: what a transaction wrote before an error is rolled back, and a one-statement read
+    statement: what a transaction wrote before an error is rolled back (also when the error was
+    caught inside: the transaction then raises instead of committing), and a one-statement read
     runs in no transaction at all, so that it needs no rollback either (psycopg forgets a session's
     prepared statements at every rollback, and every statement after one would be parsed and
     planned again)."""
@@ -336,6 +337,11 @@ def test_postgresql_transactions_are_the_stores_own_and_reads_keep_the_prepared_
             assert conn.connection.dbapi_connection.info.transaction_status == status.INTRANS
             raise RuntimeError("after the first statement")
         assert store.list_workers() == []
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction), db.write() as conn:
+            db.run(conn, "insert_worker", params)
+            with pytest.raises(psycopg.errors.UniqueViolation):  # caught: the transaction is lost
+                db.run(conn, "insert_worker", params)
+        assert store.list_workers() == []  # and nothing of it was committed
         for _ in range(10):  # past psycopg's prepare threshold
             assert store.get_slot("nobody.1") is None
             assert store.list_workers() == []

@@ -6,9 +6,9 @@ goes out in one round trip with the transaction's first statement (psycopg would
 error. A transaction that ran no statement sends nothing. Its last statements may go out with the
 ``COMMIT`` (:meth:`ServerTransactions.committing`): a transaction whose statements all decide alone
 (each fenced in its own SQL) is then one round trip, ``BEGIN`` to ``COMMIT``. A one-statement read
-needs no transaction at all. (A session in autocommit also keeps its prepared statements: psycopg forgets them at every
-rollback it makes itself, and a read ended by one would have every later statement parsed and
-planned again.)
+or write needs no transaction at all. (A session in autocommit also keeps its prepared statements:
+psycopg forgets them at every rollback it makes itself, and a read ended by one would have every
+later statement parsed and planned again.)
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class ServerTransactions:
         self.commits = 0  # transactions committed so far (for tests and benchmarks)
         self._counting = threading.Lock()
 
-    def _commit(self, driver: Any) -> None:
-        driver.execute(_COMMIT)
+    def _count(self) -> None:
         with self._counting:
             self.commits += 1
 
@@ -59,8 +58,7 @@ class ServerTransactions:
         ``COMMIT``, no pipeline, the one round trip of the statement."""
         with self.engine.connect() as conn:
             yield conn
-        with self._counting:
-            self.commits += 1
+        self._count()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -72,8 +70,14 @@ class ServerTransactions:
             try:
                 yield conn
                 unbegun.driver = outer
-                if driver.pgconn.transaction_status != _psycopg.driver.pq.TransactionStatus.IDLE:
-                    self._commit(driver)  # begun, and not committed already (see committing)
+                status = driver.pgconn.transaction_status
+                if status == _psycopg.driver.pq.TransactionStatus.INERROR:  # an error caught inside
+                    raise _psycopg.driver.errors.InFailedSqlTransaction(
+                        "a statement of the transaction failed: nothing of it is committed"
+                    )
+                if status != _psycopg.driver.pq.TransactionStatus.IDLE:  # begun, not committed yet
+                    driver.execute(_COMMIT)
+                    self._count()
             except BaseException:
                 unbegun.driver = outer
                 _roll_back(conn, driver)
@@ -87,8 +91,11 @@ class ServerTransactions:
         driver = _driver(conn)
         with driver.pipeline():
             yield
-            if self._unbegun.driver is not driver:  # begun (by a statement here, or before)
-                self._commit(driver)
+            began = self._unbegun.driver is not driver  # by a statement here, or before
+            if began:
+                driver.execute(_COMMIT)
+        if began:
+            self._count()
 
     def execute(self, conn: Connection, sql: str, params: Any) -> Any:
         """Run ``sql`` in ``conn``'s session; the first statement of a transaction takes its
