@@ -300,6 +300,13 @@ POSTGRESQL: dict[str, str] = {
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
+    # a slot read beside its run's fence (see _slots.SlotRows._send_read): the count the fence
+    # touched, then the slot's columns (NULL when there is no such slot)
+    "slot_select_fenced": f"WITH fence AS ({QUERIES['fence'].replace(':id', ':run_id')} RETURNING 1) "
+    f"SELECT (SELECT count(*) FROM fence), {_list(SLOT_COLUMNS, 's.')} "
+    "FROM (VALUES (1)) AS one LEFT JOIN duro_slots s ON s.id = :id",
+    # a decision that wrote one slot: its upsert and the limit's counts in one statement
+    "slot_upsert_counted": f"WITH slot AS ({QUERIES['slot_upsert']}) {QUERIES['limit_update']}",
     # the rows of runs about to be handed back (see _steps.Steps._unload), in id order
     "lock_runs": "SELECT id FROM duro_runs WHERE id IN (:ids) ORDER BY id FOR UPDATE",
     "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)

@@ -82,38 +82,64 @@ class SlotRows(StorePart):
 
     def _open(
         self, conn: Connection, config: LimitConfig, slot_id: str, hook: OwnStep | None, now: int
-    ) -> tuple[LimitView, int, SlotRow | None, Any]:
+    ) -> tuple[LimitView, int, SlotRow | None, int | None]:
         """A slot operation's reads, in one round trip on PostgreSQL: the limit's row locked (see
-        :meth:`_lock_limit`), the slot read under the lock, and the hook's run fenced (the fence's
-        cursor: :meth:`_settle` checks it before anything is written)."""
+        :meth:`_lock_limit`), then the slot read under the lock and the hook's run fenced (how many
+        runs the fence touched, ``None`` without a hook: :meth:`_settle` checks it before anything
+        is written)."""
         db = self.db
         with db.pipeline(conn):
             locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
-            found = db.run(conn, "slot_select", {"id": slot_id})
-            fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, now)
+            answer = self._send_read(conn, slot_id, hook, now)
         row = locked.fetchone()
+        slot, fence = answer()
         if row is None:  # the limit's first use: its row is made, then locked, and the slot read again
             view, judged = self._lock_limit(conn, config, now)
             return view, judged, self._read_slot(conn, slot_id), fence
-        slot = found.fetchone()
-        return (*_view(config, row), None if slot is None else slot_row(slot), fence)
+        return (*_view(config, row), slot, fence)
+
+    def _send_read(
+        self, conn: Connection, slot_id: str, hook: OwnStep | None, now: int
+    ) -> Callable[[], tuple[SlotRow | None, int | None]]:
+        """Send the slot's read and the hook's fence, after the limit's lock; the call returned gives
+        the slot and how many runs the fence touched (``None`` without a hook) once they are in.
+        On PostgreSQL the two are one statement: only holders of the limit's lock write its slots,
+        so the read's snapshot cannot miss a change while the fence waits for the run's row."""
+        db = self.db
+        if hook is not None and db.dialect == "postgresql":
+            params = {"id": slot_id, "run_id": hook.run_id, "owner": hook.owner, "now": now}
+            cursor = db.run(conn, "slot_select_fenced", params)
+
+            def fenced() -> tuple[SlotRow | None, int | None]:
+                touched, *values = cursor.fetchone()
+                return (None if values[0] is None else slot_row(values)), int(touched)
+
+            return fenced
+        found = db.run(conn, "slot_select", {"id": slot_id})
+        fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, now)
+
+        def read() -> tuple[SlotRow | None, int | None]:
+            slot = found.fetchone()
+            return (None if slot is None else slot_row(slot)), (None if fence is None else fence.rowcount)
+
+        return read
 
     def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
-        for row in decision.writes:
-            self.db.run(conn, "slot_upsert", slot_values(row))
-        view = decision.view
-        self.db.run(
-            conn,
-            "limit_update",
-            {
-                "name": view.name,
-                "busy": view.busy,
-                "reserved": view.reserved,
-                "waiting": view.waiting,
-                "next_pos": view.next_pos,
-                "now": now,
-            },
-        )
+        view, writes = decision.view, decision.writes
+        counts = {
+            "name": view.name,
+            "busy": view.busy,
+            "reserved": view.reserved,
+            "waiting": view.waiting,
+            "next_pos": view.next_pos,
+            "now": now,
+        }
+        if len(writes) == 1 and self.db.dialect == "postgresql":  # one statement for the two
+            self.db.run(conn, "slot_upsert_counted", {**slot_values(writes[0]), **counts})
+        else:
+            for row in writes:
+                self.db.run(conn, "slot_upsert", slot_values(row))
+            self.db.run(conn, "limit_update", counts)
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
@@ -129,13 +155,18 @@ class SlotRows(StorePart):
             self.db.run(conn, "nudge", {"id": run_id, "now": now})
 
     def _settle(
-        self, conn: Connection, decision: Decision | None, now: int, hook: OwnStep | None, fence: Any
+        self,
+        conn: Connection,
+        decision: Decision | None,
+        now: int,
+        hook: OwnStep | None,
+        fence: int | None,
     ) -> None:
         """Write ``decision`` (if any) and the run's hook step, the transaction's last writes: on
         PostgreSQL they go with its commit, in one round trip. The hook's run was fenced when the
         transaction opened (``fence``, see :meth:`_open`): a run that is no longer this worker's
         rolls all of it back, and nothing of this happened."""
-        if hook is not None and (fence is None or fence.rowcount != 1):
+        if hook is not None and fence != 1:
             raise Fenced(hook.run_id)
         with self.db.committing(conn):
             if decision is not None:
@@ -314,7 +345,7 @@ class SlotRows(StorePart):
         view: LimitView,
         row: SlotRow | None,
         now: int,
-        fence: Any,
+        fence: int | None,
     ) -> SlotOutcome:
         """See ``GiveUpSlot.cancelled``: the request leaves, and what it held goes on at once."""
         if row is None:
@@ -340,10 +371,9 @@ class SlotRows(StorePart):
         configs, hook, db = command.configs, command.hook, self.db
         with db.pipeline(conn):  # as _open does, the limit found by the slot's
             locked = db.run(conn, "limit_lock_of_slot", {"id": command.slot_id, "now": command.now})
-            found = db.run(conn, "slot_select", {"id": command.slot_id})  # under the lock
-            fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, command.now)
-        limit, slot = locked.fetchone(), found.fetchone()
-        row = None if slot is None else slot_row(slot)
+            answer = self._send_read(conn, command.slot_id, hook, command.now)
+        limit = locked.fetchone()
+        row, fence = answer()
         if row is None or row.limit not in configs:
             if hook is not None:
                 hook = OwnStep(
