@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from duro import (
@@ -13,6 +15,7 @@ from duro import (
     RunStatus,
     WorkerOptions,
     child,
+    step,
     wait_for_signal,
     workflow,
 )
@@ -68,16 +71,24 @@ async def test_keys_are_global_across_workflows(database_url):
 
 
 async def test_count_statuses_narrow_what_counts(database_url):
+    running = asyncio.Event()  # the first run stays running until the test lets it go on
+
+    @step
+    async def hold() -> None:
+        await running.wait()
+
     @workflow(
         concurrency=Concurrency(key=lambda n: "only-running", limit=1, count_statuses=("pending", "running"))
     )
     async def parks(n: int) -> int:
+        await hold()
         await wait_for_signal("go")  # suspended: stops counting
         return n
 
     async with engine_for(database_url) as engine:
         first = await parks.start(1)
-        await refused(parks.start(2))  # the first still counts while it runs
+        await refused(parks.start(2))  # the first counts while it is pending or running
+        running.set()
         await eventually(lambda: _status_is(first, "suspended"), what="first run parked")
         second = await parks.start(2)  # suspended runs do not count
         assert second.id != first.id and len(await engine.list_runs()) == 2
