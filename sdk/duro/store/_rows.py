@@ -8,13 +8,16 @@ first (the fence); the caller learns from the fence's row count whether it still
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from .._slots import SlotRow
+from .._config import LimitConfig
+from .._slots import LimitView, SlotRow
 from .._states import RunState
+from ._commands import OwnStep
 from ._connection import Connector
 from ._queries import SLOT_COLUMNS, STEP_COLUMNS
 from ._records import StepRecord
@@ -133,3 +136,43 @@ def slot_row(values: Any) -> SlotRow:
 
 def slot_values(row: SlotRow) -> dict[str, Any]:
     return dict(zip(SLOT_COLUMNS, (*row, row.due_at), strict=True))
+
+
+def limit_view(config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]:
+    """A limit as its locked row and its config say, and the instant to judge by."""
+    capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
+    return LimitView(
+        name=config.name,
+        capacity=capacity_override or config.capacity,
+        max_hold_ms=max_hold_override or config.max_hold_ms,
+        busy=busy,
+        reserved=reserved,
+        waiting=waiting,
+        next_pos=next_pos,
+    ), int(judged)
+
+
+def send_slot_read(
+    db: Connector, conn: Connection, slot_id: str, hook: OwnStep | None, now: int
+) -> Callable[[], tuple[SlotRow | None, int | None]]:
+    """Send the slot's read and the hook's fence, after the limit's lock; the call returned gives
+    the slot and how many runs the fence touched (``None`` without a hook) once they are in.
+    On PostgreSQL the two are one statement: only holders of the limit's lock write its slots,
+    so the read's snapshot cannot miss a change while the fence waits for the run's row."""
+    if hook is not None and db.dialect == "postgresql":
+        params = {"id": slot_id, "run_id": hook.run_id, "owner": hook.owner, "now": now}
+        cursor = db.run(conn, "slot_select_fenced", params)
+
+        def fenced() -> tuple[SlotRow | None, int | None]:
+            touched, *values = cursor.fetchone()
+            return (None if values[0] is None else slot_row(values)), int(touched)
+
+        return fenced
+    found = db.run(conn, "slot_select", {"id": slot_id})
+    fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, now)
+
+    def read() -> tuple[SlotRow | None, int | None]:
+        slot = found.fetchone()
+        return (None if slot is None else slot_row(slot)), (None if fence is None else fence.rowcount)
+
+    return read

@@ -25,25 +25,10 @@ from .._slots import Decision, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import StorePart
 from ._records import Fenced, RunRecord, StepRecord
-from ._rows import send_fence, slot_row, slot_values, step_values, write_step
+from ._rows import limit_view, send_slot_read, slot_row, slot_values, step_values, write_step
 from ._runs import to_run
 
 log = logging.getLogger("duro.store")
-
-
-def _view(config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]:
-    """A limit as its locked row and its config say, and the instant to judge by."""
-    capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
-    return LimitView(
-        name=config.name,
-        capacity=capacity_override or config.capacity,
-        max_hold_ms=max_hold_override or config.max_hold_ms,
-        busy=busy,
-        reserved=reserved,
-        waiting=waiting,
-        next_pos=next_pos,
-    ), int(judged)
-
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
 
@@ -78,7 +63,7 @@ class SlotRows(StorePart):
         if row is None:
             self.db.run(conn, "limit_insert", params)
             row = self.db.run(conn, "limit_lock", params).fetchone()
-        return _view(config, row)
+        return limit_view(config, row)
 
     def _open(
         self, conn: Connection, config: LimitConfig, slot_id: str, hook: OwnStep | None, now: int
@@ -90,39 +75,13 @@ class SlotRows(StorePart):
         db = self.db
         with db.pipeline(conn):
             locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
-            answer = self._send_read(conn, slot_id, hook, now)
+            answer = send_slot_read(db, conn, slot_id, hook, now)
         row = locked.fetchone()
         slot, fence = answer()
         if row is None:  # the limit's first use: its row is made, then locked, and the slot read again
             view, judged = self._lock_limit(conn, config, now)
             return view, judged, self._read_slot(conn, slot_id), fence
-        return (*_view(config, row), slot, fence)
-
-    def _send_read(
-        self, conn: Connection, slot_id: str, hook: OwnStep | None, now: int
-    ) -> Callable[[], tuple[SlotRow | None, int | None]]:
-        """Send the slot's read and the hook's fence, after the limit's lock; the call returned gives
-        the slot and how many runs the fence touched (``None`` without a hook) once they are in.
-        On PostgreSQL the two are one statement: only holders of the limit's lock write its slots,
-        so the read's snapshot cannot miss a change while the fence waits for the run's row."""
-        db = self.db
-        if hook is not None and db.dialect == "postgresql":
-            params = {"id": slot_id, "run_id": hook.run_id, "owner": hook.owner, "now": now}
-            cursor = db.run(conn, "slot_select_fenced", params)
-
-            def fenced() -> tuple[SlotRow | None, int | None]:
-                touched, *values = cursor.fetchone()
-                return (None if values[0] is None else slot_row(values)), int(touched)
-
-            return fenced
-        found = db.run(conn, "slot_select", {"id": slot_id})
-        fence = None if hook is None else send_fence(db, conn, hook.run_id, hook.owner, now)
-
-        def read() -> tuple[SlotRow | None, int | None]:
-            slot = found.fetchone()
-            return (None if slot is None else slot_row(slot)), (None if fence is None else fence.rowcount)
-
-        return read
+        return (*limit_view(config, row), slot, fence)
 
     def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
         view, writes = decision.view, decision.writes
@@ -371,7 +330,7 @@ class SlotRows(StorePart):
         configs, hook, db = command.configs, command.hook, self.db
         with db.pipeline(conn):  # as _open does, the limit found by the slot's
             locked = db.run(conn, "limit_lock_of_slot", {"id": command.slot_id, "now": command.now})
-            answer = self._send_read(conn, command.slot_id, hook, command.now)
+            answer = send_slot_read(db, conn, command.slot_id, hook, command.now)
         limit = locked.fetchone()
         row, fence = answer()
         if row is None or row.limit not in configs:
@@ -385,7 +344,7 @@ class SlotRows(StorePart):
             view, now = self._lock_limit(conn, configs[row.limit], command.now)
             row = self._read_slot(conn, command.slot_id) or row
         else:
-            view, now = _view(configs[row.limit], limit)
+            view, now = limit_view(configs[row.limit], limit)
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         handed: dict[str, StepRecord] = {}
