@@ -154,14 +154,13 @@ class Connector:
                 )
                 if self.file is not None:
                     sa.event.listen(self.engine, "connect", self._note_identity)
+                self._execute = raw_execute
             else:
                 self.engine = server_engine(self.url, pool_size, idle_ms, read_only)
                 self._server = ServerTransactions(self.engine)
                 self._execute = self._server.execute
         except (ArgumentError, NoSuchModuleError, TypeError) as err:
             raise DuroError(f"database URL {self.safe_url!r} cannot be used: {err}; {URL_HINT}") from None
-        if self.dialect == "sqlite":
-            self._execute = raw_execute
         self.schema_ready = False
         self._source = {**QUERIES, **(POSTGRESQL if self.dialect == "postgresql" else SQLITE)}
         self.queries = {name: self.adapt(sql) for name, sql in self._source.items()}  # by name, ready to run

@@ -89,6 +89,10 @@ _UNLOAD = (
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}"
 )
 
+_LIMIT_LOCK = (
+    "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, {clock} "
+    "FROM duro_limits WHERE name = "
+)
 _STEPS_NOW = "(SELECT count(*) FROM duro_steps WHERE duro_steps.run_id = duro_runs.id)"
 _RECOVERED = (  # a run it was executing: where its history stood; its attempts count from 0 at a new point
     f"recoveries = CASE WHEN status = 'running' AND (recovered_steps IS NULL OR recovered_steps <> "
@@ -234,11 +238,9 @@ QUERIES: dict[str, str] = {
     "VALUES (:name, 0, 0, 0, 0, :now) ON CONFLICT (name) DO NOTHING",
     # the limit's row, locked for the transaction (FOR UPDATE on PostgreSQL), and the instant its
     # decision is judged by, read in the same statement
-    "limit_lock": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, "
-    "{clock} FROM duro_limits WHERE name = :name",
+    "limit_lock": _LIMIT_LOCK + ":name",
     # the same, the limit found by one of its slots
-    "limit_lock_of_slot": "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, "
-    "next_pos, {clock} FROM duro_limits WHERE name = (SELECT limit_name FROM duro_slots WHERE id = :id)",
+    "limit_lock_of_slot": _LIMIT_LOCK + "(SELECT limit_name FROM duro_slots WHERE id = :id)",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
     # a release's adopter takes up a queue's head unloaded from memory (see _commands.Adopter)
@@ -300,7 +302,7 @@ POSTGRESQL: dict[str, str] = {
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
-    # a slot read beside its run's fence (see _slots.SlotRows._send_read): the count the fence
+    # a slot read beside its run's fence (see _rows.send_slot_read): the count the fence
     # touched, then the slot's columns (NULL when there is no such slot)
     "slot_select_fenced": f"WITH fence AS ({QUERIES['fence'].replace(':id', ':run_id')} RETURNING 1) "
     f"SELECT (SELECT count(*) FROM fence), {_list(SLOT_COLUMNS, 's.')} "

@@ -238,14 +238,14 @@ class RunRows(StorePart):
     def count_recovery(self, run_id: str, owner: str) -> int | None:
         """Count one more attempt at a run a dead worker left (``recoveries``, see
         ``duro._recovery``) and return the count; ``None`` if the run is not ``owner``'s."""
-        with self.db.write() as conn:
+        with self.db.single_write() as conn:
             row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
             return None if row is None else int(row[0])
 
     def clear_recoveries(self, run_id: str, owner: str) -> None:
         """The run, ``owner``'s, reached a wait after its worker died: its attempts count from 0 again
         (a death while it waits is not its doing, see ``duro._recovery``)."""
-        with self.db.write() as conn:
+        with self.db.single_write() as conn:
             self.db.run(conn, "clear_recoveries", {"id": run_id, "owner": owner})
 
     def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:

@@ -200,17 +200,7 @@ class StepRows(SignalRows, SlotRows):
             run_id, owner, step, status, wake_at, now = command
             return send_step(self.db, conn, run_id, owner, step, now, status, wake_at)
         assert type(command) is FinishRun
-        run_id, owner, status, output, error, now, _ = command
-        params = {
-            "id": run_id,
-            "owner": owner,
-            "status": status,
-            "output": output,
-            "error": error,
-            "now": now,
-            "notice": json.dumps(["done", run_id, status]),
-        }
-        return self.db.run(conn, "finish_run_announced", params)
+        return self._send_finish(conn, command, announced=True)
 
     def _send_batch(self, commands: Sequence[Command]) -> list[Any]:
         db = self.db
@@ -285,9 +275,10 @@ class StepRows(SignalRows, SlotRows):
                 db.run_many(conn, upsert_steps_sql(shape), rows)
         return [command.run_id in stored for command in commands]
 
-    def _send_finish(self, conn: Connection, command: FinishRun) -> Any:
+    def _send_finish(self, conn: Connection, command: FinishRun, announced: bool = False) -> Any:
         """End the run if its owner still owns it unfinished; the cursor's ``rowcount`` is 1 if it did
-        (on PostgreSQL its row is the run's parent id)."""
+        (on PostgreSQL its row is the run's parent id). ``announced`` (PostgreSQL): a child's end is
+        announced to its parent by the same statement."""
         run_id, owner, status, output, error, now, _ = command
         params = {
             "id": run_id,
@@ -297,7 +288,10 @@ class StepRows(SignalRows, SlotRows):
             "error": error,
             "now": now,
         }
-        return self.db.run(conn, "finish_run", params)
+        if not announced:
+            return self.db.run(conn, "finish_run", params)
+        params["notice"] = json.dumps(["done", run_id, status])
+        return self.db.run(conn, "finish_run_announced", params)
 
     def _finish_run(self, conn: Connection, command: FinishRun) -> bool:
         result = self._send_finish(conn, command)
