@@ -102,7 +102,7 @@ class DevProject:
         """Load the project afresh and swap engines; False (the old engine keeps running) on an error."""
         async with self._lock:
             try:
-                project = load_project(self.root)
+                project = load_project(self.root, fresh=True)
                 engine = Engine(self.database_url, workspace=project.workspace, **self._engine_options)
                 for spec in project.workflows:
                     engine.register(spec)

@@ -160,8 +160,8 @@ class RunContext(SlotCalls):
         A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
         if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began
             await _cancel.before_wait(self, record, wake)
-        if self.suspect_waits is not None:
-            await self.suspect_waits()
+        if self.suspect_waits is not None and (due_at is None or due_at > self._now()):
+            await self.suspect_waits()  # a wait whose time is over leads straight on: still suspect
         self.parked = Parked(self.run_id, self._monotonic(), kind, due_at, key)
         residency = self._residency
         residency.park(self)
@@ -366,8 +366,8 @@ class RunContext(SlotCalls):
         assert rec.wake_at is not None
         if self.cancel is not None and self.cancel.stops_waits:  # it came while the record went in
             await _cancel.before_wait(self, rec, None)
-        if self.suspect_waits is not None:
-            await self.suspect_waits()
+        if self.suspect_waits is not None and rec.wake_at > self._now():
+            await self.suspect_waits()  # a sleep already over leads straight on: still suspect
         self._asleep = True
         self.unsettled = recorded
         self.parked = _tuple(Parked, (self.run_id, self._monotonic(), "sleep", rec.wake_at, None))  # see park

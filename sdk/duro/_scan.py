@@ -5,8 +5,14 @@ The project root goes first on ``sys.path`` before ``duro.config.py`` runs, so t
 workflows, may import the project's own modules (``from workflows.common import LIMITS``, a
 ``settings.py`` beside it). Modules under ``workflows/`` are imported as the package ``workflows``,
 so workflow files may import each other either way (``from workflows.common import x`` or ``from
-.common import x``). Loading another project (or reloading) first drops the previously imported
-``workflows`` modules.
+.common import x``).
+
+A project's workflow modules are imported once per process: loading the same project again (the
+harness does for every test) takes the modules already imported, so a test that imports
+``workflows.provider`` at its top holds the very module the engine runs, and a ``monkeypatch`` of it
+reaches the steps. Loading another project puts the first one's modules aside (and back when it is
+loaded again); a module whose file changed since it was imported, or ``fresh=True`` (the dev
+server's hot reload), imports the project's modules anew.
 """
 
 from __future__ import annotations
@@ -54,10 +60,56 @@ def load_config(root: Path) -> Workspace:
     return workspace
 
 
-def _forget_workflows_package() -> None:
-    for name in [n for n in sys.modules if n == WORKFLOWS_DIR or n.startswith(WORKFLOWS_DIR + ".")]:
+def _package_modules() -> dict[str, ModuleType]:
+    return {n: m for n, m in sys.modules.items() if n == WORKFLOWS_DIR or n.startswith(WORKFLOWS_DIR + ".")}
+
+
+def _root_of(package: ModuleType) -> Path | None:
+    """The project root whose ``workflows/`` directory ``package`` was imported from."""
+    for entry in getattr(package, "__path__", None) or ():
+        return Path(entry).resolve().parent
+    return None
+
+
+def _mtime(module: ModuleType) -> int | None:
+    file = getattr(module, "__file__", None)
+    try:
+        return None if file is None else Path(file).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+# Each project's imported workflow modules, by root, with their files' modification times as
+# imported: a project loaded again gets the same module objects unless a file changed since.
+_IMPORTED: dict[Path, dict[str, tuple[ModuleType, int | None]]] = {}
+
+
+def _use_workflows_package(root: Path, fresh: bool) -> None:
+    """Make ``sys.modules``' ``workflows`` package the one of ``root``: kept as it is if it is that
+    project's and unchanged, put back if it was put aside, otherwise dropped to be imported anew."""
+    current = _package_modules()
+    package = current.get(WORKFLOWS_DIR)
+    owner = None if package is None else _root_of(package)
+    if owner is not None and owner != root:  # another project's: aside, for its next load
+        _IMPORTED[owner] = {name: (module, _mtime(module)) for name, module in current.items()}
+    stored = _IMPORTED.get(root, {})
+    if owner == root:
+        stored = {**stored, **{n: stored.get(n, (m, _mtime(m))) for n, m in current.items()}}
+    edited = any(_mtime(module) != mtime for module, mtime in stored.values())
+    for name in current:
         del sys.modules[name]
+    if fresh or edited or not stored:
+        _IMPORTED.pop(root, None)
+    else:
+        sys.modules.update({name: module for name, (module, _) in stored.items()})
     importlib.invalidate_caches()
+
+
+def _remember_workflows_package(root: Path) -> None:
+    known = _IMPORTED.setdefault(root, {})
+    for name, module in _package_modules().items():
+        if name not in known or known[name][0] is not module:
+            known[name] = (module, _mtime(module))
 
 
 # The project root this module put on sys.path last: loading another project takes it off again, so
@@ -104,12 +156,13 @@ def _workflows_in(module: ModuleType) -> list[WorkflowSpec]:
     return found
 
 
-def load_project(root: str | Path = ".") -> Project:
-    """Load ``duro.config.py`` and import every workflow module once; returns the specs found."""
+def load_project(root: str | Path = ".", *, fresh: bool = False) -> Project:
+    """Load ``duro.config.py`` and the workflow modules (imported once per process: see the module's
+    docstring; ``fresh=True`` imports them anew); returns the specs found."""
     root = Path(root).resolve()
     if not root.is_dir():
         raise ConfigError(f"project directory {root} does not exist")
-    _forget_workflows_package()
+    _use_workflows_package(root, fresh)
     _put_root_first(root)
     workspace = load_config(root)
 
@@ -136,4 +189,5 @@ def load_project(root: str | Path = ".") -> Project:
                 )
             specs[key] = replace(spec, serial=True) if serial else spec
             origin[key] = path
+    _remember_workflows_package(root)
     return Project(root=root, workspace=workspace, workflows=list(specs.values()))

@@ -8,6 +8,8 @@ import asyncio
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from duro import Engine
 from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
@@ -155,3 +157,101 @@ def test_a_step_that_kills_its_process_is_set_aside_after_max_recoveries(tmp_pat
     run = _run(shared_url, crash)
     assert run.status == "failed" and run.recovered_steps == 0
     assert "RunSetAsideError" in run.error and "6 workers in a row died while executing it" in run.error
+
+
+SHAPED_CRASHER = """
+import os
+from pathlib import Path
+
+from duro import acquire_slot, child, sleep, step, wait_for_signal, workflow
+
+FLAKED = Path(__file__).with_name("flaked")
+
+
+@step
+async def before() -> str:
+    return "ok"
+
+
+@step
+async def crash() -> str:
+    os._exit(1)
+
+
+@step(retries=1, retry_delay="50ms")
+async def flaky() -> str:
+    if not FLAKED.exists():  # the first attempt fails; every later one kills its process
+        FLAKED.write_text("failed once")
+        raise ValueError("the first attempt fails")
+    os._exit(1)
+
+
+@workflow(name="healthy")
+async def healthy(n: int) -> int:
+    return n + 1
+
+
+@workflow(name="crasher")
+async def crasher(shape: str) -> str:
+    await before()
+    if shape == "sleep":
+        await sleep("50ms")
+    elif shape == "signal-timeout":
+        await wait_for_signal("never", timeout="50ms")
+    elif shape == "retry-delay":
+        return await flaky()
+    elif shape == "slot":
+        await acquire_slot("lane", timeout="1m")
+    elif shape == "child":
+        await child(healthy, 1)
+    return await crash()
+"""
+SHAPED_CONFIG = """
+from duro import Limit, define_workspace
+
+workspace = define_workspace(limits={"lane": Limit(capacity=5, max_hold="1h")})
+"""
+
+
+async def _start_shaped(project: Path, url: str, shape: str) -> tuple[str, list[str]]:
+    client = Engine.from_project(project, database_url=url)
+    try:
+        crash = (await client.start("crasher", shape)).id
+        return crash, [(await client.start("healthy", n)).id for n in range(3)]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("shape", ["direct", "sleep", "signal-timeout", "retry-delay", "slot", "child"])
+def test_a_run_that_kills_its_worker_after_any_wait_is_set_aside(tmp_path: Path, shared_url: str, shape: str):
+    """Whatever the run last waited for (nothing, a sleep, a signal's timeout, a retry delay, a slot,
+    a child), when its next step kills the worker, each death counts where it happened: it is set
+    aside after at most ``max_recoveries`` + 1 deaths, and three healthy runs beside it complete.
+    (A run woken from a sleep is still ``suspended`` in the store when its next step kills the
+    process: the hand-back counts it as executing because its wait is over.) Each new worker takes
+    the dead one's id, so it hands the dead life's runs back as it registers, without a lease to wait out."""
+    project = tmp_path / "project"
+    (project / "workflows").mkdir(parents=True)
+    (project / "workflows" / "flows.py").write_text(textwrap.dedent(SHAPED_CRASHER))
+    (project / "duro.config.py").write_text(textwrap.dedent(SHAPED_CONFIG))
+    crash, good = asyncio.run(_start_shaped(project, shared_url, shape))
+    deaths = 0
+    for _ in range(10):
+        with worker_process(project, shared_url, "w-shaped") as worker:
+            wait_until(
+                lambda: worker.poll() is not None or _run(shared_url, crash).status == "failed",  # noqa: B023
+                60,
+                f"the worker to die in the step after the {shape}, or the run to be set aside",
+            )
+            if worker.poll() is None:  # set aside: this worker lives, and runs the rest
+                wait_until(
+                    lambda: set(_statuses(shared_url, good).values()) == {"completed"},
+                    30,
+                    "the healthy runs to complete",
+                )
+                break
+            deaths += 1
+    run = _run(shared_url, crash)
+    assert run.status == "failed", (shape, deaths, run.status)
+    assert "RunSetAsideError" in (run.error or ""), run.error
+    assert deaths <= 6, deaths

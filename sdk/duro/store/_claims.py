@@ -37,9 +37,9 @@ class ClaimRows(StorePart):
             with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
                 for worker, stamp in claim.condemned:  # its runs go back, each due as it was
                     if db.run(conn, "condemn", {"id": worker, "stamp": stamp}).fetchall():
-                        db.run(conn, "hand_back_dead", {"id": worker})
+                        db.run(conn, "hand_back_dead", {"id": worker, "now": claim.now})
                 if claim.orphans:
-                    db.run(conn, "hand_back_orphans", {})
+                    db.run(conn, "hand_back_orphans", {"now": claim.now})
                 for name in sorted(claim.serial):
                     db.lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
                 taken = db.run_text(conn, statements[0], params)

@@ -260,13 +260,15 @@ class Connector:
         self.ensure_schema()
         return self._server.single_write()
 
-    def committing(self, conn: Connection) -> AbstractContextManager[Any]:
+    def committing(self, conn: Connection, answers: bool = True) -> AbstractContextManager[Any]:
         """A write transaction's last statements, sent with its commit (PostgreSQL: one round trip,
         see :mod:`._server`); their answers are read once the block is left, the transaction
-        committed, so each must decide alone (fenced in its own SQL). SQLite commits as always."""
+        committed, so each must decide alone (fenced in its own SQL). SQLite commits as always.
+        ``answers=False``: the caller reads none of them, and a commit whose answer was lost but
+        that did commit is taken as committed (PostgreSQL: see :mod:`._server`)."""
         if self.dialect != "postgresql":
             return nullcontext()
-        return self._server.committing(conn)
+        return self._server.committing(conn, answers)
 
     def lock_key(self, conn: Connection, key: str) -> None:
         """PostgreSQL: a transaction lock on ``key`` (decisions on one key, one after another);
@@ -367,7 +369,7 @@ class Connector:
         ``without_waiting``); PostgreSQL writes take pooled connections."""
         self.ensure_schema()
         if self.dialect != "sqlite":
-            with self._server.transaction() as conn:
+            with self._server.transaction(write=True) as conn:
                 yield conn
             return
         self._check_file()

@@ -94,10 +94,13 @@ _LIMIT_LOCK = (
     "FROM duro_limits WHERE name = "
 )
 _STEPS_NOW = "(SELECT count(*) FROM duro_steps WHERE duro_steps.run_id = duro_runs.id)"
+# a run it may have been executing: running, or a wait of it over (woken from a sleep, a signal, a
+# retry delay, a slot or a child, its status not yet written back to running when the worker died)
+_EXECUTING = "(status = 'running' OR due_at <= {clock})"
 _RECOVERED = (  # a run it was executing: where its history stood; its attempts count from 0 at a new point
-    f"recoveries = CASE WHEN status = 'running' AND (recovered_steps IS NULL OR recovered_steps <> "
+    f"recoveries = CASE WHEN {_EXECUTING} AND (recovered_steps IS NULL OR recovered_steps <> "
     f"{_STEPS_NOW}) THEN 0 ELSE recoveries END, "
-    f"recovered_steps = CASE WHEN status = 'running' THEN {_STEPS_NOW} ELSE recovered_steps END"
+    f"recovered_steps = CASE WHEN {_EXECUTING} THEN {_STEPS_NOW} ELSE recovered_steps END"
 )
 _CANCEL_DUE = "due_at = CASE WHEN cancel_requested_at IS NULL THEN due_at ELSE cancel_requested_at END"
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"

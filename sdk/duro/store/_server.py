@@ -9,6 +9,14 @@ error. A transaction that ran no statement sends nothing. Its last statements ma
 or write needs no transaction at all. (A session in autocommit also keeps its prepared statements:
 psycopg forgets them at every rollback it makes itself, and a read ended by one would have every
 later statement parsed and planned again.)
+
+A write transaction asks for its transaction id with its ``BEGIN`` (same round trip). If the answer
+to its ``COMMIT`` is lost (the server restarting as it commits, the network cut), nobody can tell
+from the error whether it committed, and making the same decision again would be wrong (a release
+made twice says the second time that nothing was released; a hand-out made twice hands out twice).
+So the store asks the server what became of that transaction id (``pg_xact_status``) before it
+says anything: committed, the transaction's result stands; aborted, the error stands and the call
+is made again as any transient error is.
 """
 
 from __future__ import annotations
@@ -25,14 +33,37 @@ from . import _psycopg
 
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
+_XACT_ID = b"SELECT pg_current_xact_id()::text"
+_XACT_STATUS = b"SELECT pg_xact_status(%s::xid8)"
 
 
 def _driver(conn: Connection) -> Any:
     return conn.connection.driver_connection
 
 
+class _Write:
+    """A write transaction's id, asked for with its ``BEGIN``, in case its ``COMMIT`` goes
+    unanswered; and whether that ``COMMIT`` is known to have committed although its answer was lost."""
+
+    __slots__ = ("asked", "committed")
+
+    def __init__(self) -> None:
+        self.asked: Any = None  # the cursor that asked for the id (answered before the COMMIT went)
+        self.committed = False
+
+
 class _Unbegun(threading.local):
     driver: Any = None  # the session whose transaction this thread has not begun yet
+    write: _Write | None = None  # that transaction's id, a write's (None: a read's, not asked)
+
+
+class CommitOutcomeUnknown(Exception):
+    """The answer to a ``COMMIT`` was lost and the server could not say, within about 30 s, whether
+    it committed: the call must not be made again as if it had not."""
+
+
+OUTCOME_TRIES = 60  # asking what became of a transaction whose COMMIT went unanswered: ~30 s
+OUTCOME_PAUSE_S = 0.5
 
 
 class ServerTransactions:
@@ -61,41 +92,97 @@ class ServerTransactions:
         self._count()
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """A session inside one transaction, begun with its first statement (see :meth:`execute`)."""
+    def transaction(self, write: bool = False) -> Iterator[Connection]:
+        """A session inside one transaction, begun with its first statement (see :meth:`execute`).
+        ``write``: its id is asked for as it begins, so that a ``COMMIT`` whose answer is lost is
+        judged by what the server did (see the module's docstring)."""
         unbegun = self._unbegun
         with self.engine.connect() as conn:
             driver = _driver(conn)
-            outer, unbegun.driver = unbegun.driver, driver  # a transaction inside one: its own session
+            tx = _Write() if write else None
+            # a transaction inside one: its own session
+            outer = unbegun.driver, unbegun.write
+            unbegun.driver, unbegun.write = driver, tx
             try:
                 yield conn
-                unbegun.driver = outer
+                unbegun.driver, unbegun.write = outer
+                if tx is not None and tx.committed:  # by committing(), its answer lost: session gone
+                    conn.invalidate()
+                    return
                 status = driver.pgconn.transaction_status
                 if status == _psycopg.driver.pq.TransactionStatus.INERROR:  # an error caught inside
                     raise _psycopg.driver.errors.InFailedSqlTransaction(
                         "a statement of the transaction failed: nothing of it is committed"
                     )
                 if status != _psycopg.driver.pq.TransactionStatus.IDLE:  # begun, not committed yet
-                    driver.execute(_COMMIT)
+                    try:
+                        driver.execute(_COMMIT)
+                    except _psycopg.driver.OperationalError:
+                        if not self._committed(tx):
+                            raise
+                        conn.invalidate()
                     self._count()
             except BaseException:
-                unbegun.driver = outer
+                unbegun.driver, unbegun.write = outer
                 _roll_back(conn, driver)
                 raise
 
     @contextmanager
-    def committing(self, conn: Connection) -> Iterator[None]:
+    def committing(self, conn: Connection, answers: bool = True) -> Iterator[None]:
         """The transaction's last statements, sent with its ``COMMIT`` in one pipeline: their answers
         (rows, ``rowcount``) are there once the block is left, the transaction committed. No
-        statement may follow, and none inside may need an answer to decide what comes next."""
+        statement may follow, and none inside may need an answer to decide what comes next.
+
+        ``answers=False``: the caller reads none of the answers, so a ``COMMIT`` whose answer was lost
+        (with theirs) but that did commit counts as committed (see the module's docstring);
+        otherwise the error stands, and the caller's statements must be safe to make again."""
         driver = _driver(conn)
-        with driver.pipeline():
-            yield
-            began = self._unbegun.driver is not driver  # by a statement here, or before
-            if began:
-                driver.execute(_COMMIT)
+        unbegun = self._unbegun
+        tx = None if answers or unbegun.driver is driver else unbegun.write
+        began = False
+        try:
+            with driver.pipeline():
+                yield
+                began = unbegun.driver is not driver  # by a statement here, or before
+                if began:
+                    driver.execute(_COMMIT)
+        except _psycopg.driver.OperationalError:
+            if not (began and self._committed(tx)):
+                raise
+            assert tx is not None
+            tx.committed = True
         if began:
             self._count()
+
+    def _committed(self, tx: _Write | None) -> bool:
+        """Whether the transaction whose ``COMMIT`` went unanswered committed after all, if its id is
+        known (``tx``: a write's; ``None`` for a transaction that did not ask for it)."""
+        if tx is None or tx.asked is None:
+            return False
+        try:
+            xid = tx.asked.fetchone()[0]  # answered with the BEGIN, before the COMMIT was sent
+        except (_psycopg.driver.Error, TypeError):
+            return False
+        return self._outcome(xid) == "committed"
+
+    def _outcome(self, xid: str) -> str | None:
+        """What became of transaction ``xid``: ``committed``, ``aborted`` (or ``None`` if the server
+        no longer knows), asked on a new session, again while the server is out of reach or the
+        transaction still in progress (its session may not have noticed yet that the client left)."""
+        pg = _psycopg.driver
+        for _ in range(OUTCOME_TRIES):
+            try:
+                with self.engine.connect() as conn:
+                    status = _driver(conn).execute(_XACT_STATUS, (xid,)).fetchone()[0]
+            except (pg.OperationalError, sa.exc.DBAPIError):
+                status = "unreachable"
+            if status not in ("in progress", "unreachable"):
+                return str(status) if status is not None else None
+            threading.Event().wait(OUTCOME_PAUSE_S)
+        raise CommitOutcomeUnknown(
+            f"the answer to a COMMIT was lost and the database could not say within "
+            f"{OUTCOME_TRIES * OUTCOME_PAUSE_S:.0f} s whether transaction {xid} committed"
+        )
 
     def execute(self, conn: Connection, sql: str, params: Any) -> Any:
         """Run ``sql`` in ``conn``'s session; the first statement of a transaction takes its
@@ -104,14 +191,20 @@ class ServerTransactions:
         unbegun = self._unbegun
         if unbegun.driver is not driver:
             return driver.execute(sql, params)
-        unbegun.driver = None
+        unbegun.driver, tx = None, unbegun.write
         if driver.pgconn.pipeline_status:
-            driver.execute(_BEGIN)
+            self._begin(driver, tx)
             return driver.execute(sql, params)
         with driver.pipeline():
-            driver.execute(_BEGIN)
+            self._begin(driver, tx)
             cursor = driver.execute(sql, params)
         return cursor
+
+    @staticmethod
+    def _begin(driver: Any, tx: _Write | None) -> None:
+        driver.execute(_BEGIN)
+        if tx is not None:  # a write: its transaction id, in case its COMMIT goes unanswered
+            tx.asked = driver.execute(_XACT_ID)
 
 
 def _roll_back(conn: Connection, driver: Any) -> None:

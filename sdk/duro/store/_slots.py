@@ -127,7 +127,7 @@ class SlotRows(StorePart):
         rolls all of it back, and nothing of this happened."""
         if hook is not None and fence != 1:
             raise Fenced(hook.run_id)
-        with self.db.committing(conn):
+        with self.db.committing(conn, answers=False):
             if decision is not None:
                 self._write_decision(conn, decision, now)
             if hook is not None:

@@ -18,7 +18,8 @@ class WorkerRows(StorePart):
         with db.write() as conn:
             now = db.now(conn, now)
             db.run(conn, "delete_worker", {"id": worker_id}).fetchall()
-            handed_back = db.run(conn, "hand_back_dead", {"id": worker_id}).rowcount  # its last life
+            # its last life
+            handed_back = db.run(conn, "hand_back_dead", {"id": worker_id, "now": now}).rowcount
             db.run(
                 conn,
                 "insert_worker",
@@ -45,7 +46,8 @@ class WorkerRows(StorePart):
         db = self.db
         with db.write() as conn:
             found = db.run(conn, "delete_worker", {"id": worker_id}).fetchone()
-            if db.run(conn, "hand_back_dead" if dead else "hand_back", {"id": worker_id}).rowcount:
+            params = {"id": worker_id, "now": now}
+            if db.run(conn, "hand_back_dead" if dead else "hand_back", params).rowcount:
                 db.notify(conn, ["run", None if found is None else found[0]])
 
     def list_workers(self) -> list[dict[str, Any]]:
