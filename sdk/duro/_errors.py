@@ -261,15 +261,20 @@ def user_exit(err: BaseException, where: str) -> BaseException:
     or duro's own (a cancel, a lost run, the engine stopping); else a :class:`UserExitError`.
 
     A ``CancelledError`` is duro's own when the task running the code is being cancelled (an engine
-    shutdown cancels it: ``Task.cancelling()``); one the code raised by itself is not."""
+    shutdown cancels it: ``Task.cancelling()``); one the code raised by itself is not, nor one raised
+    in a sync step's thread, where no event loop runs."""
     if isinstance(err, Exception):
         return err
     import asyncio  # loaded already: user code runs on it (here, so that ``import duro`` loads none of it)
 
     if isinstance(err, asyncio.CancelledError):
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
-            return err
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a sync step's thread: no event loop there cancels anything
+            task = None
+        else:
+            if task is None or task.cancelling():
+                return err
     elif isinstance(err, DuroInterrupt):
         return err
     kind = type(err)

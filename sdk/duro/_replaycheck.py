@@ -26,7 +26,7 @@ from ._errors import DuroError, NonDeterminismError, RunCancelled
 from ._registry import Registry
 from ._replay import History
 from ._runtime import Runtime
-from ._serde import stored_json
+from ._serde import restore_error, stored_json
 from ._states import StepKind
 from .store import RunRecord, StepRecord, settle_sleeps
 
@@ -116,10 +116,21 @@ async def replay(
         ended = "raised"  # the cancel delivered in the run, raised again at the same call
     except Exception as err:  # noqa: BLE001 - a recorded failure raised again, or the code's own
         ended = "raised"
-        if ctx.fatal is None and not _recorded_failure(err, run, steps):
+        again = None if ctx.fatal is not None else _recorded_failure(err, run, steps)
+        if ctx.fatal is None and again is None:
             recorded = [_said(text) for text in _failures(run, steps)]
             was = f"; the history's failures: {', '.join(recorded)}" if recorded else ""
             return outcome("error", history.next_seq, error=f"{_name(err)}: {err}{was}")
+        if again is not None and run.status != "failed" and _stands_in(err, again):
+            # the worker reads the row the same way: its DuroError escapes every `except` of the
+            # recorded class, and the unfinished run fails on it
+            return outcome(
+                "error",
+                history.next_seq,
+                error=f"a recorded error ({_said(again)}) is not rebuilt as its own class here (a "
+                f"worker raises DuroError in its place, which no `except` of that class catches): "
+                f"a worker would fail this run with DuroError: {err}",
+            )
     fatal = ctx.fatal
     if isinstance(fatal, NonDeterminismError):  # caught by the code, still a divergence
         return outcome("diverged", fatal.seq, seq=fatal.seq, recorded=fatal.recorded, asked=fatal.asked)
@@ -154,19 +165,22 @@ def _failures(run: RunRecord, steps: list[StepRecord]) -> list[str]:
     return found + ([run.error] if run.status == "failed" and run.error else [])
 
 
-def _recorded_failure(err: Exception, run: RunRecord, steps: list[StepRecord]) -> bool:
-    """Whether ``err`` is a failure the history recorded, raised again: same type, same message (or
-    the DuroError that stands for a recorded error whose class is not loaded here)."""
+def _recorded_failure(err: Exception, run: RunRecord, steps: list[StepRecord]) -> str | None:
+    """The stored failure ``err`` is, raised again: read exactly as a worker reads it
+    (``restore_error``), the same type with the same message; ``None`` if it is none of them."""
     for text in _failures(run, steps):
-        data = stored_json(text)
-        if not isinstance(data, dict):
-            continue
-        kind, message = data.get("type"), data.get("message")
-        if _name(err) == kind and str(err) == message:
-            return True
-        if type(err) is DuroError and str(err) == f"{kind}: {message}":
-            return True
-    return False
+        rebuilt = restore_error(text)
+        if type(rebuilt) is type(err) and str(rebuilt) == str(err):
+            return text
+    return None
+
+
+def _stands_in(err: Exception, text: str) -> bool:
+    """Whether ``err`` is the DuroError a worker raises in place of a stored error it cannot rebuild
+    as its own class (a ``BaseException`` such as ``SystemExit``, or a class not loaded here)."""
+    data = stored_json(text)
+    stored_type = data.get("type") if isinstance(data, dict) else None
+    return type(err) is DuroError and stored_type != _name(err)
 
 
 def _name(err: BaseException) -> str:

@@ -81,7 +81,7 @@ POISONS = [
         for flow in (poisoned, poisoned_code)
         for what in ("exit", "interrupt", "generator-exit", "cancelled")
     ],
-    *[(sync_poisoned, what) for what in ("exit", "interrupt", "generator-exit")],
+    *[(sync_poisoned, what) for what in ("exit", "interrupt", "generator-exit", "cancelled")],
 ]
 
 
