@@ -3,12 +3,15 @@
 When a worker dies (SIGKILL, ``os._exit``, a segfault, the OOM killer), every run it was executing
 is handed back with the length of its history then (``recovered_steps``, see the store's dead
 hand-back). A run taken up again with its history still at that length is a *suspect*: it may be
-the one whose next call kills the process. A worker executes its suspects one at a time, and counts
-an attempt (``recoveries``, in the store) before each one's code runs; the suspect leaves suspicion
-(and lets the next one go) at its first recorded call, or when it ends or leaves memory. So a run
-that crashes its worker is counted at every death, and a healthy run that happened to share the
-worker is counted only when it was the one executing; past ``WorkerOptions.max_recoveries``
-attempts the run is failed with :class:`RunSetAsideError` instead of being executed again.
+the one whose next call kills the process. Every attempt at a suspect is counted (``recoveries``, in
+the store) before its code runs, and the suspect leaves suspicion at its first recorded call, or
+when it ends or leaves memory. The first attempt after a death runs at once, beside the others (most
+runs a dead worker leaves are healthy, and one long step must not hold up the rest); a suspect
+counted already, whose worker died again while it was in flight, runs only alone, one at a time, so
+that each later death is counted against the one run executing. So a run that crashes its worker is
+counted at every death, and a healthy run that shared the worker is counted at most once beyond
+the attempts it executed alone; past ``WorkerOptions.max_recoveries`` attempts the run is failed
+with :class:`RunSetAsideError` instead of being executed again.
 
 A suspect whose replay reaches a wait it had already begun (a slot, a signal, a child) leaves
 suspicion there too, and its count goes back to 0: its code up to the wait ran without killing the
@@ -48,6 +51,16 @@ class Suspects:
         attempt, and raise :class:`RunSetAsideError` past ``max_recoveries``. Others pass at once."""
         run = ctx.record
         if run.recovered_steps is None or len(ctx.history) != run.recovered_steps:
+            return
+        store = self.gateway.store
+        if await self.gateway.call(store.count_first_recovery, run.id, self.worker_id):
+            # its first attempt since the death, beside the others; at a wait it had begun, its
+            # count goes back to 0 as for any suspect (a death while it waits is not its doing)
+            async def cleared() -> None:
+                ctx.suspect_waits = None
+                await self.gateway.call(store.clear_recoveries, run.id, self.worker_id)
+
+            ctx.suspect_waits = cleared
             return
         await self._turn.acquire()
         ended = False

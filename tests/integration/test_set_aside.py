@@ -5,6 +5,7 @@ as a dead worker's hand-back leaves it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sqlite3
 from pathlib import Path
@@ -121,3 +122,43 @@ async def test_a_suspect_that_reaches_its_wait_again_counts_from_zero(tmp_path: 
         await second.signal("queued", "done")
         assert await second.result("queued", timeout="10s") == "queued"
         assert await second.result("holder", timeout="10s") == "holder"
+
+
+GATE: dict[str, asyncio.Event] = {}
+
+
+@step
+async def long_step() -> str:
+    await GATE["long"].wait()  # a step that takes as long as the test says
+    return "long"
+
+
+@workflow(name="aside.long")
+async def long_flow() -> str:
+    return await long_step()
+
+
+async def test_recovered_runs_resume_side_by_side_a_long_step_holds_up_no_other(tmp_path: Path):
+    """Four runs a dead worker left at their first attempt (each a suspect): the one whose step takes
+    long does not hold up the three others, which complete while it is still in its step."""
+    path = tmp_path / "duro.db"
+    GATE["long"] = asyncio.Event()
+    store = SqlStore(f"sqlite:///{path}")
+    store.create_schema()
+    store.insert_run(dataclasses.replace(new_run("long", workflow="aside.long"), input=None), None)
+    store.close()
+    for n in range(3):
+        _left_by_dead_workers(path, f"quick-{n}", attempts=0, steps=0)
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "UPDATE duro_runs SET status = 'running', recovered_steps = 0, recoveries = 0 WHERE id = 'long'"
+        )
+    engine = Engine(f"sqlite:///{path}", options=WorkerOptions(poll_interval="50ms"))
+    engine.register(flow)
+    engine.register(long_flow)
+    async with engine:
+        for n in range(3):
+            assert await engine.result(f"quick-{n}", timeout="10s") == 1
+        assert (await engine.get_run("long")).status == "running"  # still in its long step
+        GATE["long"].set()
+        assert await engine.result("long", timeout="10s") == "long"

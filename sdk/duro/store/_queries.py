@@ -188,6 +188,9 @@ QUERIES: dict[str, str] = {
     # a suspect's attempt (see duro._recovery), counted before its code runs again
     "count_recovery": "UPDATE duro_runs SET recoveries = COALESCE(recoveries, 0) + 1 "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL} RETURNING recoveries",
+    # the first attempt since its worker died at this point: counted only if no attempt was yet
+    "count_first_recovery": "UPDATE duro_runs SET recoveries = 1 WHERE id = :id AND owner = :owner "
+    f"AND status IN {ACTIVE_SQL} AND COALESCE(recoveries, 0) = 0 RETURNING recoveries",
     # a suspect that reached a wait: its code up to there did not kill a worker
     "clear_recoveries": "UPDATE duro_runs SET recoveries = 0 "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}",

@@ -242,6 +242,15 @@ class RunRows(StorePart):
             row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
             return None if row is None else int(row[0])
 
+    def count_first_recovery(self, run_id: str, owner: str) -> bool:
+        """Count the first attempt at a run a dead worker left, if no attempt was counted since that
+        death (``recoveries`` at 0); whether it did (``False``: a later attempt, or not ``owner``'s)."""
+        with self.db.single_write() as conn:
+            return (
+                self.db.run(conn, "count_first_recovery", {"id": run_id, "owner": owner}).fetchone()
+                is not None
+            )
+
     def clear_recoveries(self, run_id: str, owner: str) -> None:
         """The run, ``owner``'s, reached a wait after its worker died: its attempts count from 0 again
         (a death while it waits is not its doing, see ``duro._recovery``)."""
