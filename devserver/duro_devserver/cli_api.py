@@ -396,11 +396,12 @@ def describe_api_error(err: ApiError, target: Target) -> str:
     body = err.body if isinstance(err.body, dict) else {}
     if err.status == 429 or err.code == "concurrency_limit":
         retry = body.get("retry_after")
-        when = f"in about {retry} s" if isinstance(retry, int) and not isinstance(retry, bool) else "later"
+        known = isinstance(retry, int) and not isinstance(retry, bool)
+        when = f"retry in about {retry} s" if known else "retry when one of those runs ends"
         return (
             f"refused: workflow '{clean(body.get('workflow'))}' is at its concurrency limit "
             f"(key '{clean(body.get('key'))}', limit {body.get('limit')}, active {body.get('active')}): "
-            f"retry when one of those runs ends ({when})"
+            f"{when}"
         )
     if err.status == 404 and isinstance(body.get("run_id"), str):  # the server names GET /api/runs
         return (

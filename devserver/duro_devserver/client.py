@@ -11,6 +11,7 @@ raises :class:`ApiError`; a server that cannot be reached raises :class:`ServerU
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -397,7 +398,8 @@ def _dev_server(project: Path, token: str | None) -> Target:
         text = server_file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TargetError(
-            f"{no_server} ({server_file} is missing): start one with `duro dev {root}`, or pass --agent URL",
+            f"{no_server} ({server_file} is missing){_servers_elsewhere(root)}start one with "
+            f"`duro dev {root}`, or pass --agent URL",
             3,
         ) from None
     except OSError as err:
@@ -419,6 +421,58 @@ def _dev_server(project: Path, token: str | None) -> Target:
         project=root,
         server_file=server_file,
         pid=pid,
+    )
+
+
+SKIPPED_DIRS = frozenset({".git", ".venv", "venv", "node_modules", "__pycache__", ".duro", ".tox"})
+
+
+def _servers_below(root: Path, depth: int = 3) -> list[tuple[Path, str]]:
+    """The dev servers running for projects in ``root``'s subdirectories (``depth`` levels down):
+    each project's directory and URL, from its server file, when its process is alive."""
+    found: list[tuple[Path, str]] = []
+    level = [root]
+    for _ in range(depth):
+        below: list[Path] = []
+        for directory in level:
+            try:
+                children = sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in SKIPPED_DIRS)
+            except OSError:
+                continue
+            for child in children:
+                below.append(child)
+                try:
+                    info = json.loads((child / SERVER_FILE).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                url, pid = (info.get("url"), info.get("pid")) if isinstance(info, dict) else (None, None)
+                if isinstance(url, str) and _is_url(url) and isinstance(pid, int) and _alive(pid):
+                    found.append((child, url))
+        level = below
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return pid > 0
+
+
+def _servers_elsewhere(root: Path) -> str:
+    """What to say of dev servers running for projects below ``root``: which, and how to reach them."""
+    running = _servers_below(root)
+    if not running:
+        return ": "
+    project, url = running[0]
+    where = project.relative_to(root)
+    more = f" (and {len(running) - 1} more below {root})" if len(running) > 1 else ""
+    return (
+        f"; a dev server of project {project} is running at {url}{more}: pass --project {where} "
+        f"(or run the command in {where}), or --agent {url}; or "
     )
 
 

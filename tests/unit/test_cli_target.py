@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,28 @@ def test_no_server_json_says_how_to_start_one_and_exits_3(tmp_path):
     assert str(err) == (
         f"no dev server found for {root} ({root}/.duro/server.json is missing): "
         f"start one with `duro dev {root}`, or pass --agent URL"
+    )
+    assert err.exit_code == 3
+
+
+def test_no_server_here_names_a_server_running_for_a_project_below(tmp_path):
+    """At a checkout's root while `duro dev examples/voice` serves: which project's server runs,
+    and how to reach it."""
+    project = tmp_path / "examples" / "voice"
+    (project / ".duro").mkdir(parents=True)
+    (project / ".duro" / "server.json").write_text(
+        json.dumps({"url": "http://127.0.0.1:8787", "pid": os.getpid()}), encoding="utf-8"
+    )
+    gone = tmp_path / "examples" / "stopped"
+    (gone / ".duro").mkdir(parents=True)
+    (gone / ".duro" / "server.json").write_text(json.dumps({"url": "http://127.0.0.1:9999", "pid": 0}))
+    err = error_of(tmp_path, None, {})
+    root = tmp_path.resolve()
+    assert str(err) == (
+        f"no dev server found for {root} ({root}/.duro/server.json is missing); a dev server of "
+        f"project {root}/examples/voice is running at http://127.0.0.1:8787: pass --project "
+        f"examples/voice (or run the command in examples/voice), or --agent http://127.0.0.1:8787; "
+        f"or start one with `duro dev {root}`, or pass --agent URL"
     )
     assert err.exit_code == 3
 
