@@ -249,3 +249,38 @@ def test_a_command_on_a_postgresql_store_without_the_postgres_extra_names_it(pro
     done = without(POSTGRES, "run", "hello", "--database-url", url, cwd=project)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == "error: PostgreSQL needs the postgres extra: pip install 'duro[postgres]'\n"
+
+
+def test_make_dev_installs_what_the_dev_server_needs_and_no_test_tool(tmp_path: Path):
+    """`make dev` builds its virtual environment with the dev server's extra alone: no test runner,
+    browser driver, type checker or API fuzzer (`make test` adds those)."""
+    venv = tmp_path / "venv"
+    subprocess.run(
+        ["make", "--no-print-directory", "dev-env", f"VENV={venv}", f"PYTHON={sys.executable}"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    listed = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'].lower() for d in m.distributions()))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    ).stdout.split()
+    assert {"duro", "starlette", "uvicorn", "watchfiles", "httpx"} <= set(listed), listed
+    test_only = {"playwright", "mypy", "schemathesis", "pytest", "hypothesis", "ruff", "fastapi"}
+    assert not test_only & set(listed), sorted(test_only & set(listed))
+    help_text = subprocess.run(
+        [str(venv / "bin" / "duro"), "dev", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    ).stdout
+    assert "--port" in help_text
