@@ -21,6 +21,7 @@ is made again as any transient error is.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +31,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import _psycopg
+
+log = logging.getLogger("duro.store")
 
 _BEGIN = b"BEGIN"
 _COMMIT = b"COMMIT"
@@ -163,7 +166,14 @@ class ServerTransactions:
             xid = tx.asked.fetchone()[0]  # answered with the BEGIN, before the COMMIT was sent
         except (_psycopg.driver.Error, TypeError):
             return False
-        return self._outcome(xid) == "committed"
+        outcome = self._outcome(xid)
+        log.warning(
+            "duro store: the answer to a COMMIT was lost; the database says the transaction %s",
+            "committed (its result stands)"
+            if outcome == "committed"
+            else "did not commit (it is made again)",
+        )
+        return outcome == "committed"
 
     def _outcome(self, xid: str) -> str | None:
         """What became of transaction ``xid``: ``committed``, ``aborted`` (or ``None`` if the server
