@@ -93,8 +93,16 @@ def _use_workflows_package(root: Path, fresh: bool) -> None:
     if owner is not None and owner != root:  # another project's: aside, for its next load
         _IMPORTED[owner] = {name: (module, _mtime(module)) for name, module in current.items()}
     stored = _IMPORTED.get(root, {})
-    if owner == root:
-        stored = {**stored, **{n: stored.get(n, (m, _mtime(m))) for n, m in current.items()}}
+    if owner == root:  # imported already, by the app or by an earlier load: what is there now wins
+        if stored.get(WORKFLOWS_DIR, (None, None))[0] is not package:
+            stored = {}  # the app imported the package anew since: that generation, not the older
+        stored = {
+            **stored,
+            **{
+                n: stored[n] if n in stored and stored[n][0] is m else (m, _mtime(m))
+                for n, m in current.items()
+            },
+        }
     edited = any(_mtime(module) != mtime for module, mtime in stored.values())
     for name in current:
         del sys.modules[name]

@@ -1,6 +1,7 @@
-"""An input built from the app's own import of a workflow module is taken: the project loader
-imports ``workflows/`` afresh, so the app's ``CallRequest`` is another class object of the same
-module and qualified name. A class that is really another one is refused, naming both."""
+"""An input built from the app's own import of a workflow module is taken: the project loader keeps
+the modules the app imported (one copy per process), and an instance of another module object of the
+same file (a second import, ``_fresh_copy``) is taken too. A class that is really another one is
+refused, naming both."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ async def test_an_engine_from_the_project_takes_the_apps_own_model(monkeypatch, 
     request = app.CallRequest(Phone="+33 1", caller=app.Caller(name="ada"), cc=[app.Caller(name="bob")])
     async with Engine.from_project(PROJECT, database_url=database_url) as engine:
         loaded = sys.modules["workflows.calls"]
-        assert loaded.CallRequest is not app.CallRequest  # the loader's own copy
+        assert loaded is app and loaded.CallRequest is app.CallRequest  # one copy: the app's
         handle = await engine.start("place_call", request)
         assert await handle.result(timeout="10s") == "ada -> +33 1 (+1)"
         assert (await handle.info()).input == {
