@@ -205,7 +205,13 @@ def render_limits(answer: dict[str, Any]) -> str:
         ]
         for lim in limits
     ]
-    return table(["NAME", "CAPACITY", "BUSY", "RESERVED", "WAITING", "MAX HOLD"], rows, right=(2, 3, 4))
+    headers = ["NAME", "CAPACITY", "BUSY", "RESERVED", "WAITING", "MAX HOLD"]
+    if any(lim.get("per_key") is not None for lim in limits):  # keyed limits: their capacity per key
+        headers.insert(2, "PER KEY")
+        for row, lim in zip(rows, limits, strict=True):
+            row.insert(2, "-" if lim.get("per_key") is None else lim["per_key"])
+        return table(headers, rows, right=(2, 3, 4, 5))
+    return table(headers, rows, right=(2, 3, 4))
 
 
 def limit_summary(limit: dict[str, Any]) -> str:
@@ -658,10 +664,11 @@ def limits_list(call: Call) -> None:
 
 @limits_group.command("slots")
 @click.argument("limit")
+@click.option("--key", default=None, help="A keyed limit: this key's slots alone.")
 @api_command
-def limits_slots(call: Call, limit: str) -> None:
+def limits_slots(call: Call, limit: str, key: str | None) -> None:
     """A limit's slots: held ones first, then the queue in order."""
-    call.emit(call.client.slots(limit), render_slots)
+    call.emit(call.client.slots(limit, key), render_slots)
 
 
 def _confirm_release(slot_id: str, yes: bool) -> None:

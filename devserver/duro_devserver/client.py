@@ -254,9 +254,11 @@ class DuroClient:
         """``GET /api/limits/{name}``: ``{"limit": Limit}``."""
         return self._request("GET", f"/api/limits/{_segment(name)}")
 
-    def slots(self, name: str) -> dict[str, Any]:
-        """``GET /api/limits/{name}/slots``: ``{"limit": Limit, "slots": [Slot...]}``, held first."""
-        return self._request("GET", f"/api/limits/{_segment(name)}/slots")
+    def slots(self, name: str, key: str | None = None) -> dict[str, Any]:
+        """``GET /api/limits/{name}/slots[?key=K]``: ``{"limit": Limit, "slots": [Slot...]}``, held
+        first (of key ``K`` alone, on a keyed limit)."""
+        params = None if key is None else {"key": key}
+        return self._request("GET", f"/api/limits/{_segment(name)}/slots", params=params)
 
     def limit_history(self, name: str, minutes: int | None = None) -> dict[str, Any]:
         """``GET /api/limits/{name}/history``: ``{"points": [{"at", "busy", "waiting"}...]}``, oldest first.

@@ -166,8 +166,10 @@ class DuroEnv:
         overrides = self.config.get("limits")
         if not overrides:
             return base
-        limits = {
-            name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms} for name, lim in base.limits.items()
+        limits: dict[str, Any] = {
+            name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms}
+            | ({} if lim.per_key is None else {"per_key": lim.per_key})
+            for name, lim in base.limits.items()
         }
         limits.update(overrides)
         return replace(define_workspace(limits=limits), workflows=base.workflows)
@@ -371,15 +373,26 @@ class DuroEnv:
         """The runs holding a slot of ``limit`` (busy or reserved), oldest grant first."""
         return [s.run_id for s in await self.engine.limits.slots(limit) if s.state != "waiting"]
 
-    async def queue(self, limit: str) -> list[str | None]:
-        """The runs waiting for a slot of ``limit``, in queue order."""
-        return [s.run_id for s in await self.engine.limits.slots(limit) if s.state == "waiting"]
+    async def queue(self, limit: str, key: str | None = None) -> list[str | None]:
+        """The runs waiting for a slot of ``limit`` (of ``key``'s alone, on a keyed limit), in queue
+        order."""
+        return [s.run_id for s in await self.engine.limits.slots(limit, key=key) if s.state == "waiting"]
 
-    async def assert_limit(self, limit: str, busy: int, waiting: int) -> None:
-        (info,) = [i for i in await self.engine.limits.list() if i.name == limit]
-        actual = (info.busy + info.reserved, info.waiting)
+    async def assert_limit(self, limit: str, busy: int, waiting: int, key: str | None = None) -> None:
+        """``limit`` has ``busy`` slots busy or reserved and ``waiting`` runs in its queue (of
+        ``key``'s alone, on a keyed limit)."""
+        if key is None:
+            (info,) = [i for i in await self.engine.limits.list() if i.name == limit]
+            actual = (info.busy + info.reserved, info.waiting)
+        else:
+            slots = await self.engine.limits.slots(limit, key=key)
+            actual = (
+                sum(1 for s in slots if s.state in ("busy", "reserved")),
+                sum(1 for s in slots if s.state == "waiting"),
+            )
+        of = f"limit {limit}" if key is None else f"limit {limit}, key {key!r}"
         assert actual == (busy, waiting), (
-            f"limit {limit}: {actual[0]} busy and {actual[1]} waiting, expected "
+            f"{of}: {actual[0]} busy and {actual[1]} waiting, expected "
             f"{busy} and {waiting} (at {self.now.isoformat()})"
         )
 

@@ -18,11 +18,13 @@ MAX_HOLD_MS = 30 * 86_400_000
 
 @dataclass(frozen=True)
 class LimitConfig:
-    """A validated limit: its name, capacity and max hold in milliseconds."""
+    """A validated limit: its name, capacity and max hold in milliseconds; ``per_key``: a keyed
+    limit's capacity per key (``None``: a plain limit)."""
 
     name: str
     capacity: int
     max_hold_ms: int
+    per_key: int | None = None
 
 
 @dataclass(frozen=True)
@@ -78,23 +80,37 @@ def _limit(name: Any, spec: Any) -> LimitConfig:
     name = check_limit_name(name)
     capacity: object  # checked below: a Limit's fields or a dict's values, as the user wrote them
     max_hold: object
+    per_key: object = None
     if isinstance(spec, Limit):
-        capacity, max_hold = spec.capacity, spec.max_hold
+        capacity, max_hold, per_key = spec.capacity, spec.max_hold, spec.per_key
     elif isinstance(spec, Mapping):
-        unknown = set(spec) - {"capacity", "max_hold"}
+        unknown = set(spec) - {"capacity", "max_hold", "per_key"}
         if unknown:
             raise ConfigError(
                 f"limit {name!r}: unknown field(s) {', '.join(sorted(unknown))}; "
-                f"a limit has capacity and max_hold"
+                f"a limit has capacity, max_hold and per_key"
             )
         if "capacity" not in spec:
             raise ConfigError(f"limit {name!r}: capacity is required (an integer from 1 to {MAX_CAPACITY})")
-        capacity, max_hold = spec["capacity"], spec.get("max_hold")
+        capacity, max_hold, per_key = spec["capacity"], spec.get("max_hold"), spec.get("per_key")
     else:
         raise ConfigError(
             f"limit {name!r}: expected Limit(capacity=..., max_hold=...) or a dict, got {spec!r}"
         )
-    return LimitConfig(name, check_capacity(name, capacity), check_max_hold(name, max_hold))
+    capacity = check_capacity(name, capacity)
+    return LimitConfig(name, capacity, check_max_hold(name, max_hold), check_per_key(name, per_key, capacity))
+
+
+def check_per_key(name: str, per_key: Any, capacity: int) -> int | None:
+    """A keyed limit's capacity per key: ``None`` (a plain limit) or an integer from 1 to ``capacity``."""
+    if per_key is None:
+        return None
+    if isinstance(per_key, bool) or not isinstance(per_key, int) or not 1 <= per_key <= capacity:
+        raise ConfigError(
+            f"limit {name!r}: per_key must be an integer from 1 to the limit's capacity ({capacity}), "
+            f"got {per_key!r}; leave it out for a limit without keys"
+        )
+    return per_key
 
 
 def _entry(item: Any) -> WorkflowEntry:

@@ -115,11 +115,14 @@ class Concurrency:
 class Limit:
     """A named limit: ``capacity`` slots at once, each held at most ``max_hold``.
 
-    Validated by :func:`define_workspace`, which knows the limit's name.
+    ``per_key``: a keyed limit, at most this many slots per key (``acquire_slot(..., key=...)``),
+    ``capacity`` in all; a slot goes to the oldest waiter whose key has room. Validated by
+    :func:`define_workspace`, which knows the limit's name.
     """
 
     capacity: int
     max_hold: Duration
+    per_key: int | None = None
 
 
 @dataclass(frozen=True)

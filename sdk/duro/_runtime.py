@@ -74,16 +74,24 @@ class SlotPort(Protocol):
     """The limits' durable calls (duro.limits), for the class form's ``ctx.acquire_slot`` & co.
     ``ctx`` is the calling run's :class:`duro._context.RunContext`."""
 
-    async def acquire(self, ctx: Any, limit: str, label: str | None, timeout: Duration | None) -> Any: ...
+    async def acquire(
+        self, ctx: Any, limit: str, label: str | None, timeout: Duration | None, key: str | None = None
+    ) -> Any: ...
 
     async def release(self, ctx: Any, slot_id: str) -> Any: ...
 
     async def with_limit(
-        self, ctx: Any, limit: str, fn: Any, label: str | None, timeout: Duration | None
+        self,
+        ctx: Any,
+        limit: str,
+        fn: Any,
+        label: str | None,
+        timeout: Duration | None,
+        key: str | None = None,
     ) -> Any: ...
 
     def limit_slot(
-        self, ctx: Any, limit: str, label: str | None, timeout: Duration | None
+        self, ctx: Any, limit: str, label: str | None, timeout: Duration | None, key: str | None = None
     ) -> AbstractAsyncContextManager[Any]: ...
 
 
@@ -113,23 +121,28 @@ class SlotCalls:
     runtime: Runtime
 
     async def acquire_slot(
-        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
+        self, limit: str, label: str | None = None, timeout: Duration | None = "24h", key: str | None = None
     ) -> Any:
         """See :func:`duro.acquire_slot`."""
-        return await self.runtime.slots.acquire(self, limit, label, timeout)
+        return await self.runtime.slots.acquire(self, limit, label, timeout, key)
 
     async def release_slot(self, slot_id: str) -> Any:
         """See :func:`duro.release_slot`."""
         return await self.runtime.slots.release(self, slot_id)
 
     async def with_limit(
-        self, limit: str, fn: Any, label: str | None = None, timeout: Duration | None = "24h"
+        self,
+        limit: str,
+        fn: Any,
+        label: str | None = None,
+        timeout: Duration | None = "24h",
+        key: str | None = None,
     ) -> Any:
         """See :func:`duro.with_limit`."""
-        return await self.runtime.slots.with_limit(self, limit, fn, label, timeout)
+        return await self.runtime.slots.with_limit(self, limit, fn, label, timeout, key)
 
     def limit_slot(
-        self, limit: str, label: str | None = None, timeout: Duration | None = "24h"
+        self, limit: str, label: str | None = None, timeout: Duration | None = "24h", key: str | None = None
     ) -> AbstractAsyncContextManager[Any]:
         """See :func:`duro.limit_slot`."""
-        return self.runtime.slots.limit_slot(self, limit, label, timeout)
+        return self.runtime.slots.limit_slot(self, limit, label, timeout, key)

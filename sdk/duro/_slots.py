@@ -12,6 +12,12 @@ A limit has ``capacity`` slots. A slot request (one ``acquire_slot``) is in one 
 
 Invariant kept by every decision: ``busy + reserved <= capacity`` at the moment of a grant. Capacity
 is read at every hand-out (raising it grants at once); lowering it takes nothing back.
+
+A **keyed** limit (``per_key``) also caps each key: a request carries its ``key``, and a slot goes
+to the oldest waiter whose key has room (its key's busy + reserved below the key's capacity) while
+the limit has room. A key at its capacity never holds up the waiters of other keys; within a key
+the queue is FIFO. A decision is given the keys' counts as stored (``KeyView``) and keeps them up to
+date with its own changes.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class SlotRow(NamedTuple):
     expires_at: int | None = None
     ended_at: int | None = None
     reason: str | None = None
+    key: str | None = None  # a keyed limit's key (None on a plain limit)
 
     @property
     def due_at(self) -> int | None:
@@ -69,6 +76,20 @@ class LimitView(NamedTuple):
     reserved: int
     waiting: int
     next_pos: int
+    per_key: int | None = None  # a keyed limit's capacity per key
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - self.busy - self.reserved)
+
+
+class KeyView(NamedTuple):
+    """One key of a keyed limit as a decision needs it: its capacity in effect and its counts."""
+
+    capacity: int
+    busy: int = 0
+    reserved: int = 0
+    waiting: int = 0
 
     @property
     def free(self) -> int:
@@ -93,7 +114,9 @@ class SlotEvent(NamedTuple):
 
 def slot_json(row: SlotRow) -> str:
     """A granted slot as its hook step's result: what a replay reads back as the ``Slot``."""
-    return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+    if row.key is None:
+        return json.dumps({"id": row.id, "limit": row.limit, "label": row.label})
+    return json.dumps({"id": row.id, "limit": row.limit, "label": row.label, "key": row.key})
 
 
 def slot_events(before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> list[SlotEvent]:
@@ -118,8 +141,13 @@ class Decision:
     (``events``, for metrics and logs)."""
 
     view: LimitView
+    # a keyed limit's keys as stored before this decision (``know_keys``): ``key_view`` adds the
+    # decision's own changes
+    keys: dict[str, KeyView] = field(default_factory=dict)
     granted: list[SlotRow] = field(default_factory=list)  # rows that became reserved or busy
     events: list[SlotEvent] = field(default_factory=list)
+    # by key: the changes of this decision to its busy, reserved and waiting counts
+    _key_deltas: dict[str, list[int]] = field(default_factory=dict)
     # by slot id, in the order last written: a row written twice is one write, its last (a dict, so
     # that a hand-out of K grants is O(K), not a list rebuilt at every grant)
     _writes: dict[str, SlotRow] = field(default_factory=dict)
@@ -129,12 +157,36 @@ class Decision:
         """The rows to write, each once, in the order they were last changed."""
         return list(self._writes.values())
 
+    def know_keys(self, stored: dict[str, KeyView]) -> None:
+        """The keys' counts as stored (before this decision), for the keys it may grant to."""
+        self.keys.update(stored)
+
+    def key_view(self, key: str) -> KeyView | None:
+        """``key`` as it stands with this decision's changes, or ``None`` if its counts are unknown."""
+        stored = self.keys.get(key)
+        if stored is None:
+            return None
+        delta = self._key_deltas.get(key)
+        if delta is None:
+            return stored
+        return stored._replace(
+            busy=stored.busy + delta[0],
+            reserved=stored.reserved + delta[1],
+            waiting=stored.waiting + delta[2],
+        )
+
     def put(self, before: SlotRow | None, after: SlotRow, lapsed: bool = False) -> None:
         counts = {"busy": self.view.busy, "reserved": self.view.reserved, "waiting": self.view.waiting}
         if before is not None and before.state in counts:
             counts[before.state] -= 1
         if after.state in counts:
             counts[after.state] += 1
+        if after.key is not None:
+            delta = self._key_deltas.setdefault(after.key, [0, 0, 0])
+            if before is not None and before.state in _COUNTED:
+                delta[_COUNTED[before.state]] -= 1
+            if after.state in _COUNTED:
+                delta[_COUNTED[after.state]] += 1
         next_pos = max(self.view.next_pos, after.pos + 1)
         self.view = self.view._replace(
             next_pos=next_pos, busy=counts["busy"], reserved=counts["reserved"], waiting=counts["waiting"]
@@ -144,6 +196,9 @@ class Decision:
         if after.state in ("reserved", "busy") and (before is None or before.state == "waiting"):
             self.granted.append(after)
         self.events += slot_events(before, after, lapsed)
+
+
+_COUNTED = {"busy": 0, "reserved": 1, "waiting": 2}  # a key's counts, as KeyView orders them
 
 
 def _hold(row: SlotRow, view: LimitView, now: int) -> SlotRow:
@@ -165,8 +220,12 @@ def request(
     timeout_at: int | None,
     now: int,
     queue_is_empty: bool,
+    key: str | None = None,
+    key_view: KeyView | None = None,
 ) -> Decision:
-    """A run asks for a slot: busy at once if one is free and nobody waits ahead, else queued last."""
+    """A run asks for a slot: busy at once if one is free and nobody waits ahead, else queued last.
+    On a keyed limit (``key``, with its counts ``key_view``) "ahead" is its own key's queue, and
+    the key must have room too: waiters of other keys wait because their keys are full."""
     decision = Decision(view)
     row = SlotRow(
         id=slot_id,
@@ -177,7 +236,12 @@ def request(
         label=label,
         enqueued_at=now,
         timeout_at=timeout_at,
+        key=key,
     )
+    if key is not None:
+        if key_view is not None:
+            decision.know_keys({key: key_view})
+        queue_is_empty = key_view is not None and key_view.waiting == 0 and key_view.free > 0
     if queue_is_empty and view.free > 0:
         decision.put(None, _hold(row._replace(max_hold_ms=view.max_hold_ms), view, now))
     else:
@@ -187,9 +251,26 @@ def request(
 
 def next_grants(decision: Decision, heads: list[SlotRow], most: int | None = None) -> list[SlotRow]:
     """The head waiters (``heads``, in order) that the free capacity goes to (``most`` of them at
-    the most: a large hand-out is applied in bounded transactions)."""
+    the most: a large hand-out is applied in bounded transactions). On a keyed limit, a waiter
+    whose key has no room (or whose key's counts the decision was not given) is passed over."""
     free = decision.view.free if most is None else min(most, decision.view.free)
-    return [row for row in heads if row.state == "waiting"][:free]
+    chosen: list[SlotRow] = []
+    room: dict[str, int] = {}  # by key: the slots it may still take in this hand-out
+    for row in heads:
+        if len(chosen) >= free:
+            break
+        if row.state != "waiting":
+            continue
+        if row.key is not None:
+            left = room.get(row.key)
+            if left is None:
+                view = decision.key_view(row.key)
+                left = 0 if view is None else view.free
+            room[row.key] = left - 1
+            if left <= 0:
+                continue
+        chosen.append(row)
+    return chosen
 
 
 def hand_out(

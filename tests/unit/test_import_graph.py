@@ -84,6 +84,8 @@ def test_no_part_imports_the_engine():
     assert importers == ["duro"], importers  # only the package's public face
 
 
-def test_no_module_is_longer_than_500_lines():
-    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 500}
+def test_no_module_is_longer_than_about_1000_lines():
+    """One concept per module, read top to bottom (starlette's largest is ~900 lines): a guide of
+    about 1,000 lines, not a wall that splits a concept across files."""
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 1000}
     assert long == {}, long

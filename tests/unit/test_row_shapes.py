@@ -26,7 +26,8 @@ def test_a_step_row_is_its_run_id_and_its_record():
 
 def test_a_slot_row_is_its_record_and_its_due_time():
     assert SLOT_COLUMNS[-1] == "due_at"
-    assert [("limit" if c == "limit_name" else c) for c in SLOT_COLUMNS[:-1]] == list(SlotRow._fields)
+    as_fields = {"limit_name": "limit", "limit_key": "key"}
+    assert [as_fields.get(c, c) for c in SLOT_COLUMNS[:-1]] == list(SlotRow._fields)
     assert columns(SlotRequest) == set(SLOT_COLUMNS)
 
 

@@ -10,6 +10,7 @@ no row granted while held, reservation and max-hold times, terminal rows frozen.
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import settings
@@ -662,3 +663,54 @@ class SlotMachine(RuleBasedStateMachine):
 
 SlotMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_slot_state_machine = SlotMachine.TestCase
+
+
+# -- keyed limits: the oldest waiter whose key has room, while the limit has room --------------------
+
+
+def keyed_queue(*keys: str) -> list[slots.SlotRow]:
+    return [waiting(f"w{n}", pos=n)._replace(key=key) for n, key in enumerate(keys, start=1)]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "busy_by_key", "queue_keys", "expected"),
+    [
+        (3, {"a": 2}, ("a", "b", "c"), ["w2"]),  # a is full: b, the oldest with room, takes the one free slot
+        (4, {"a": 2}, ("a", "a", "b", "c"), ["w3", "w4"]),  # a key at capacity holds up nobody
+        (4, {}, ("a", "a", "a", "b"), ["w1", "w2", "w4"]),  # FIFO within a key, up to its capacity
+        (2, {"a": 2}, ("b", "a", "c"), []),  # the limit is full: nobody
+        (5, {"a": 1, "b": 2}, ("b", "a", "b", "a", "c"), ["w2", "w5"]),
+    ],
+)
+def test_keyed_hand_out_table(capacity, busy_by_key, queue_keys, expected):
+    held = sum(busy_by_key.values())
+    decision = slots.Decision(view(capacity=capacity, busy=held, waiting=len(queue_keys))._replace(per_key=2))
+    keys = {
+        key: slots.KeyView(2, busy=busy_by_key.get(key, 0), waiting=queue_keys.count(key))
+        for key in set(queue_keys)
+    }
+    decision.know_keys(keys)
+    heads = keyed_queue(*queue_keys)
+    slots.hand_out(decision, heads, NOW)
+    assert ids(decision.granted) == expected
+    for key in keys:  # the decision keeps each key's counts with its own changes
+        granted = sum(1 for row in decision.granted if row.key == key)
+        assert decision.key_view(key) == keys[key]._replace(
+            reserved=granted, waiting=keys[key].waiting - granted
+        )
+
+
+def test_a_keyed_request_is_granted_at_once_only_if_its_key_has_room_and_nobody_of_it_waits():
+    free_key = slots.KeyView(2, busy=1)
+    assert slots.request(
+        view(capacity=3, busy=1, waiting=4), "s", "r", None, None, NOW, False, "a", free_key
+    ).granted
+    full_key = slots.KeyView(2, busy=2)
+    assert not slots.request(view(capacity=5, busy=2), "s", "r", None, None, NOW, True, "a", full_key).granted
+    queued = slots.KeyView(2, busy=1, waiting=1)
+    assert not slots.request(
+        view(capacity=5, busy=1, waiting=1), "s", "r", None, None, NOW, False, "a", queued
+    ).granted
+    row = slots.request(view(capacity=3), "s", "r", "lbl", None, NOW, True, "a", slots.KeyView(1)).writes[-1]
+    assert (row.state, row.key) == ("busy", "a")
+    assert json.loads(slots.slot_json(row)) == {"id": "s", "limit": LIMIT, "label": "lbl", "key": "a"}

@@ -49,10 +49,22 @@ async def get_limit(request: Request) -> Response:
     return answer(LimitOnlyOut(limit=LimitOut.of(await _limit(engine(request), request.path_params["name"]))))
 
 
+def _key_param(request: Request, info: LimitInfo) -> str | None:
+    """``?key=K``: one key's slots of a keyed limit (at most 200 characters, no NUL)."""
+    key = request.query_params.get("key")
+    if key is None:
+        return None
+    if info.per_key is None:
+        raise ApiError(400, f"limit {info.name!r} has no keys: leave out ?key=")
+    if not key or len(key) > 200 or "\x00" in key:
+        raise ApiError(400, "?key= must be a non-empty key of at most 200 characters, without NUL")
+    return key
+
+
 async def limit_slots(request: Request) -> Response:
     eng = engine(request)
     info = await _limit(eng, request.path_params["name"])
-    slots = await eng.limits.slots(info.name)
+    slots = await eng.limits.slots(info.name, key=_key_param(request, info))
     return answer(SlotsOut(limit=LimitOut.of(info), slots=[SlotOut.of(s) for s in slots]))
 
 

@@ -30,7 +30,7 @@ from .._tracing import end_slot_wait, slot_wait_span
 from .._wakeups import Wakeups
 from ..store import ConfirmSlot, GiveUpSlot, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
 from ._local import LocalSlots
-from ._types import HOOK_PREFIX, Slot, SlotRelease, check_label, limit_config
+from ._types import HOOK_PREFIX, Slot, SlotRelease, check_key, check_label, limit_config
 
 T = TypeVar("T")
 # A task being cancelled by its worker (shutdown, a run lost to another worker, a stale copy) must
@@ -57,11 +57,15 @@ class RunLimits:
         self._events = events
         self._wakeups = wakeups
 
-    async def acquire(self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None) -> Slot:
-        """Take a slot of ``limit`` for the run, waiting in the queue up to ``timeout``."""
+    async def acquire(
+        self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None, key: str | None = None
+    ) -> Slot:
+        """Take a slot of ``limit`` for the run (of ``key``'s, on a keyed limit), waiting in the
+        queue up to ``timeout``."""
         config = limit_config(self._workspace, limit)
         local = self._local
         label = check_label(limit, label)
+        key = check_key(config, key)
         timeout_ms = None if timeout is None else to_ms(timeout, f"acquire_slot({limit!r}) timeout")
         name = f"{HOOK_PREFIX}{limit}"
         seq, rec = ctx.take_seq("hook", name)
@@ -81,10 +85,14 @@ class RunLimits:
                 "waiting",
                 now,
                 wake_at=None if timeout_ms is None else now + timeout_ms,
-                detail=json.dumps({"slot_id": slot_id, "limit": limit}),
+                detail=json.dumps(
+                    {"slot_id": slot_id, "limit": limit}
+                    if key is None
+                    else {"slot_id": slot_id, "limit": limit, "key": key}
+                ),
             )
             requested: SlotOutcome = await ctx.apply(
-                RequestSlot(config, slot_id, ctx.run_id, label, rec.wake_at, now, ctx.own(rec))
+                RequestSlot(config, slot_id, ctx.run_id, label, rec.wake_at, now, ctx.own(rec), key)
             )
             row, rec = requested.row, requested.step or rec
             ctx.recorded(rec)
@@ -95,7 +103,7 @@ class RunLimits:
             position = None
         if row is not None and row.state == "busy" and rec.status == "completed":
             # granted at once: the request closed its hook step in the same transaction
-            return Slot(id=row.id, limit=row.limit, label=row.label)
+            return Slot(id=row.id, limit=row.limit, label=row.label, key=row.key)
         done = StepRecord(
             seq, "hook", name, "waiting", rec.started_at, wake_at=rec.wake_at, detail=rec.detail
         )
@@ -122,7 +130,7 @@ class RunLimits:
                     self._events.publish("slot.acquired", ctx.run_id, ctx.now_ms(), ctx.workflow, limit=limit)
                     outcome = "granted"
                     await ctx.resume()
-                    return Slot(id=row.id, limit=row.limit, label=row.label)
+                    return Slot(id=row.id, limit=row.limit, label=row.label, key=row.key)
                 if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
                     outcome = "left"
                     raise DuroError(
@@ -228,9 +236,10 @@ class RunLimits:
         fn: Callable[[], Awaitable[T]],
         label: str | None,
         timeout: Duration | None,
+        key: str | None = None,
     ) -> T:
         """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
-        slot = await self.acquire(ctx, limit, label, timeout)
+        slot = await self.acquire(ctx, limit, label, timeout, key)
         try:
             result = await fn()
         except _TEARDOWN:
@@ -243,10 +252,10 @@ class RunLimits:
 
     @asynccontextmanager
     async def limit_slot(
-        self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None
+        self, ctx: RunContext, limit: str, label: str | None, timeout: Duration | None, key: str | None = None
     ) -> AsyncIterator[Slot]:
         """A slot of ``limit`` for the body of an ``async with``, released after it."""
-        slot = await self.acquire(ctx, limit, label, timeout)
+        slot = await self.acquire(ctx, limit, label, timeout, key)
         try:
             yield slot
         except _TEARDOWN:
@@ -265,16 +274,19 @@ def _runtime_limits(run: _current.CurrentRun) -> tuple[RunContext, RunLimits]:
     return run, slots
 
 
-async def acquire_slot(limit: str, label: str | None = None, timeout: Duration | None = "24h") -> Slot:
+async def acquire_slot(
+    limit: str, label: str | None = None, timeout: Duration | None = "24h", key: str | None = None
+) -> Slot:
     """Take a slot of ``limit``, waiting in its durable FIFO queue up to ``timeout`` (24 h by
     default; ``None`` waits for ever): then :class:`SlotTimeoutError`. The run stays ``running``
-    while it waits.
+    while it waits. On a keyed limit (``Limit(per_key=N)``) ``key`` is required: at most N slots
+    per key, and the slot goes to the oldest waiter whose key has room.
 
     ``timeout=0`` is a try-acquire: a free slot is taken at once; if every slot is busy,
     :class:`SlotTimeoutError` is raised at once, without waiting, and the request leaves no entry
     in the queue (the hook step is recorded ``failed``, so a replay raises it again)."""
     ctx, limits = _runtime_limits(_current.run_or_raise("acquire_slot"))
-    return await limits.acquire(ctx, limit, label, timeout)
+    return await limits.acquire(ctx, limit, label, timeout, key)
 
 
 async def release_slot(slot_id: str) -> SlotRelease:
@@ -291,16 +303,22 @@ async def release_slot(slot_id: str) -> SlotRelease:
 
 
 async def with_limit(
-    limit: str, fn: Callable[[], Awaitable[T]], label: str | None = None, timeout: Duration | None = "24h"
+    limit: str,
+    fn: Callable[[], Awaitable[T]],
+    label: str | None = None,
+    timeout: Duration | None = "24h",
+    key: str | None = None,
 ) -> T:
-    """Take a slot of ``limit``, await ``fn()``, and release the slot on return or raise."""
+    """Take a slot of ``limit`` (of ``key``'s, on a keyed limit), await ``fn()``, and release the
+    slot on return or raise."""
     ctx, limits = _runtime_limits(_current.run_or_raise("with_limit"))
-    return await limits.with_limit(ctx, limit, fn, label, timeout)
+    return await limits.with_limit(ctx, limit, fn, label, timeout, key)
 
 
 def limit_slot(
-    limit: str, label: str | None = None, timeout: Duration | None = "24h"
+    limit: str, label: str | None = None, timeout: Duration | None = "24h", key: str | None = None
 ) -> AbstractAsyncContextManager[Slot]:
-    """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it."""
+    """``async with limit_slot("partner-api") as slot:`` — a slot for the body, released after it
+    (``key=`` on a keyed limit)."""
     ctx, limits = _runtime_limits(_current.run_or_raise("limit_slot"))
-    return limits.limit_slot(ctx, limit, label, timeout)
+    return limits.limit_slot(ctx, limit, label, timeout, key)

@@ -122,17 +122,21 @@ class Limits:
                     busy=state.busy if state else 0,
                     reserved=state.reserved if state else 0,
                     waiting=state.waiting if state else 0,
+                    per_key=config.per_key,
                 )
             )
         return infos
 
-    async def slots(self, name: str) -> builtins.list[SlotInfo]:
-        """The limit's slots: busy (and reserved) first, then the queue in order."""
+    async def slots(self, name: str, key: str | None = None) -> builtins.list[SlotInfo]:
+        """The limit's slots: busy (and reserved) first, then the queue in order; ``key``: of that
+        key alone (a keyed limit), positions counted in its key's queue."""
         await self._config(name)
         now = self._clock.now_ms()
         rows = await self._gateway.call(self._gateway.store.limit_slots, name)
         infos, position = [], 0
         for row in rows:
+            if key is not None and row.key != key:
+                continue
             if row.state == "waiting":
                 position += 1
             infos.append(
@@ -149,6 +153,7 @@ class Limits:
                     expires_at=ms_to_datetime(row.expires_at),
                     reserved_until=ms_to_datetime(row.reserved_until),
                     timeout_at=ms_to_datetime(row.timeout_at),
+                    key=row.key,
                 )
             )
         return infos

@@ -17,11 +17,13 @@ MAX_LABEL = 200
 
 @dataclass(frozen=True)
 class Slot:
-    """A slot of a limit, held by a run: ``id``, ``limit`` name and the ``label`` given at acquire."""
+    """A slot of a limit, held by a run: ``id``, ``limit`` name, the ``label`` given at acquire, and
+    ``key``: a keyed limit's key (``None`` on a plain limit)."""
 
     id: str
     limit: str
     label: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,13 @@ class LimitInfo:
     busy: int
     reserved: int
     waiting: int
+    per_key: int | None = None  # a keyed limit's capacity per key
 
 
 @dataclass(frozen=True)
 class SlotInfo:
-    """A slot of a limit: ``state`` waiting (with its queue ``position``), reserved or busy."""
+    """A slot of a limit: ``state`` waiting (with its queue ``position``; in its key's queue when the
+    slots are listed for one key), reserved or busy; ``key`` on a keyed limit."""
 
     id: str
     limit: str
@@ -64,6 +68,7 @@ class SlotInfo:
     expires_at: datetime | None
     reserved_until: datetime | None
     timeout_at: datetime | None
+    key: str | None = None  # a keyed limit's key
 
 
 def check_label(limit: str, label: Any) -> str | None:
@@ -75,6 +80,33 @@ def check_label(limit: str, label: Any) -> str | None:
             f"got {type(label).__name__}" + (f" of {len(label)}" if isinstance(label, str) else "")
         )
     return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
+
+
+MAX_KEY = 200
+
+
+def check_key(config: LimitConfig, key: Any) -> str | None:
+    """``key`` for a slot of ``config``: required on a keyed limit (a non-empty string of at most 200
+    characters, no NUL), refused on a plain one. The key itself stays out of the messages."""
+    name = config.name
+    if config.per_key is None:
+        if key is not None:
+            raise DuroError(
+                f"limit {name!r} has no keys: leave key= out, or declare it keyed with "
+                f"Limit(capacity=..., max_hold=..., per_key=N) in duro.config.py"
+            )
+        return None
+    if key is None:
+        raise DuroError(
+            f"limit {name!r} is keyed (at most {config.per_key} slots per key): pass key=, "
+            f'e.g. acquire_slot({name!r}, key=f"account:{{account_id}}")'
+        )
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise DuroError(
+            f"limit {name!r}: key must be a non-empty string of at most {MAX_KEY} characters, got "
+            f"{type(key).__name__}" + (f" of {len(key)}" if isinstance(key, str) else "")
+        )
+    return refuse_nul(key, f"limit {name!r}: the slot key")
 
 
 def limit_config(workspace: Workspace, name: str) -> LimitConfig:

@@ -96,6 +96,7 @@ class RequestSlot(NamedTuple):
     timeout_at: int | None
     now: int
     hook: OwnStep | None = None
+    key: str | None = None  # a keyed limit's key
 
 
 class ConfirmSlot(NamedTuple):

@@ -29,7 +29,8 @@ from ._tables import ACTIVE_SQL
 RUN_COLUMNS = tuple(name for name in RunRecord._fields if name != "fresh")  # fresh: a claim's note
 STEP_COLUMNS = ("run_id", *StepRecord._fields)
 OPTIONAL_STEP_COLUMNS = STEP_COLUMNS[6:]  # ended_at .. detail: NULL in most records
-SLOT_COLUMNS = (*("limit_name" if name == "limit" else name for name in SlotRow._fields), "due_at")
+_SLOT_FIELDS_AS_COLUMNS = {"limit": "limit_name", "key": "limit_key"}
+SLOT_COLUMNS = (*(_SLOT_FIELDS_AS_COLUMNS.get(name, name) for name in SlotRow._fields), "due_at")
 SCHEDULE_COLUMNS = (
     "namespace",
     "name",
@@ -257,6 +258,12 @@ QUERIES: dict[str, str] = {
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
     "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
     "WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
+    # a keyed limit's queue, a page at a time (a key with no room is passed over, see _slots)
+    "queue_heads_after": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
+    "WHERE limit_name = :name AND state = 'waiting' AND pos > :after ORDER BY pos LIMIT :n",
+    # keys' counts in a keyed limit (duro_slots_key_queue)
+    "key_counts": "SELECT limit_key, state, count(*) FROM duro_slots WHERE limit_name = :name "
+    "AND limit_key IN (:keys) AND state IN ('busy', 'reserved', 'waiting') GROUP BY limit_key, state",
     # "limit_name || ''": the limits as a filter, never as the index to read (SQLite would read every
     # slot of the limits through duro_slots_queue, then sort): the due index reads the due rows only
     "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "

@@ -149,6 +149,7 @@ def limit_view(config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]
         reserved=reserved,
         waiting=waiting,
         next_pos=next_pos,
+        per_key=config.per_key,
     ), int(judged)
 
 

@@ -59,6 +59,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # orders a key's runs by their end (a refusal's retry estimate), and a limit's row keeps its
     # declared capacity and max hold (what a client engine lists)
     6: lambda conn, dialect: _schema_7(conn),
+    # 7 -> 8: keyed limits: a slot's key, and a keyed limit's slots indexed by key
+    7: lambda conn, dialect: _schema_8(conn),
 }
 
 
@@ -74,6 +76,11 @@ def _schema_7(conn: Connection) -> None:
     _recreate_indexes(conn, "duro_runs_quota")
     _add_column(conn, "duro_limits", "capacity", "INTEGER")
     _add_column(conn, "duro_limits", "max_hold_ms", "BIGINT")
+
+
+def _schema_8(conn: Connection) -> None:
+    _add_column(conn, "duro_slots", "limit_key", "VARCHAR(200)")
+    _recreate_indexes(conn, "duro_slots_key_queue")
 
 
 def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:

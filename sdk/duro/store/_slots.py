@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from .. import _slots as rules
 from .._config import LimitConfig
-from .._slots import Decision, LimitView, SlotEvent, SlotRow, slot_json
+from .._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import StorePart
 from ._records import Fenced, RunRecord, StepRecord
@@ -31,6 +31,7 @@ from ._runs import to_run
 log = logging.getLogger("duro.store")
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
+KEYED_PAGE = 500  # a keyed limit's queue is read this many waiters at a time (see _keyed_heads)
 
 
 class SlotRows(StorePart):
@@ -158,10 +159,15 @@ class SlotRows(StorePart):
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
             wanted = min(most, view.free)
-            stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
-            rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
-            rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
-            heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
+            if view.per_key is not None:
+                heads = self._keyed_heads(conn, decision, changed, wanted)
+            else:
+                stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
+                rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
+                rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
+                heads = sorted(
+                    (row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos
+                )
             taken = set()
             hooks: Mapping[str, OwnStep] = takers or {}
             for row in rules.next_grants(decision, heads, most) if hooks or adopter else ():
@@ -177,6 +183,44 @@ class SlotRows(StorePart):
                         handed[row.id] = done
             rules.hand_out(decision, heads, now, frozenset(taken), most)
         return adopted
+
+    def _keyed_heads(
+        self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
+    ) -> list[SlotRow]:
+        """A keyed limit's waiters in queue order, read a page at a time until the keys with room
+        among them can take ``wanted`` slots (or the queue ends), their keys' counts made known to
+        the decision. Rows this decision changed are read from the decision."""
+        name = decision.view.name
+        rows: dict[str, SlotRow] = {row.id: row for row in changed.values() if row.state == "waiting"}
+        after = -1
+        while True:
+            params = {"name": name, "after": after, "n": KEYED_PAGE}
+            page = [slot_row(found) for found in self.db.run(conn, "queue_heads_after", params)]
+            for row in page:
+                rows.setdefault(row.id, changed.get(row.id, row))
+            unknown = {
+                row.key for row in rows.values() if row.key is not None and row.key not in decision.keys
+            }
+            if unknown:
+                decision.know_keys(self._key_views(conn, decision.view, unknown))
+            heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
+            if len(page) < KEYED_PAGE or len(rules.next_grants(decision, heads, wanted)) >= wanted:
+                return heads
+            after = page[-1].pos
+
+    def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
+        """The stored counts of ``keys`` of keyed limit ``view``, each with its capacity in effect."""
+        assert view.per_key is not None
+        counts: dict[str, dict[str, int]] = {key: {} for key in keys}
+        params = {"name": view.name, "keys": sorted(counts)}
+        for key, state, count in self.db.run_in(conn, "key_counts", params):
+            counts[key][state] = int(count)
+        return {
+            key: KeyView(
+                view.per_key, found.get("busy", 0), found.get("reserved", 0), found.get("waiting", 0)
+            )
+            for key, found in counts.items()
+        }
 
     def _adopt(
         self, conn: Connection, row: SlotRow, adopter: Adopter, now: int, adopted: list[RunRecord]
@@ -233,8 +277,19 @@ class SlotRows(StorePart):
         timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
         if existing is not None:
             return SlotOutcome(existing)
+        key, key_view = command.key, None
+        if key is not None and view.per_key is not None:
+            key_view = self._key_views(conn, view, [key])[key]
         decision = rules.request(
-            view, command.slot_id, command.run_id, command.label, timeout_at, now, view.waiting == 0
+            view,
+            command.slot_id,
+            command.run_id,
+            command.label,
+            timeout_at,
+            now,
+            view.waiting == 0,
+            key if view.per_key is not None else None,
+            key_view,
         )
         row = decision.writes[-1]
         hook = command.hook

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -231,6 +231,15 @@ class SlotRequest(DuroTable, table=True):
         # ended slots by limit and end (schema 6): a limit's last hour (Studio, duro.limits.stats)
         # reads that hour's ends, not the limit's whole history of ended slots
         Index("duro_slots_ended", "limit_name", "ended_at", **_where("ended_at IS NOT NULL")),
+        # a keyed limit's slots by key (schema 8): a key's counts and queue
+        Index(
+            "duro_slots_key_queue",
+            "limit_name",
+            "limit_key",
+            "state",
+            "pos",
+            **_where("limit_key IS NOT NULL"),
+        ),
     )
     id: str = Field(primary_key=True, max_length=220)
     limit_name: str = Field(max_length=64)
@@ -247,6 +256,7 @@ class SlotRequest(DuroTable, table=True):
     expires_at: int | None = _ms(nullable=True)
     ended_at: int | None = _ms(nullable=True)
     reason: str | None = Field(default=None, max_length=32, nullable=True)
+    limit_key: str | None = Field(default=None, max_length=200, nullable=True)  # a keyed limit's key
     due_at: int | None = _ms(nullable=True)
 
 

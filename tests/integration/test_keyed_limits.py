@@ -1,0 +1,196 @@
+"""Keyed limits: a capacity per key inside one limit ("5 open sessions per account, 200 in all").
+A slot goes to the oldest waiter whose key has room while the limit has room; a key at its capacity
+never holds up the waiters of other keys; within a key the queue is FIFO. In the harness (both
+residencies), and the grant rule on a real engine on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from duro import (
+    DuroError,
+    Engine,
+    Limit,
+    RunFailedError,
+    SlotTimeoutError,
+    acquire_slot,
+    define_workspace,
+    limit_slot,
+    step,
+    wait_for_signal,
+    workflow,
+)
+
+LIMITS = {
+    "partner-api": {"capacity": 3, "per_key": 2, "max_hold": "1h"},
+    "plain": {"capacity": 1, "max_hold": "1h"},
+}
+pytestmark = pytest.mark.duro(config={"limits": LIMITS})
+
+
+@step
+async def work(job: str) -> str:
+    return job
+
+
+@workflow(name="keyed.session")
+async def session(job: dict) -> str:
+    """Holds a partner-api slot of its account until signalled ``done``."""
+    async with limit_slot("partner-api", key=f"account:{job['account']}", label=job["id"]) as slot:
+        await work(job["id"])
+        await wait_for_signal("done")
+    return f"{slot.key} {slot.label}"
+
+
+@workflow(name="keyed.patient")
+async def patient(job: dict) -> str:
+    try:
+        slot = await acquire_slot("partner-api", key=f"account:{job['account']}", timeout=job["timeout"])
+    except SlotTimeoutError:
+        return "timed out"
+    return slot.key or ""
+
+
+@workflow(name="keyed.unkeyed")
+async def unkeyed(limit: str) -> str:
+    await acquire_slot(limit)
+    return "granted"
+
+
+@workflow(name="keyed.wrongly")
+async def wrongly(limit: str) -> str:
+    await acquire_slot(limit, key="account:a")
+    return "granted"
+
+
+def job(account: str, n: int) -> dict:
+    return {"account": account, "id": f"{account}{n}"}
+
+
+async def test_a_key_at_its_capacity_never_holds_up_another_key(duro_env):
+    a1, a2, a3 = [await duro_env.start(session, job("a", n), run_id=f"a{n}") for n in (1, 2, 3)]
+    b1 = await duro_env.start(session, job("b", 1), run_id="b1")
+    await duro_env.run_until_idle()
+    await duro_env.assert_limit("partner-api", busy=3, waiting=1)
+    await duro_env.assert_limit("partner-api", busy=2, waiting=1, key="account:a")
+    await duro_env.assert_limit("partner-api", busy=1, waiting=0, key="account:b")
+    assert await duro_env.queue("partner-api") == ["a3"]
+    await a1.signal("done")
+    await duro_env.run_until_idle()
+    assert await a1.result() == "account:a a1"
+    await duro_env.assert_limit("partner-api", busy=2, waiting=0, key="account:a")  # a3 took a1's slot
+    for run in (a2, a3, b1):
+        await run.signal("done")
+    assert [await r.result() for r in (a2, a3, b1)] == ["account:a a2", "account:a a3", "account:b b1"]
+    await duro_env.assert_limit("partner-api", busy=0, waiting=0)
+
+
+async def test_the_oldest_waiter_whose_key_has_room_wins_a_freed_slot(duro_env):
+    runs = {}
+    for account, n in (("a", 1), ("a", 2), ("b", 1), ("a", 3), ("b", 2), ("c", 1)):
+        runs[f"{account}{n}"] = await duro_env.start(session, job(account, n), run_id=f"{account}{n}")
+        await duro_env.run_until_idle()
+    await duro_env.assert_limit("partner-api", busy=3, waiting=3)
+    assert await duro_env.queue("partner-api") == ["a3", "b2", "c1"]
+    await runs["b1"].signal("done")  # frees one slot: a3's key is full, b2 is the oldest with room
+    await duro_env.run_until_idle()
+    assert await duro_env.queue("partner-api") == ["a3", "c1"]
+    await duro_env.assert_limit("partner-api", busy=1, waiting=0, key="account:b")
+    await runs["a1"].signal("done")  # account a has room again: a3, older than c1, takes it
+    await duro_env.run_until_idle()
+    assert await duro_env.queue("partner-api") == ["c1"]
+    await duro_env.assert_limit("partner-api", busy=2, waiting=0, key="account:a")
+
+
+async def test_each_keys_queue_survives_a_restart_and_a_timeout_leaves_only_its_own(duro_env):
+    holders = [await duro_env.start(session, job("a", n), run_id=f"a{n}") for n in (1, 2)]
+    await duro_env.start(session, job("b", 1), run_id="b1")
+    await duro_env.run_until_idle()
+    late = await duro_env.start(patient, {"account": "a", "timeout": "10m"}, run_id="a-late")
+    waiting = await duro_env.start(session, job("a", 3), run_id="a3")
+    c1 = await duro_env.start(session, job("c", 1), run_id="c1")
+    await duro_env.run_until_idle()
+    assert await duro_env.queue("partner-api", key="account:a") == ["a-late", "a3"]
+    await duro_env.restart()
+    await duro_env.advance("10m")
+    assert await late.result() == "timed out"
+    assert await duro_env.queue("partner-api", key="account:a") == ["a3"]
+    assert await duro_env.queue("partner-api") == ["a3", "c1"]
+    await holders[0].signal("done")
+    await duro_env.run_until_idle()
+    assert await duro_env.queue("partner-api") == ["c1"]
+    await duro_env.assert_limit("partner-api", busy=2, waiting=0, key="account:a")
+    assert await waiting.status() == "suspended"  # holds its slot, waiting for "done"
+    assert await c1.status() == "running"  # queued for a slot: a waiting run stays running
+
+
+async def test_a_keyed_limit_asks_for_a_key_and_a_plain_one_refuses_it(duro_env):
+    missing = await duro_env.start(unkeyed, "partner-api")
+    extra = await duro_env.start(wrongly, "plain")
+    await duro_env.run_until_idle()
+    with pytest.raises(RunFailedError) as failed:
+        await missing.result()
+    assert isinstance(failed.value.cause, DuroError)
+    assert "limit 'partner-api' is keyed" in str(failed.value.cause) and "key=" in str(failed.value.cause)
+    with pytest.raises(RunFailedError) as failed:
+        await extra.result()
+    assert "limit 'plain' has no keys" in str(failed.value.cause)
+    await duro_env.assert_limit("partner-api", busy=0, waiting=0)
+    await duro_env.assert_limit("plain", busy=0, waiting=0)
+
+
+def test_per_key_is_checked_when_the_config_loads():
+    from duro import ConfigError
+
+    with pytest.raises(
+        ConfigError, match="limit 'p': per_key must be an integer from 1 to the limit's capacity"
+    ):
+        define_workspace(limits={"p": Limit(capacity=3, max_hold="1h", per_key=4)})
+    with pytest.raises(ConfigError, match="per_key"):
+        define_workspace(limits={"p": {"capacity": 3, "max_hold": "1h", "per_key": 0}})
+    assert (
+        define_workspace(limits={"p": Limit(capacity=3, max_hold="1h", per_key=3)}).limits["p"].per_key == 3
+    )
+
+
+async def test_the_grant_rule_on_a_real_store(database_url):
+    engine = Engine(database_url, workspace=define_workspace(limits=LIMITS))
+    engine.register(session)
+    async with engine:
+        runs = {}
+        for account, n in (("a", 1), ("a", 2), ("b", 1), ("a", 3), ("b", 2), ("c", 1)):
+            runs[f"{account}{n}"] = await engine.start(
+                "keyed.session", job(account, n), run_id=f"{account}{n}"
+            )
+            await _until(engine, f"{account}{n}")
+        assert await _queue(engine) == ["a3", "b2", "c1"]
+        await runs["b1"].signal("done")
+        assert await runs["b1"].result(timeout="10s") == "account:b b1"
+        await _until(engine, "b2", held=True)
+        assert await _queue(engine) == ["a3", "c1"]
+        await runs["a1"].signal("done")
+        assert await runs["a1"].result(timeout="10s") == "account:a a1"
+        await _until(engine, "a3", held=True)
+        assert await _queue(engine) == ["c1"]
+        for name in ("a2", "a3", "b2"):
+            await runs[name].signal("done")
+        await _until(engine, "c1", held=True)
+        for name in ("a2", "a3", "b2"):
+            assert await runs[name].result(timeout="10s")
+        await runs["c1"].signal("done")
+        assert await runs["c1"].result(timeout="10s") == "account:c c1"
+
+
+async def _queue(engine: Engine) -> list[str | None]:
+    return [s.run_id for s in await engine.limits.slots("partner-api") if s.state == "waiting"]
+
+
+async def _until(engine: Engine, run_id: str, held: bool = False) -> None:
+    """The run's slot request is in the store (held, if ``held``)."""
+    from tests.support.waiting import eventually
+
+    async def there() -> bool:
+        slots = {s.run_id: s.state for s in await engine.limits.slots("partner-api")}
+        return run_id in slots and (not held or slots[run_id] in ("busy", "reserved"))
+
+    await eventually(there, what=f"{run_id}'s slot request")
