@@ -386,6 +386,34 @@ def render_capacity(answer: dict[str, Any]) -> str:
     return f"{name}: capacity {capacity_cell(limit)}; waiting runs get any new slot now"
 
 
+def render_key_capacity(answer: dict[str, Any]) -> str:
+    """``duro limits capacity --key``: the key's capacity now in effect."""
+    key = answer.get("key", {})
+    name, which = clean(answer.get("limit")), clean(key.get("key"), 64)
+    if not key.get("overridden"):
+        return f"{name}, key {which}: capacity reset to the limit's per_key ({key.get('capacity')})"
+    return f"{name}, key {which}: capacity {key.get('capacity')}; its waiting runs get any new slot now"
+
+
+def render_keys(answer: dict[str, Any]) -> str:
+    """``duro limits keys``: one line per key, busiest first."""
+    keys = answer.get("keys", [])
+    head = limit_summary(answer.get("limit", {}))
+    if not keys:
+        return f"{head}\n\nkeys: none busy, reserved or waiting"
+    rows = [
+        [
+            clean(k.get("key"), 64),
+            f"{k.get('capacity')}" + (" (override)" if k.get("overridden") else ""),
+            k.get("busy"),
+            k.get("reserved"),
+            k.get("waiting"),
+        ]
+        for k in keys
+    ]
+    return f"{head}\n\n" + table(["KEY", "CAPACITY", "BUSY", "RESERVED", "WAITING"], rows, right=(2, 3, 4))
+
+
 def render_max_hold(answer: dict[str, Any]) -> str:
     """``duro limits max-hold``: the max hold now in effect."""
     limit = answer.get("limit", {})
@@ -694,11 +722,32 @@ def limits_release(call: Call, slot_id: str, yes: bool) -> None:
 @limits_group.command("capacity")
 @click.argument("limit")
 @click.argument("capacity", metavar="N|reset")
+@click.option("--key", default=None, help="A keyed limit: this key's capacity instead of the limit's.")
 @api_command
-def limits_capacity(call: Call, limit: str, capacity: str) -> None:
-    """Override a limit's capacity (until `reset`; survives restarts)."""
+def limits_capacity(call: Call, limit: str, capacity: str, key: str | None) -> None:
+    """Override a limit's capacity, or one key's with --key (until `reset`; survives restarts)."""
     value = parse_capacity(capacity, limit)
+    if key is not None:
+        call.emit(call.client.set_key_capacity(limit, key, value), render_key_capacity)
+        return
     call.emit(call.client.set_capacity(limit, value), render_capacity)
+
+
+@limits_group.command("keys")
+@click.argument("limit")
+@click.option("--search", default=None, help="Only the keys that contain this text.")
+@click.option(
+    "--limit",
+    "most",
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="At most this many keys.",
+)
+@api_command
+def limits_keys(call: Call, limit: str, search: str | None, most: int) -> None:
+    """A keyed limit's keys, busiest first: capacity, busy, reserved and waiting."""
+    call.emit(call.client.keys(limit, most, search), render_keys)
 
 
 @limits_group.command("max-hold")

@@ -275,6 +275,19 @@ class DuroClient:
         """``PUT /api/limits/{name}/capacity``: override the capacity (``None`` resets to the config)."""
         return self._request("PUT", f"/api/limits/{_segment(name)}/capacity", json={"capacity": capacity})
 
+    def keys(self, name: str, limit: int = 50, search: str | None = None) -> dict[str, Any]:
+        """``GET /api/limits/{name}/keys``: ``{"limit": Limit, "keys": [LimitKey...]}``, busiest first."""
+        params: dict[str, Any] = {"limit": limit}
+        if search is not None:
+            params["search"] = search
+        return self._request("GET", f"/api/limits/{_segment(name)}/keys", params=params)
+
+    def set_key_capacity(self, name: str, key: str, capacity: int | None) -> dict[str, Any]:
+        """``PUT /api/limits/{name}/keys/{key}/capacity``: one key's capacity (``None`` resets it)."""
+        return self._request(
+            "PUT", f"/api/limits/{_segment(name)}/keys/{_segment(key)}/capacity", json={"capacity": capacity}
+        )
+
     def set_max_hold(self, name: str, max_hold: str | None) -> dict[str, Any]:
         """``PUT /api/limits/{name}/max-hold``: override max hold, e.g. ``"2h"`` (``None`` resets it)."""
         return self._request("PUT", f"/api/limits/{_segment(name)}/max-hold", json={"max_hold": max_hold})

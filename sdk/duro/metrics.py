@@ -213,6 +213,10 @@ GAUGES = (
     ("duro_limit_reserved", "A limit's slots reserved for a waiting run, not yet taken."),
     ("duro_limit_waiting", "Runs waiting in a limit's queue now."),
 )
+KEY_GAUGES = (
+    ("duro_limit_keys", "A keyed limit's keys with a busy, reserved or waiting slot now."),
+    ("duro_limit_keys_full", "A keyed limit's keys at their capacity now."),
+)
 
 
 class DuroCollector(Collector):
@@ -224,11 +228,12 @@ class DuroCollector(Collector):
         self.meter = meter
 
     def describe(self) -> Iterable[Metric]:
-        gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in GAUGES]
+        gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in (*GAUGES, *KEY_GAUGES)]
         return [*gauges, *self.meter.describe()]
 
     def collect(self) -> Iterable[Metric]:
         gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in GAUGES]
+        key_gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in KEY_GAUGES]
         try:
             engine = self._engine()
             declared = engine.workspace.limits
@@ -251,7 +256,18 @@ class DuroCollector(Collector):
             )
             for gauge, value in zip(gauges, values, strict=True):
                 gauge.add_metric([name], value)
-        return [*gauges, *self.meter.collect()]
+        for name, config in sorted(declared.items()):
+            if config.per_key is None:
+                continue
+            try:  # the keys themselves never leave the store: only how many, and how many full
+                keys = engine.store.limit_keys(config)
+            except Exception as err:  # noqa: BLE001 - see above
+                log.warning("duro metrics: the keys' gauges of a limit are missing from this scrape: %s", err)
+                continue
+            active = [k for k in keys if k[3] + k[4] + k[5] > 0]
+            key_gauges[0].add_metric([name], len(active))
+            key_gauges[1].add_metric([name], sum(1 for k in active if k[3] + k[4] >= k[1]))
+        return [*gauges, *key_gauges, *self.meter.collect()]
 
 
 def meter_of(engine: Engine) -> Meter:

@@ -194,3 +194,91 @@ async def _until(engine: Engine, run_id: str, held: bool = False) -> None:
         return run_id in slots and (not held or slots[run_id] in ("busy", "reserved"))
 
     await eventually(there, what=f"{run_id}'s slot request")
+
+
+async def test_a_keys_capacity_override_grants_at_once_and_survives_a_restart(duro_env):
+    a1, a2, a3 = [await duro_env.start(session, job("a", n), run_id=f"a{n}") for n in (1, 2, 3)]
+    await duro_env.run_until_idle()
+    await duro_env.assert_limit("partner-api", busy=2, waiting=1, key="account:a")  # the limit has room
+    raised = await duro_env.engine.limits.set_key_capacity("partner-api", "account:a", 3)
+    assert (raised.key, raised.capacity, raised.overridden) == ("account:a", 3, True)
+    await duro_env.run_until_idle()
+    await duro_env.assert_limit("partner-api", busy=3, waiting=0, key="account:a")  # granted at once
+    await duro_env.restart()
+    (listed,) = await duro_env.engine.limits.keys("partner-api")
+    assert (listed.key, listed.capacity, listed.overridden, listed.busy) == ("account:a", 3, True, 3)
+    lowered = await duro_env.engine.limits.set_key_capacity("partner-api", "account:a", None)  # reset
+    assert (lowered.capacity, lowered.overridden, lowered.busy) == (2, False, 3)  # takes no slot back
+    for run in (a1, a2, a3):
+        await run.signal("done")
+    assert [await r.result() for r in (a1, a2, a3)] == ["account:a a1", "account:a a2", "account:a a3"]
+    assert await duro_env.engine.limits.keys("partner-api") == []
+
+
+async def test_keys_are_listed_busiest_first_and_a_plain_limit_has_none(duro_env):
+    for account, n in (("b", 1), ("a", 1), ("a", 2), ("c", 1)):
+        await duro_env.start(session, job(account, n), run_id=f"{account}{n}")
+    await duro_env.start(session, job("c", 2), run_id="c2")  # the limit is full: c2 waits
+    await duro_env.run_until_idle()
+    keys = await duro_env.engine.limits.keys("partner-api")
+    assert [(k.key, k.busy + k.reserved, k.waiting) for k in keys] == [
+        ("account:a", 2, 0),
+        ("account:b", 1, 0),
+        ("account:c", 0, 2),
+    ]
+    with pytest.raises(DuroError, match="limit 'plain' has no keys"):
+        await duro_env.engine.limits.keys("plain")
+    with pytest.raises(DuroError, match="capacity must be an integer from 1"):
+        await duro_env.engine.limits.set_key_capacity("partner-api", "account:a", 0)
+
+
+async def test_a_client_engine_the_api_and_the_metrics_see_the_keys(database_url):
+    from prometheus_client import CollectorRegistry
+
+    from duro.metrics import collector
+
+    worker = Engine(database_url, workspace=define_workspace(limits=LIMITS))
+    worker.register(session)
+    registry = CollectorRegistry()
+    registry.register(collector(worker))
+    async with worker:
+        runs = [await worker.start("keyed.session", job("a", n), run_id=f"a{n}") for n in (1, 2, 3)]
+        await _until(worker, "a3")
+        assert registry.get_sample_value("duro_limit_keys", {"limit": "partner-api"}) == 1
+        assert registry.get_sample_value("duro_limit_keys_full", {"limit": "partner-api"}) == 1
+        client = Engine(database_url)  # no workspace: the store's declaration, per_key included
+        try:
+            await _client_sees_the_keys(client)
+        finally:
+            await client.aclose()
+        await _until(worker, "a3", held=True)  # the worker's waiter got the slot the raise freed
+        assert registry.get_sample_value("duro_limit_keys_full", {"limit": "partner-api"}) == 1
+        for run in runs:
+            await run.signal("done")
+        for run in runs:
+            assert (await run.result(timeout="10s")).startswith("account:a")
+
+
+async def _client_sees_the_keys(client: Engine) -> None:
+    import httpx
+
+    from duro_devserver.app import create_app
+    from duro_devserver.source import FixedEngine
+
+    (info,) = [i for i in await client.limits.list() if i.name == "partner-api"]
+    assert info.per_key == 2
+    app = create_app(FixedEngine(client, run_worker=False))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8787") as http:
+            keys = (await http.get("/api/limits/partner-api/keys")).json()
+            assert [(k["key"], k["busy"], k["waiting"]) for k in keys["keys"]] == [("account:a", 2, 1)]
+            assert keys["limit"]["per_key"] == 2
+            one = (await http.get("/api/limits/partner-api/slots", params={"key": "account:a"})).json()
+            assert sorted(s["run_id"] for s in one["slots"]) == ["a1", "a2", "a3"]
+            path = "/api/limits/partner-api/keys/account:a/capacity"
+            refused = await http.put(path, json={"capacity": "3"})
+            assert refused.status_code == 422 and "JSON integer" in refused.json()["message"]
+            assert (await http.get("/api/limits/plain/keys")).status_code == 400
+            raised = await http.put(path, json={"capacity": 3})
+            assert raised.status_code == 200 and raised.json()["key"]["overridden"] is True

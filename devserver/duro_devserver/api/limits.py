@@ -15,6 +15,9 @@ from .models import (
     HistoryOut,
     HistoryPoint,
     LastHourOut,
+    LimitKeyOnlyOut,
+    LimitKeyOut,
+    LimitKeysOut,
     LimitOnlyOut,
     LimitOut,
     LimitsOut,
@@ -146,12 +149,54 @@ async def set_max_hold(request: Request) -> Response:
     return answer(LimitOnlyOut(limit=LimitOut.of(updated)))
 
 
+async def limit_keys(request: Request) -> Response:
+    """A keyed limit's keys, busiest first; ``?search=TEXT`` keeps those containing it."""
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    if info.per_key is None:
+        raise ApiError(400, f"limit {info.name!r} has no keys (it is not declared with per_key)")
+    most = query_int(request, "limit", 50, 1, 10_000)
+    search = request.query_params.get("search")
+    if search is not None and (len(search) > 200 or "\x00" in search):
+        raise ApiError(400, "?search= must be at most 200 characters, without NUL")
+    keys = await eng.limits.keys(info.name, limit=10_000 if search else most)
+    if search:
+        keys = [k for k in keys if search in k.key][:most]
+    return answer(
+        LimitKeysOut(limit=LimitOut.of(info), keys=[LimitKeyOut.model_validate(vars(k)) for k in keys])
+    )
+
+
+async def set_key_capacity(request: Request) -> Response:
+    eng = engine(request)
+    info = await _limit(eng, request.path_params["name"])
+    key = request.path_params["key"]
+    try:
+        body = await read_body(request, CapacityBody)
+    except ApiError as err:
+        if err.status != 422:
+            raise
+        raise ApiError(
+            422,
+            f"limit {info.name!r}: a key's capacity must be a JSON integer from 1 to 100000 (not a "
+            f"string or a boolean), or null to reset to the limit's per_key ({err.message})",
+        ) from None
+    try:
+        updated = await eng.limits.set_key_capacity(info.name, key, body.capacity)
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    _changed(request)
+    return answer(LimitKeyOnlyOut(limit=info.name, key=LimitKeyOut.model_validate(vars(updated))))
+
+
 routes = [
     Route("/api/limits", list_limits, methods=["GET"]),
     Route("/api/limits/{name}", get_limit, methods=["GET"]),
     Route("/api/limits/{name}/slots", limit_slots, methods=["GET"]),
     Route("/api/limits/{name}/history", limit_history, methods=["GET"]),
     Route("/api/limits/{name}/capacity", set_capacity, methods=["PUT"]),
+    Route("/api/limits/{name}/keys", limit_keys, methods=["GET"]),
+    Route("/api/limits/{name}/keys/{key}/capacity", set_key_capacity, methods=["PUT"]),
     Route("/api/limits/{name}/max-hold", set_max_hold, methods=["PUT"]),
     Route("/api/slots/{id}/release", release_slot, methods=["POST"]),
 ]

@@ -273,6 +273,26 @@ class SlotOut(_SlotFields):
         return cls.model_validate({**vars(info), "waited_ms": waited})
 
 
+class LimitKeyOut(BaseModel):
+    # One key of a keyed limit: duro.limits.LimitKey's fields.
+    key: str
+    capacity: int
+    overridden: bool
+    busy: int
+    reserved: int
+    waiting: int
+
+
+class LimitKeysOut(BaseModel):
+    limit: LimitOut
+    keys: list[LimitKeyOut]
+
+
+class LimitKeyOnlyOut(BaseModel):
+    limit: str
+    key: LimitKeyOut
+
+
 class SlotsOut(BaseModel):
     limit: LimitOut
     slots: list[SlotOut]

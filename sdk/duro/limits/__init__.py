@@ -17,11 +17,12 @@ if TYPE_CHECKING:
     from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
     from ._admin import Limits
     from ._local import LocalSlots
-    from ._types import HOOK_PREFIX, LimitInfo, Slot, SlotInfo, SlotRelease, limit_config
+    from ._types import HOOK_PREFIX, LimitInfo, LimitKey, Slot, SlotInfo, SlotRelease, limit_config
 
 __all__ = [
     "HOOK_PREFIX",
     "LimitInfo",
+    "LimitKey",
     "Limits",
     "LocalSlots",
     "RunLimits",
@@ -51,6 +52,7 @@ __getattr__, __dir__ = lazy_names(
         "._types": (
             "HOOK_PREFIX",
             "LimitInfo",
+            "LimitKey",
             "Slot",
             "SlotInfo",
             "SlotRelease",

@@ -18,7 +18,7 @@ from .._slots import SlotRow
 from .._text import NUL
 from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
 from ._local import LocalSlots
-from ._types import LimitInfo, SlotInfo, SlotRelease, limit_config
+from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, check_key, limit_config
 
 
 @dataclass(frozen=True)
@@ -226,6 +226,41 @@ class Limits:
         value = None if max_hold is None else _as_duro(check_max_hold, name, max_hold)
         return await self._override(config, "max_hold", value)
 
+    async def keys(self, name: str, limit: int = 50) -> builtins.list[LimitKey]:
+        """A keyed limit's keys with anything busy, reserved or waiting, and every key with an
+        override: busiest first (busy + reserved, then waiting), at most ``limit`` of them."""
+        config = await self._keyed(name)
+        found = await self._gateway.call(self._gateway.store.limit_keys, config)
+        return [LimitKey(*row) for row in found[: max(0, int(limit))]]
+
+    async def set_key_capacity(self, name: str, key: str, capacity: int | None) -> LimitKey:
+        """Override the capacity of one key of a keyed limit (1..100000; it may exceed ``per_key``,
+        never the limit's capacity in effect) until reset with ``None``; survives restarts. Raising
+        it grants that key's waiters at once; lowering it takes no slot back."""
+        config = await self._keyed(name)
+        checked = check_key(config, key)
+        assert checked is not None  # a keyed limit's key is never None
+        key = checked
+        value = None if capacity is None else _as_duro(check_capacity, name, capacity)
+        granted = await self._gateway.call(
+            self._gateway.store.set_key_override, config, key, value, self._clock.now_ms()
+        )
+        self._notify(granted)
+        found = await self._gateway.call(self._gateway.store.limit_keys, config)
+        return next(
+            (LimitKey(*row) for row in found if row[0] == key),
+            LimitKey(key, config.per_key or 0, False, 0, 0, 0),
+        )
+
+    async def _keyed(self, name: str) -> LimitConfig:
+        config = await self._config(name)
+        if config.per_key is None:
+            raise DuroError(
+                f"limit {name!r} has no keys: declare it keyed with Limit(capacity=..., max_hold=..., "
+                f"per_key=N) in duro.config.py"
+            )
+        return config
+
     async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
         granted = await self._gateway.call(
             self._gateway.store.set_limit_override, config, field, value, self._clock.now_ms()
@@ -237,7 +272,7 @@ class Limits:
 def _declared(workspace: Workspace, states: Mapping[str, LimitState]) -> dict[str, LimitConfig]:
     """The workspace's limits, and those the store knows the declaration of that it lacks."""
     configs = {
-        name: LimitConfig(name, state.capacity, state.max_hold_ms)
+        name: LimitConfig(name, state.capacity, state.max_hold_ms, state.per_key)
         for name, state in states.items()
         if state.capacity is not None and state.max_hold_ms is not None
     }

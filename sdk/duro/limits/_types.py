@@ -52,6 +52,19 @@ class LimitInfo:
 
 
 @dataclass(frozen=True)
+class LimitKey:
+    """One key of a keyed limit: its ``capacity`` in effect (``per_key``, or an operator's override,
+    ``overridden``) and its counts."""
+
+    key: str
+    capacity: int
+    overridden: bool
+    busy: int
+    reserved: int
+    waiting: int
+
+
+@dataclass(frozen=True)
 class SlotInfo:
     """A slot of a limit: ``state`` waiting (with its queue ``position``; in its key's queue when the
     slots are listed for one key), reserved or busy; ``key`` on a keyed limit."""

@@ -31,7 +31,12 @@ class LimitRows(SlotRows):
                 self.db.run(
                     conn,
                     "limit_declare",
-                    {**params, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms},
+                    {
+                        **params,
+                        "capacity": config.capacity,
+                        "max_hold_ms": config.max_hold_ms,
+                        "per_key": config.per_key,
+                    },
                 )
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
@@ -63,6 +68,40 @@ class LimitRows(SlotRows):
             self._tell_slots(decision.events)
             granted += decision.granted
         return granted
+
+    def set_key_override(self, config: LimitConfig, key: str, value: int | None, now: int) -> list[SlotRow]:
+        """Set (or with None reset) the capacity of one key of keyed limit ``config``, under the
+        limit's lock; a raise hands that key's waiters their slots at once (what the limit can give)."""
+        with self.db.write() as conn:
+            now = self.db.now(conn, now)
+            self._view(conn, config, now)
+            params = {"name": config.name, "key": key, "value": value, "now": now}
+            self.db.run(conn, "key_override_reset" if value is None else "key_override_set", params)
+            decision = self._hand_out_batch(conn, config, now)
+        self._tell_slots(decision.events)
+        return list(decision.granted)
+
+    def limit_keys(self, config: LimitConfig) -> list[tuple[str, int, bool, int, int, int]]:
+        """Keyed limit ``config``'s keys with anything busy, reserved or waiting, and every key with
+        an override: ``(key, capacity, overridden, busy, reserved, waiting)``, busiest first."""
+        assert config.per_key is not None
+        with self.db.read() as conn:
+            counts: dict[str, dict[str, int]] = {}
+            for key, state, count in self.db.run(conn, "active_keys", {"name": config.name}):
+                counts.setdefault(key, {})[state] = int(count)
+            overrides = dict(self.db.run(conn, "all_key_overrides", {"name": config.name}).fetchall())
+        keys = [
+            (
+                key,
+                overrides.get(key) or config.per_key,
+                key in overrides,
+                found.get("busy", 0),
+                found.get("reserved", 0),
+                found.get("waiting", 0),
+            )
+            for key, found in ((k, counts.get(k, {})) for k in {*counts, *overrides})
+        ]
+        return sorted(keys, key=lambda k: (-(k[3] + k[4]), -k[5], k[0]))
 
     def _hand_out_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
         """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""

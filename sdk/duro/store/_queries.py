@@ -285,11 +285,22 @@ QUERIES: dict[str, str] = {
     "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
     "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting, capacity, "
-    "max_hold_ms FROM duro_limits",
+    "max_hold_ms, per_key FROM duro_limits",
     # a worker's config declares a limit (written only when it changed: no lock taken for nothing)
-    "limit_declare": "UPDATE duro_limits SET capacity = :capacity, max_hold_ms = :max_hold_ms "
-    "WHERE name = :name AND (capacity IS NULL OR max_hold_ms IS NULL OR capacity <> :capacity "
-    "OR max_hold_ms <> :max_hold_ms)",
+    "limit_declare": "UPDATE duro_limits SET capacity = :capacity, max_hold_ms = :max_hold_ms, "
+    "per_key = :per_key WHERE name = :name AND (capacity IS NULL OR max_hold_ms IS NULL "
+    "OR capacity <> :capacity OR max_hold_ms <> :max_hold_ms "
+    "OR (per_key IS NULL) <> (CAST(:per_key AS INTEGER) IS NULL) OR per_key <> :per_key)",
+    # a keyed limit's keys: overrides, and every key with a busy, reserved or waiting slot
+    "key_overrides": "SELECT limit_key, capacity_override FROM duro_limit_keys WHERE limit_name = :name "
+    "AND limit_key IN (:keys)",
+    "all_key_overrides": "SELECT limit_key, capacity_override FROM duro_limit_keys WHERE limit_name = :name",
+    "active_keys": "SELECT limit_key, state, count(*) FROM duro_slots WHERE limit_name = :name "
+    "AND limit_key IS NOT NULL AND state IN ('busy', 'reserved', 'waiting') GROUP BY limit_key, state",
+    "key_override_set": "INSERT INTO duro_limit_keys (limit_name, limit_key, capacity_override, updated_at) "
+    "VALUES (:name, :key, :value, :now) ON CONFLICT (limit_name, limit_key) DO UPDATE SET "
+    "capacity_override = excluded.capacity_override, updated_at = excluded.updated_at",
+    "key_override_reset": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key",
     "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
 }

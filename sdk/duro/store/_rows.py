@@ -127,6 +127,7 @@ class LimitState:
     waiting: int
     capacity: int | None = None  # as declared by the last worker to start with it in its config
     max_hold_ms: int | None = None
+    per_key: int | None = None
 
 
 def slot_row(values: Any) -> SlotRow:

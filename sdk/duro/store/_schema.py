@@ -59,7 +59,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # orders a key's runs by their end (a refusal's retry estimate), and a limit's row keeps its
     # declared capacity and max hold (what a client engine lists)
     6: lambda conn, dialect: _schema_7(conn),
-    # 7 -> 8: keyed limits: a slot's key, and a keyed limit's slots indexed by key
+    # 7 -> 8: keyed limits: a slot's key, a keyed limit's slots indexed by key, a limit's declared
+    # per_key (duro_limit_keys, the keys' overrides, is a new table: create_all makes it)
     7: lambda conn, dialect: _schema_8(conn),
 }
 
@@ -80,6 +81,7 @@ def _schema_7(conn: Connection) -> None:
 
 def _schema_8(conn: Connection) -> None:
     _add_column(conn, "duro_slots", "limit_key", "VARCHAR(200)")
+    _add_column(conn, "duro_limits", "per_key", "INTEGER")
     _recreate_indexes(conn, "duro_slots_key_queue")
 
 

@@ -215,9 +215,13 @@ class SlotRows(StorePart):
         params = {"name": view.name, "keys": sorted(counts)}
         for key, state, count in self.db.run_in(conn, "key_counts", params):
             counts[key][state] = int(count)
+        overrides = dict(self.db.run_in(conn, "key_overrides", params).fetchall())
         return {
             key: KeyView(
-                view.per_key, found.get("busy", 0), found.get("reserved", 0), found.get("waiting", 0)
+                overrides.get(key) or view.per_key,
+                found.get("busy", 0),
+                found.get("reserved", 0),
+                found.get("waiting", 0),
             )
             for key, found in counts.items()
         }

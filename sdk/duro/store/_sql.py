@@ -77,6 +77,7 @@ class SqlStore(
             "get_slot",
             "limit_states",
             "limit_slots",
+            "limit_keys",
             "limit_stats",
             "queued_limits",
             "unfinished_by_version",

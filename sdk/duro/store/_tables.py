@@ -208,12 +208,23 @@ class LimitRow(DuroTable, table=True):
     # without the project (a client) lists
     capacity: int | None = Field(default=None, nullable=True)
     max_hold_ms: int | None = _ms(nullable=True)
+    per_key: int | None = Field(default=None, nullable=True)  # a keyed limit's, as declared (schema 8)
     capacity_override: int | None = Field(default=None, nullable=True)
     max_hold_override_ms: int | None = _ms(nullable=True)
     busy: int = Field(default=0)
     reserved: int = Field(default=0)
     waiting: int = Field(default=0)
     next_pos: int = _ms(nullable=False, default=0)
+    updated_at: int = _ms(nullable=False)
+
+
+class LimitKeyRow(DuroTable, table=True):
+    """An operator's capacity for one key of a keyed limit, until reset (schema version 8)."""
+
+    __tablename__ = "duro_limit_keys"
+    limit_name: str = Field(primary_key=True, max_length=64)
+    limit_key: str = Field(primary_key=True, max_length=200)
+    capacity_override: int = Field(nullable=False)
     updated_at: int = _ms(nullable=False)
 
 
