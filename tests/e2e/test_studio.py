@@ -878,3 +878,67 @@ def test_a_long_runs_steps_come_a_page_at_a_time(browser: Any, tmp_path: Path) -
         expect(more).to_have_count(0)
         seqs = rows.evaluate_all("(rows) => rows.map((row) => Number(row.dataset.seq))")
         assert seqs == list(range(450))
+
+
+KEYED_CONFIG = """
+from duro import Limit, define_workspace
+
+workspace = define_workspace(limits={"partner-api": Limit(capacity=3, per_key=1, max_hold="1h")})
+"""
+KEYED_WORKFLOWS = """
+from duro import limit_slot, wait_for_signal, workflow
+
+
+@workflow(name="session")
+async def session(account: str) -> str:
+    async with limit_slot("partner-api", key=f"account:{account}", label=account):
+        await wait_for_signal("done", timeout="1h")
+    return account
+"""
+
+
+def test_a_keyed_limits_page_lists_its_keys_and_edits_one_keys_capacity(browser: Any, tmp_path: Path) -> None:
+    project = tmp_path / "keyed"
+    (project / "workflows").mkdir(parents=True)
+    (project / "duro.config.py").write_text(KEYED_CONFIG)
+    (project / "workflows" / "sessions.py").write_text(KEYED_WORKFLOWS)
+    with running_dev_server(project) as server, browsing(browser, server.url) as context:
+        for account in ("acme", "acme", "globex"):
+            start(server, "session", account)
+        page = context.new_page()
+        page.goto(f"/#/limits/{LIMIT}")
+        rows = page.get_by_test_id("key-row")
+        # busiest first: both hold one slot, acme has one more waiting
+        expect(rows).to_have_count(2)
+        expect(rows.nth(0)).to_have_attribute("data-key", "account:acme")
+        expect(rows.nth(0).get_by_test_id("key-waiting")).to_have_text("1")
+        expect(rows.nth(1)).to_have_attribute("data-key", "account:globex")
+
+        page.get_by_test_id("keys-search").fill("glob")
+        expect(rows).to_have_count(1)
+        expect(rows.nth(0)).to_have_attribute("data-key", "account:globex")
+        page.get_by_test_id("keys-search").fill("")
+        expect(rows).to_have_count(2)
+
+        # a bad value: the server's message, nothing changes
+        acme = page.locator('[data-testid="key-row"][data-key="account:acme"]')
+        acme.get_by_test_id("key-capacity-input").fill("0")
+        acme.get_by_test_id("key-capacity-save").click()
+        expect(acme.get_by_test_id("key-capacity-error")).to_contain_text("capacity")
+        # a raise: acme's waiting run gets its slot at once, and the row says it is an override
+        acme.get_by_test_id("key-capacity-input").fill("2")
+        acme.get_by_test_id("key-capacity-save").click()
+        acme = page.locator('[data-testid="key-row"][data-key="account:acme"]')
+        expect(acme.get_by_test_id("key-override-badge")).to_be_visible()
+        expect(acme.get_by_test_id("key-busy")).to_have_text("2")
+        expect(acme.get_by_test_id("key-waiting")).to_have_text("0")
+        screenshot(page, "limit-keys")
+        acme.get_by_test_id("key-capacity-reset").click()
+        acme = page.locator('[data-testid="key-row"][data-key="account:acme"]')
+        expect(acme.get_by_test_id("key-override-badge")).to_have_count(0)
+        expect(acme.get_by_test_id("key-capacity")).to_have_text("1")
+        keys = api(server, "GET", f"/api/limits/{LIMIT}/keys")["keys"]
+        assert [(k["key"], k["overridden"], k["busy"]) for k in keys] == [
+            ("account:acme", False, 2),  # lowering takes no slot back
+            ("account:globex", False, 1),
+        ]

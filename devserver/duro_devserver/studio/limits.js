@@ -94,6 +94,13 @@ export function renderLimit(root, scope, [name]) {
   [5, 15, 60].map((m) => h('option', {value: m, selected: m === 15}, `last ${m} min`)));
   const slotsBox = h('div');
   const queueBox = h('div');
+  const keysBox = h('div');
+  const keySearch = h('input', {type: 'search', testid: 'keys-search', placeholder: 'Search keys',
+    'aria-label': 'Search keys', oninput: () => refreshKeys()});
+  const keysSection = h('section', {testid: 'keys-section', hidden: true},
+    h('div', {class: 'section-head'}, h('h2', {}, 'Keys ', h('span', {class: 'muted small'}, 'busiest first')),
+      keySearch),
+    keysBox);
   const error = h('div', {class: 'error-box', testid: 'limit-error', hidden: true});
   let limit = null;
 
@@ -128,6 +135,7 @@ export function renderLimit(root, scope, [name]) {
       h('div', {style: 'display: flex; gap: 10px; align-items: flex-start; flex-wrap: wrap'}, chartBox, lastHour)),
     h('section', {}, h('h2', {}, 'Slots ', h('span', {class: 'muted small'}, 'busy and reserved')), slotsBox),
     h('section', {}, h('h2', {}, 'Queue ', h('span', {class: 'muted small'}, 'in order: 1 is next')), queueBox),
+    keysSection,
     h('section', {}, h('h2', {}, 'Settings'), h('div', {class: 'settings'}, capacity.node, maxHold.node)));
   root.append(error, page);
 
@@ -142,6 +150,33 @@ export function renderLimit(root, scope, [name]) {
       stat('max-hold', 'Max hold', maxHoldText(next)));
     capacity.update(next, fromUser);
     maxHold.update(next, fromUser);
+    keysSection.hidden = next.per_key == null;
+  };
+
+  // A keyed limit's keys, busiest first (the search keeps those containing its text), each with
+  // its capacity: per_key, or an operator's override (Save / Reset on its row).
+  const refreshKeys = scope.refresher(async () => {
+    if (!limit || limit.per_key == null) return;
+    const text = keySearch.value.trim();
+    try {
+      const {data} = await api('GET', `${base}/keys?limit=50${text ? `&search=${encodeURIComponent(text)}` : ''}`);
+      if (!scope.alive) return;
+      keysBox.replaceChildren(keysTable(data.keys, data.limit.per_key, setKeyCapacity));
+    } catch (err) {
+      if (scope.alive) keysBox.replaceChildren(errorBox(err));
+    }
+  });
+
+  const setKeyCapacity = async (key, value, errorNode) => {
+    showError(errorNode, null);
+    try {
+      await api('PUT', `${base}/keys/${enc(key)}/capacity`, {capacity: value});
+      toast(value === null ? `Key ${key} of ${name} back to ${limit.per_key}` : `Key ${key} of ${name} now holds ${value}`);
+      refreshKeys();
+      refreshSlots();
+    } catch (err) {
+      showError(errorNode, err);
+    }
   };
 
   const refreshSlots = scope.refresher(async () => {
@@ -155,6 +190,7 @@ export function renderLimit(root, scope, [name]) {
       const queue = data.slots.filter((s) => s.state === 'waiting');
       slotsBox.replaceChildren(slotsTable(held, release));
       queueBox.replaceChildren(queueTable(queue));
+      refreshKeys();
     } catch (err) {
       if (!scope.alive) return;
       if (err.status === 404) {
@@ -253,13 +289,20 @@ function waitText(seconds) {
   return roughDuration(seconds * 1000);
 }
 
+function keyCell(slot, keyed) {
+  return keyed ? h('td', {class: 'label-cell mono', testid: 'slot-key'}, slot.key ?? '—') : null;
+}
+
 function slotsTable(slots, release) {
   if (!slots.length) return h('p', {class: 'empty', testid: 'slots-empty'}, 'No slot is busy.');
+  const keyed = slots.some((slot) => slot.key != null);
+  const heads = ['State', 'Run', ...(keyed ? ['Key'] : []), 'Label', 'Held since', 'Expires', ''];
   return h('table', {class: 'grid', testid: 'slots-table'},
-    h('thead', {}, h('tr', {}, ['State', 'Run', 'Label', 'Held since', 'Expires', ''].map((t) => h('th', {}, t)))),
+    h('thead', {}, h('tr', {}, heads.map((t) => h('th', {}, t)))),
     h('tbody', {}, slots.map((slot) => h('tr', {testid: 'slot-row', 'data-slot-id': slot.id, 'data-state': slot.state},
       h('td', {}, h('span', {class: `badge slot-${slot.state}`}, slot.state)),
       h('td', {}, runLink(slot.run_id, 'slot-run-link')),
+      keyCell(slot, keyed),
       h('td', {class: 'label-cell'}, slot.label ?? h('span', {class: 'muted'}, '—')),
       h('td', {}, slot.state === 'reserved'
         ? h('span', {class: 'small'}, 'reserved until ', timeEl(slot.reserved_until))
@@ -271,16 +314,47 @@ function slotsTable(slots, release) {
 
 function queueTable(slots) {
   if (!slots.length) return h('p', {class: 'empty', testid: 'queue-empty'}, 'Nobody is waiting.');
+  const keyed = slots.some((slot) => slot.key != null);
+  const heads = ['#', 'Run', ...(keyed ? ['Key'] : []), 'Label', 'Waiting', 'Gives up'];
   return h('table', {class: 'grid', testid: 'queue-table'},
-    h('thead', {}, h('tr', {}, ['#', 'Run', 'Label', 'Waiting', 'Gives up'].map((t) => h('th', {}, t)))),
+    h('thead', {}, h('tr', {}, heads.map((t) => h('th', {}, t)))),
     h('tbody', {}, slots.map((slot) => h('tr', {testid: 'queue-row', 'data-slot-id': slot.id,
       'data-position': slot.position},
     h('td', {class: 'num'}, slot.position),
     h('td', {}, runLink(slot.run_id, 'queue-run-link')),
+    keyCell(slot, keyed),
     h('td', {class: 'label-cell'}, slot.label ?? h('span', {class: 'muted'}, '—')),
     h('td', {}, slot.enqueued_at ? timeEl(slot.enqueued_at, {mode: 'since'})
       : slot.waited_ms != null ? roughDuration(slot.waited_ms) : '—'),
     h('td', {}, timeEl(slot.timeout_at))))));
+}
+
+function keysTable(keys, perKey, setCapacity) {
+  if (!keys.length) return h('p', {class: 'empty', testid: 'keys-empty'}, 'No key holds or waits for a slot.');
+  return h('table', {class: 'grid', testid: 'keys-table'},
+    h('thead', {}, h('tr', {}, ['Key', 'Capacity', 'Busy', 'Reserved', 'Waiting', 'Set capacity']
+      .map((t) => h('th', {}, t)))),
+    h('tbody', {}, keys.map((k) => {
+      const input = h('input', {type: 'number', min: 1, testid: 'key-capacity-input', value: k.capacity,
+        'aria-label': `Capacity of key ${k.key}`, style: 'width: 6em'});
+      const error = h('div', {class: 'error-box', testid: 'key-capacity-error', hidden: true, role: 'alert'});
+      const save = (e) => {
+        e.preventDefault();
+        const text = input.value.trim();
+        setCapacity(k.key, /^-?\d+$/.test(text) ? Number(text) : text, error);
+      };
+      return h('tr', {testid: 'key-row', 'data-key': k.key},
+        h('td', {class: 'label-cell mono'}, k.key),
+        h('td', {class: 'num', testid: 'key-capacity'}, String(k.capacity),
+          k.overridden ? h('span', {class: 'badge', testid: 'key-override-badge'}, ` override · per_key ${perKey}`) : ''),
+        h('td', {class: 'num', testid: 'key-busy'}, k.busy),
+        h('td', {class: 'num'}, k.reserved),
+        h('td', {class: 'num', testid: 'key-waiting'}, k.waiting),
+        h('td', {}, h('form', {class: 'setting', onsubmit: save, novalidate: true}, input,
+          h('button', {type: 'submit', class: 'primary small', testid: 'key-capacity-save'}, 'Save'),
+          h('button', {type: 'button', class: 'small', testid: 'key-capacity-reset', disabled: !k.overridden,
+            onclick: () => setCapacity(k.key, null, error)}, 'Reset'), error)));
+    })));
 }
 
 function runLink(id, testid) {
