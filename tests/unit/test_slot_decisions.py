@@ -714,3 +714,143 @@ def test_a_keyed_request_is_granted_at_once_only_if_its_key_has_room_and_nobody_
     row = slots.request(view(capacity=3), "s", "r", "lbl", None, NOW, True, "a", slots.KeyView(1)).writes[-1]
     assert (row.state, row.key) == ("busy", "a")
     assert json.loads(slots.slot_json(row)) == {"id": "s", "limit": LIMIT, "label": "lbl", "key": "a"}
+
+
+class KeyedSlotMachine(RuleBasedStateMachine):
+    """A keyed limit in memory, as the store keeps it (slot rows; each decision given the stored
+    counts of the keys it touches), checked after every decision against the rule's reference:
+    no key over its capacity and the limit never over its own at a grant; after a hand-out either
+    the limit is full or no waiter's key has room; grants of one key in queue order; every other
+    waiter of a key a grant passed over still waits (a full key held up nobody)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, slots.SlotRow] = {}
+        self.next_pos = 0
+        self.ids = itertools.count()
+        self.last_grant_pos: dict[str, int] = {}
+        self.now = NOW
+
+    @initialize(capacity=st.integers(1, 4), per_key=st.integers(1, 3), keys=st.integers(1, 3))
+    def setup(self, capacity, per_key, keys):
+        self.capacity, self.per_key = capacity, min(per_key, capacity)
+        self.keys = [f"k{n}" for n in range(keys)]
+        self.key_capacity = {key: self.per_key for key in self.keys}
+
+    def view(self) -> slots.LimitView:
+        count = {
+            state: sum(1 for r in self.rows.values() if r.state == state) for state in slots.ACTIVE_STATES
+        }
+        return slots.LimitView(
+            LIMIT,
+            self.capacity,
+            HOLD,
+            count["busy"],
+            count["reserved"],
+            count["waiting"],
+            self.next_pos,
+            self.per_key,
+        )
+
+    def key_views(self) -> dict[str, slots.KeyView]:
+        def n(key, state):
+            return sum(1 for r in self.rows.values() if r.key == key and r.state == state)
+
+        return {
+            key: slots.KeyView(self.key_capacity[key], n(key, "busy"), n(key, "reserved"), n(key, "waiting"))
+            for key in self.keys
+        }
+
+    def hand_out(self, decision: slots.Decision) -> slots.Decision:
+        decision.know_keys(self.key_views())
+        changed = {row.id: row for row in decision.writes}
+        rows = {rid: changed.get(rid, row) for rid, row in self.rows.items()}
+        rows.update(changed)
+        heads = sorted((r for r in rows.values() if r.state == "waiting"), key=lambda r: r.pos)
+        slots.hand_out(decision, heads, self.now)
+        return decision
+
+    def commit(self, decision: slots.Decision, handed_out: bool) -> None:
+        before = dict(self.rows)
+        after = {**before, **{row.id: row for row in decision.writes}}
+        held = {
+            key: sum(1 for r in after.values() if r.key == key and r.state in ("busy", "reserved"))
+            for key in self.keys
+        }
+        if decision.granted:
+            assert sum(held.values()) <= self.capacity, "the limit over its capacity at a grant"
+            for row in decision.granted:
+                assert held[row.key] <= self.key_capacity[row.key], f"key {row.key} over its capacity"
+                assert row.pos > self.last_grant_pos.get(row.key, -1), f"key {row.key}'s grants out of order"
+                self.last_grant_pos[row.key] = row.pos
+                passed = [
+                    r for r in after.values() if r.key == row.key and r.state == "waiting" and r.pos < row.pos
+                ]
+                assert not passed, f"a waiter of {row.key} passed over within its key"
+        if handed_out:
+            free = self.capacity - sum(held.values())
+            eligible = [
+                r for r in after.values() if r.state == "waiting" and held[r.key] < self.key_capacity[r.key]
+            ]
+            assert free <= 0 or not eligible, f"a waiter whose key has room still waits: {eligible[:2]}"
+        self.rows = after
+        self.next_pos = decision.view.next_pos
+        for key, view in self.key_views().items():  # the decision's own bookkeeping agrees
+            if decision.keys.get(key) is not None:
+                assert decision.key_view(key) == view, (key, decision.key_view(key), view)
+
+    def _pick(self, index: int, *states: str) -> slots.SlotRow | None:
+        rows = sorted((r for r in self.rows.values() if r.state in states), key=lambda r: r.id)
+        return rows[index % len(rows)] if rows else None
+
+    @rule(key_index=st.integers(0, 2))
+    def request(self, key_index):
+        key = self.keys[key_index % len(self.keys)]
+        v = self.view()
+        decision = slots.request(
+            v, f"s{next(self.ids)}", "run", None, None, self.now, v.waiting == 0, key, self.key_views()[key]
+        )
+        self.commit(decision, handed_out=False)
+
+    @rule(index=st.integers(0, 50))
+    def release(self, index):
+        row = self._pick(index, "busy", "reserved")
+        if row is not None:
+            self.commit(self.hand_out(slots.release(self.view(), row, self.now)), handed_out=True)
+
+    @rule(index=st.integers(0, 50))
+    def confirm(self, index):
+        row = self._pick(index, "reserved")
+        if row is not None:
+            self.commit(self.hand_out(slots.confirm(self.view(), row, self.now)), handed_out=True)
+
+    @rule(index=st.integers(0, 50))
+    def leave(self, index):
+        row = self._pick(index, "waiting", "reserved")
+        if row is not None:
+            self.commit(self.hand_out(slots.leave(self.view(), row, self.now)), handed_out=True)
+
+    @rule(key_index=st.integers(0, 2), capacity=st.integers(1, 4))
+    def set_key_capacity(self, key_index, capacity):
+        """An operator's override of one key (it may exceed per_key, never the limit's capacity)."""
+        self.key_capacity[self.keys[key_index % len(self.keys)]] = capacity
+        self.commit(self.hand_out(slots.Decision(self.view())), handed_out=True)
+
+    @rule(step=st.sampled_from([1_000, RES + 1]))
+    def tick(self, step):
+        """Time passes; reservations lapse (requeued last), and the freed slots go on."""
+        self.now += step
+        due = [r for r in self.rows.values() if r.due_at is not None and r.due_at <= self.now]
+        self.commit(self.hand_out(slots.expire(self.view(), due, self.now)), handed_out=True)
+
+    @invariant()
+    def counts_are_bounded(self):
+        held = [r for r in self.rows.values() if r.state in ("busy", "reserved")]
+        for key in getattr(self, "keys", []):
+            in_key = sum(1 for r in held if r.key == key)
+            # a lowered override takes no slot back: a key may hold more than its capacity now
+            assert in_key <= max(self.key_capacity[key], self.per_key, self.capacity)
+
+
+TestKeyedSlotMachine = KeyedSlotMachine.TestCase
+TestKeyedSlotMachine.settings = settings(max_examples=400, stateful_step_count=50, deadline=None)
