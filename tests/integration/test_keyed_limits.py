@@ -282,3 +282,35 @@ async def _client_sees_the_keys(client: Engine) -> None:
             assert (await http.get("/api/limits/plain/keys")).status_code == 400
             raised = await http.put(path, json={"capacity": 3})
             assert raised.status_code == 200 and raised.json()["key"]["overridden"] is True
+
+
+def test_a_requeued_reservation_does_not_pass_an_older_waiter_deep_in_the_queue(database_url):
+    """More waiters of a full key than the store reads at once (a page of 500), then a waiter of a
+    key with room; a reservation of a third key lapses and goes back last. The freed slot goes to
+    the older waiter with room, however deep in the queue, not to the requeued one."""
+    from duro._config import LimitConfig
+    from duro._slots import RESERVATION_MS
+    from duro.store import ReleaseSlot, RequestSlot, SqlStore
+
+    store = SqlStore(database_url, decisions_clock="caller")
+    store.create_schema()
+    config = LimitConfig("deep", capacity=2, max_hold_ms=3_600_000, per_key=1)
+    try:
+
+        def request(slot_id: str, key: str, now: int):
+            return store.apply(RequestSlot(config, slot_id, None, None, None, now, None, key)).row
+
+        assert request("held-k0", "k0", 1).state == "busy"
+        assert request("held-k2", "k2", 2).state == "busy"
+        for i in range(600):
+            request(f"w-k0-{i:03d}", "k0", 10 + i)  # k0 is full: they wait
+        assert request("w-k2", "k2", 700).state == "waiting"
+        assert request("w-k1", "k1", 701).state == "waiting"  # the limit is full
+        released = store.apply(ReleaseSlot({"deep": config}, "held-k2", 800))
+        assert [row.id for row in released.granted] == ["w-k2"]  # reserved: k2 has room again
+        assert store.get_slot("w-k2").state == "reserved"
+        changed, granted = store.slots_expire({"deep": config}, 800 + RESERVATION_MS + 1)
+        assert [row.id for row in granted] == ["w-k1"], [row.id for row in granted]
+        assert store.get_slot("w-k2").state == "waiting"  # back in the queue, last
+    finally:
+        store.close()

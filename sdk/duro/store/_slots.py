@@ -189,24 +189,43 @@ class SlotRows(StorePart):
     ) -> list[SlotRow]:
         """A keyed limit's waiters in queue order, read a page at a time until the keys with room
         among them can take ``wanted`` slots (or the queue ends), their keys' counts made known to
-        the decision. Rows this decision changed are read from the decision."""
+        the decision. Rows this decision changed are read from the decision. How many the waiters
+        read so far can take does not depend on their order (each key gives at most its room), so
+        it is tallied as they come: the reading costs one pass over what it reads."""
         name = decision.view.name
-        rows: dict[str, SlotRow] = {row.id: row for row in changed.values() if row.state == "waiting"}
+        rows: dict[str, SlotRow] = {}
+        seen: dict[str, int] = {}  # by key: its waiters read so far
+        grantable = 0
+
+        def read(found: list[SlotRow]) -> None:
+            nonlocal grantable
+            unknown = {row.key for row in found if row.key is not None and row.key not in decision.keys}
+            if unknown:
+                decision.know_keys(self._key_views(conn, decision.view, unknown))
+            for row in found:
+                if row.id in rows or row.state != "waiting":
+                    continue
+                rows[row.id] = row
+                if row.key is None:
+                    grantable += 1
+                    continue
+                view = decision.key_view(row.key)
+                if view is not None and seen.get(row.key, 0) < view.free:
+                    grantable += 1
+                seen[row.key] = seen.get(row.key, 0) + 1
+
         after = -1
         while True:
             params = {"name": name, "after": after, "n": KEYED_PAGE}
             page = [slot_row(found) for found in self.db.run(conn, "queue_heads_after", params)]
-            for row in page:
-                rows.setdefault(row.id, changed.get(row.id, row))
-            unknown = {
-                row.key for row in rows.values() if row.key is not None and row.key not in decision.keys
-            }
-            if unknown:
-                decision.know_keys(self._key_views(conn, decision.view, unknown))
-            heads = sorted((row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos)
-            if len(page) < KEYED_PAGE or len(rules.next_grants(decision, heads, wanted)) >= wanted:
-                return heads
+            read([row for row in page if row.id not in changed])
+            if len(page) < KEYED_PAGE or grantable >= wanted:
+                break
             after = page[-1].pos
+        # what this decision put back in the queue went last (requeued at the end): after every
+        # stored waiter, whichever of them was read
+        read([row for row in changed.values() if row.state == "waiting"])
+        return sorted(rows.values(), key=lambda row: row.pos)
 
     def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
         """The stored counts of ``keys`` of keyed limit ``view``, each with its capacity in effect."""
