@@ -146,8 +146,9 @@ class Decision:
     keys: dict[str, KeyView] = field(default_factory=dict)
     granted: list[SlotRow] = field(default_factory=list)  # rows that became reserved or busy
     events: list[SlotEvent] = field(default_factory=list)
-    # by key: the changes of this decision to its busy, reserved and waiting counts
-    _key_deltas: dict[str, list[int]] = field(default_factory=dict)
+    # by key: the changes of this decision to its busy, reserved and waiting counts (on a keyed
+    # limit, rows without a key, from before it was keyed, under ``None``)
+    _key_deltas: dict[str | None, list[int]] = field(default_factory=dict)
     # by slot id, in the order last written: a row written twice is one write, its last (a dict, so
     # that a hand-out of K grants is O(K), not a list rebuilt at every grant)
     _writes: dict[str, SlotRow] = field(default_factory=dict)
@@ -160,6 +161,12 @@ class Decision:
     def know_keys(self, stored: dict[str, KeyView]) -> None:
         """The keys' counts as stored (before this decision), for the keys it may grant to."""
         self.keys.update(stored)
+
+    def key_changes(self) -> dict[str | None, tuple[int, int, int]]:
+        """A keyed limit's keys this decision changed, each with the change to its busy, reserved
+        and waiting counts (possibly all 0: a waiter requeued, its key's queue reordered). Rows
+        without a key count under ``None``."""
+        return {key: (d[0], d[1], d[2]) for key, d in self._key_deltas.items()}
 
     def key_view(self, key: str) -> KeyView | None:
         """``key`` as it stands with this decision's changes, or ``None`` if its counts are unknown."""
@@ -181,7 +188,7 @@ class Decision:
             counts[before.state] -= 1
         if after.state in counts:
             counts[after.state] += 1
-        if after.key is not None:
+        if self.view.per_key is not None:
             delta = self._key_deltas.setdefault(after.key, [0, 0, 0])
             if before is not None and before.state in _COUNTED:
                 delta[_COUNTED[before.state]] -= 1

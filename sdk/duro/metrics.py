@@ -260,13 +260,12 @@ class DuroCollector(Collector):
             if config.per_key is None:
                 continue
             try:  # the keys themselves never leave the store: only how many, and how many full
-                keys = engine.store.limit_keys(config)
+                active, full = engine.store.key_tally(config)
             except Exception as err:  # noqa: BLE001 - see above
                 log.warning("duro metrics: the keys' gauges of a limit are missing from this scrape: %s", err)
                 continue
-            active = [k for k in keys if k[3] + k[4] + k[5] > 0]
-            key_gauges[0].add_metric([name], len(active))
-            key_gauges[1].add_metric([name], sum(1 for k in active if k[3] + k[4] >= k[1]))
+            key_gauges[0].add_metric([name], active)
+            key_gauges[1].add_metric([name], full)
         return [*gauges, *key_gauges, *self.meter.collect()]
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._schedules import ScheduleInfo
     from ._text import check_run_id
     from .limits import LimitInfo, LimitKey, SlotInfo
+    from .limits._types import check_key
 
 __all__ = [
     "lazy_names",
@@ -56,6 +57,7 @@ __all__ = [
     "SystemClock",
     "StoreUnavailable",
     "check_run_id",
+    "check_key",
     "WorkflowSpec",
 ]
 
@@ -97,5 +99,6 @@ __getattr__, __dir__ = lazy_names(
             "LimitKey",
             "SlotInfo",
         ),
+        ".limits._types": ("check_key",),
     },
 )

@@ -94,7 +94,7 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 8
+    assert second.schema_version() == SCHEMA_VERSION == 9
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
@@ -169,7 +169,7 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 8
+    assert second.schema_version() == SCHEMA_VERSION == 9
     assert "ended_at IS NOT NULL" in _index_definition(second, "duro_slots_ended")
     assert second.get_run("old").trace_context is None
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
@@ -194,7 +194,7 @@ def test_schema_6_gains_the_cancel_request_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 8
+    assert second.schema_version() == SCHEMA_VERSION == 9
     assert second.get_run("old").cancel_requested_at is None
     assert second.cancel_run("old", None, "{}", 5).requested == ["old"]
     assert second.get_run("old").cancel_requested_at == 5
@@ -221,7 +221,7 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 8
+    assert second.schema_version() == SCHEMA_VERSION == 9
     with second._engine.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
     assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}
@@ -309,9 +309,47 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 8
+    assert second.schema_version() == SCHEMA_VERSION == 9
     assert "ended_at" in _index_definition(second, "duro_runs_quota")
     assert second.count_active("tenant:a", ("pending",), None) == 1
+    second.close()
+
+
+def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(database_url):
+    """A version-8 database (a keyed limit's keys had overrides only, their counts read from the
+    slots): the keys' rows are made from the slots, overrides kept, and a hand-out reads them."""
+    from duro import Limit, define_workspace
+    from duro.store import ReleaseSlot, RequestSlot
+
+    config = define_workspace(limits={"api": Limit(capacity=4, per_key=1, max_hold="1h")}).limits["api"]
+    first = SqlStore(database_url)
+    first.create_schema()
+    for i, key in enumerate(["a", "a", "b", "c"]):
+        first.apply(RequestSlot(config, f"s{i}", None, None, None, 1000 + i, None, key))
+    with first._engine.begin() as conn:  # back to schema 8's layout: overrides only
+        conn.execute(sa.text("DROP TABLE duro_limit_keys"))
+        conn.execute(
+            sa.text(
+                "CREATE TABLE duro_limit_keys (limit_name VARCHAR(64) NOT NULL, limit_key VARCHAR(200) "
+                "NOT NULL, capacity_override INTEGER NOT NULL, updated_at BIGINT NOT NULL, "
+                "PRIMARY KEY (limit_name, limit_key))"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO duro_limit_keys VALUES ('api', 'z', 3, 5)"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '8' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url)
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 9
+    assert second.limit_keys(config) == [
+        ("a", 1, False, 1, 0, 1),
+        ("b", 1, False, 1, 0, 0),
+        ("c", 1, False, 1, 0, 0),
+        ("z", 3, True, 0, 0, 0),
+    ]
+    released = second.apply(ReleaseSlot({"api": config}, "s0", 2000))
+    assert [row.id for row in released.granted] == ["s1"]  # a's waiter, through its key's row
+    assert second.limit_keys(config)[0] == ("a", 1, False, 0, 1, 0)
     second.close()
 
 

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import DuroError, Engine
-from duro.tooling import LimitInfo, ms_to_datetime
+from duro.tooling import LimitInfo, check_key, ms_to_datetime
 
 from ._common import ApiError, answer, engine, query_int, read_body
 from .models import (
@@ -59,9 +59,10 @@ def _key_param(request: Request, info: LimitInfo) -> str | None:
         return None
     if info.per_key is None:
         raise ApiError(400, f"limit {info.name!r} has no keys: leave out ?key=")
-    if not key or len(key) > 200 or "\x00" in key:
-        raise ApiError(400, "?key= must be a non-empty key of at most 200 characters, without NUL")
-    return key
+    try:
+        return check_key(info, key)
+    except DuroError as err:
+        raise ApiError(400, f"?key=: {err}") from None
 
 
 async def limit_slots(request: Request) -> Response:
@@ -159,9 +160,7 @@ async def limit_keys(request: Request) -> Response:
     search = request.query_params.get("search")
     if search is not None and (len(search) > 200 or "\x00" in search):
         raise ApiError(400, "?search= must be at most 200 characters, without NUL")
-    keys = await eng.limits.keys(info.name, limit=10_000 if search else most)
-    if search:
-        keys = [k for k in keys if search in k.key][:most]
+    keys = await eng.limits.keys(info.name, limit=most, search=search or None)
     return answer(
         LimitKeysOut(limit=LimitOut.of(info), keys=[LimitKeyOut.model_validate(vars(k)) for k in keys])
     )

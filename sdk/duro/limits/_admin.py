@@ -226,12 +226,13 @@ class Limits:
         value = None if max_hold is None else _as_duro(check_max_hold, name, max_hold)
         return await self._override(config, "max_hold", value)
 
-    async def keys(self, name: str, limit: int = 50) -> builtins.list[LimitKey]:
+    async def keys(self, name: str, limit: int = 50, search: str | None = None) -> builtins.list[LimitKey]:
         """A keyed limit's keys with anything busy, reserved or waiting, and every key with an
-        override: busiest first (busy + reserved, then waiting), at most ``limit`` of them."""
+        override: busiest first (busy + reserved, then waiting), at most ``limit`` of them;
+        ``search``: only the keys that contain it (case-sensitive)."""
         config = await self._keyed(name)
-        found = await self._gateway.call(self._gateway.store.limit_keys, config)
-        return [LimitKey(*row) for row in found[: max(0, int(limit))]]
+        found = await self._gateway.call(self._gateway.store.limit_keys, config, int(limit), search)
+        return [LimitKey(*row) for row in found]
 
     async def set_key_capacity(self, name: str, key: str, capacity: int | None) -> LimitKey:
         """Override the capacity of one key of a keyed limit (1..100000; it may exceed ``per_key``,
@@ -246,11 +247,7 @@ class Limits:
             self._gateway.store.set_key_override, config, key, value, self._clock.now_ms()
         )
         self._notify(granted)
-        found = await self._gateway.call(self._gateway.store.limit_keys, config)
-        return next(
-            (LimitKey(*row) for row in found if row[0] == key),
-            LimitKey(key, config.per_key or 0, False, 0, 0, 0),
-        )
+        return LimitKey(*await self._gateway.call(self._gateway.store.limit_key, config, key))
 
     async def _keyed(self, name: str) -> LimitConfig:
         config = await self._config(name)

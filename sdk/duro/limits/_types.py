@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from .._config import LimitConfig, Workspace
 from .._errors import DuroError
@@ -98,7 +98,17 @@ def check_label(limit: str, label: Any) -> str | None:
 MAX_KEY = 200
 
 
-def check_key(config: LimitConfig, key: Any) -> str | None:
+class _Named(Protocol):
+    """A limit as declared (``LimitConfig``) or as listed (``LimitInfo``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def per_key(self) -> int | None: ...
+
+
+def check_key(config: _Named, key: Any) -> str | None:
     """``key`` for a slot of ``config``: required on a keyed limit (a non-empty string of at most 200
     characters, no NUL), refused on a plain one. The key itself stays out of the messages."""
     name = config.name

@@ -22,22 +22,14 @@ class LimitRows(SlotRows):
             return {r[0]: LimitState(*r) for r in self.db.run(conn, "limit_rows", {})}
 
     def declare_limits(self, configs: Iterable[LimitConfig], now: int) -> None:
-        """Record each limit's declared capacity and max hold (a worker's config, at its start), so
-        that an engine without the project lists them (``limit_states``: ``capacity``, ``max_hold_ms``)."""
+        """Record each limit's declared capacity, max hold and per_key (a worker's config, at its
+        start), so that an engine without the project lists them (``limit_states``); a limit whose
+        per_key changed has its keys counted again (see ``_keys``)."""
         with self.db.write() as conn:
-            for config in configs:
-                params = {"name": config.name, "now": now}
-                self.db.run(conn, "limit_insert", params)
-                self.db.run(
-                    conn,
-                    "limit_declare",
-                    {
-                        **params,
-                        "capacity": config.capacity,
-                        "max_hold_ms": config.max_hold_ms,
-                        "per_key": config.per_key,
-                    },
-                )
+            for config in sorted(configs, key=lambda c: c.name):  # locks in name order, as everywhere
+                self._lock_limit(conn, config, now)
+                params = {"name": config.name, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms}
+                self.db.run(conn, "limit_declare", params)
 
     def limit_slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
         """The limit's active slots: busy and reserved first, then the queue in order."""
@@ -77,31 +69,10 @@ class LimitRows(SlotRows):
             self._view(conn, config, now)
             params = {"name": config.name, "key": key, "value": value, "now": now}
             self.db.run(conn, "key_override_reset" if value is None else "key_override_set", params)
+            self._reopen_key(conn, config, key, now)
             decision = self._hand_out_batch(conn, config, now)
         self._tell_slots(decision.events)
         return list(decision.granted)
-
-    def limit_keys(self, config: LimitConfig) -> list[tuple[str, int, bool, int, int, int]]:
-        """Keyed limit ``config``'s keys with anything busy, reserved or waiting, and every key with
-        an override: ``(key, capacity, overridden, busy, reserved, waiting)``, busiest first."""
-        assert config.per_key is not None
-        with self.db.read() as conn:
-            counts: dict[str, dict[str, int]] = {}
-            for key, state, count in self.db.run(conn, "active_keys", {"name": config.name}):
-                counts.setdefault(key, {})[state] = int(count)
-            overrides = dict(self.db.run(conn, "all_key_overrides", {"name": config.name}).fetchall())
-        keys = [
-            (
-                key,
-                overrides.get(key) or config.per_key,
-                key in overrides,
-                found.get("busy", 0),
-                found.get("reserved", 0),
-                found.get("waiting", 0),
-            )
-            for key, found in ((k, counts.get(k, {})) for k in {*counts, *overrides})
-        ]
-        return sorted(keys, key=lambda k: (-(k[3] + k[4]), -k[5], k[0]))
 
     def _hand_out_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
         """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""

@@ -91,7 +91,7 @@ _UNLOAD = (
 )
 
 _LIMIT_LOCK = (
-    "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, {clock} "
+    "SELECT capacity_override, max_hold_override_ms, busy, reserved, waiting, next_pos, {clock}, per_key "
     "FROM duro_limits WHERE name = "
 )
 _STEPS_NOW = "(SELECT count(*) FROM duro_steps WHERE duro_steps.run_id = duro_runs.id)"
@@ -105,6 +105,92 @@ _RECOVERED = (  # a run it was executing: where its history stood; its attempts 
 )
 _CANCEL_DUE = "due_at = CASE WHEN cancel_requested_at IS NULL THEN due_at ELSE cancel_requested_at END"
 DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+# -- a keyed limit's keys (duro_limit_keys, see _keys) ---------------------------------------------
+
+_KEY_COUNTS = "limit_key, capacity_override, busy, reserved, waiting"
+# a key's open_pos: its oldest waiter's pos while it has room (``{room}``), else NULL; ``{match}``
+# picks the key's slots (by key, or the rows without one)
+_OPEN_POS = (
+    "CASE WHEN {waiting} > 0 AND {room} THEN (SELECT min(pos) FROM duro_slots WHERE "
+    "duro_slots.limit_name = :name AND duro_slots.{match} AND duro_slots.state = 'waiting') END"
+)
+_ROW = "duro_limit_keys."
+_KEYS_PAGE = (
+    f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name AND limit_key <> '' "
+    "{search}ORDER BY busy + reserved DESC, waiting DESC, limit_key LIMIT :n"
+)
+
+
+def _key_change(match: str, keyed: bool) -> str:
+    """A key's counts changed by a decision (``:busy``, ``:reserved``, ``:waiting``: the changes),
+    its row made on first use, and its open_pos set anew."""
+    room_new = ":busy + :reserved < :per_key" if keyed else "1 = 1"
+    room_old = (
+        f"{_ROW}busy + :busy + {_ROW}reserved + :reserved < COALESCE({_ROW}capacity_override, :per_key)"
+        if keyed
+        else "1 = 1"
+    )
+    return (
+        "INSERT INTO duro_limit_keys (limit_name, limit_key, busy, reserved, waiting, open_pos, updated_at) "
+        "VALUES (CAST(:name AS VARCHAR(64)), CAST(:key AS VARCHAR(200)), :busy, :reserved, :waiting, "
+        + _OPEN_POS.format(waiting=":waiting", room=room_new, match=match)
+        + ", :now) ON CONFLICT (limit_name, limit_key) DO UPDATE SET "
+        f"busy = {_ROW}busy + :busy, reserved = {_ROW}reserved + :reserved, "
+        f"waiting = {_ROW}waiting + :waiting, open_pos = "
+        + _OPEN_POS.format(waiting=f"{_ROW}waiting + :waiting", room=room_old, match=match)
+        + ", updated_at = :now"
+    )
+
+
+# a keyed limit's keys counted from its slots, in this order (its per_key changed; a migration)
+COUNT_KEYS = ("keys_clear", "keys_zero", "keys_count", "keys_close")
+
+KEY_QUERIES: dict[str, str] = {
+    # keys' counts and overrides
+    "key_rows": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name AND limit_key IN (:keys)",
+    # the keys with room and waiters, oldest waiter first (duro_limit_keys_open)
+    "open_keys": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name "
+    "AND open_pos IS NOT NULL ORDER BY open_pos LIMIT :n",
+    # a key's queue (duro_slots_key_queue); the rows without a key: rare, see _keys
+    "key_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+    "AND limit_key = :key AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "keyless_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+    "AND limit_key IS NULL AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "key_change": _key_change("limit_key = :key", True),
+    "keyless_change": _key_change("limit_key IS NULL", False),
+    # a key with nothing active and no override has no row
+    "key_drop": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key "
+    "AND busy = 0 AND reserved = 0 AND waiting = 0 AND capacity_override IS NULL",
+    "key_override_set": "INSERT INTO duro_limit_keys (limit_name, limit_key, capacity_override, busy, "
+    "reserved, waiting, updated_at) VALUES (:name, :key, :value, 0, 0, 0, :now) "
+    "ON CONFLICT (limit_name, limit_key) DO UPDATE SET capacity_override = excluded.capacity_override, "
+    "updated_at = excluded.updated_at",
+    "key_override_reset": "UPDATE duro_limit_keys SET capacity_override = NULL, updated_at = :now "
+    "WHERE limit_name = :name AND limit_key = :key",
+    # a limit's keys counted again from its slots (its per_key changed; a migration)
+    "keys_clear": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND capacity_override IS NULL",
+    "keys_zero": "UPDATE duro_limit_keys SET busy = 0, reserved = 0, waiting = 0, open_pos = NULL "
+    "WHERE limit_name = :name",
+    "keys_count": "INSERT INTO duro_limit_keys (limit_name, limit_key, busy, reserved, waiting, open_pos, "
+    "updated_at) SELECT limit_name, COALESCE(limit_key, ''), "
+    "sum(CASE WHEN state = 'busy' THEN 1 ELSE 0 END), sum(CASE WHEN state = 'reserved' THEN 1 ELSE 0 END), "
+    "sum(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END), min(CASE WHEN state = 'waiting' THEN pos END), :now "
+    f"FROM duro_slots WHERE limit_name = :name AND state IN {ACTIVE_SLOTS} "
+    "GROUP BY limit_name, COALESCE(limit_key, '') "
+    "ON CONFLICT (limit_name, limit_key) DO UPDATE SET busy = excluded.busy, reserved = excluded.reserved, "
+    "waiting = excluded.waiting, open_pos = excluded.open_pos",
+    "keys_close": "UPDATE duro_limit_keys SET open_pos = NULL WHERE limit_name = :name AND limit_key <> '' "
+    "AND busy + reserved >= COALESCE(capacity_override, :per_key)",
+    "limit_per_key": "UPDATE duro_limits SET per_key = :per_key WHERE name = :name",
+    # operators: the busiest keys (those containing a text), and how many are active, how many full
+    "keys_page": _KEYS_PAGE.format(search=""),
+    "keys_page_search": _KEYS_PAGE.format(search="AND instr(limit_key, :search) > 0 "),
+    "keys_tally": "SELECT count(*), COALESCE(sum(CASE WHEN busy + reserved >= COALESCE(capacity_override, "
+    ":per_key) THEN 1 ELSE 0 END), 0) FROM duro_limit_keys WHERE limit_name = :name AND limit_key <> '' "
+    "AND busy + reserved + waiting > 0",
+}
+
 
 QUERIES: dict[str, str] = {
     # -- schema ----------------------------------------------------------------------------------
@@ -258,12 +344,6 @@ QUERIES: dict[str, str] = {
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
     "queue_heads": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
     "WHERE limit_name = :name AND state = 'waiting' ORDER BY pos LIMIT :n",
-    # a keyed limit's queue, a page at a time (a key with no room is passed over, see _slots)
-    "queue_heads_after": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots "
-    "WHERE limit_name = :name AND state = 'waiting' AND pos > :after ORDER BY pos LIMIT :n",
-    # keys' counts in a keyed limit (duro_slots_key_queue)
-    "key_counts": "SELECT limit_key, state, count(*) FROM duro_slots WHERE limit_name = :name "
-    "AND limit_key IN (:keys) AND state IN ('busy', 'reserved', 'waiting') GROUP BY limit_key, state",
     # "limit_name || ''": the limits as a filter, never as the index to read (SQLite would read every
     # slot of the limits through duro_slots_queue, then sort): the due index reads the due rows only
     "due_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE due_at <= :now "
@@ -287,26 +367,18 @@ QUERIES: dict[str, str] = {
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting, capacity, "
     "max_hold_ms, per_key FROM duro_limits",
     # a worker's config declares a limit (written only when it changed: no lock taken for nothing)
-    "limit_declare": "UPDATE duro_limits SET capacity = :capacity, max_hold_ms = :max_hold_ms, "
-    "per_key = :per_key WHERE name = :name AND (capacity IS NULL OR max_hold_ms IS NULL "
-    "OR capacity <> :capacity OR max_hold_ms <> :max_hold_ms "
-    "OR (per_key IS NULL) <> (CAST(:per_key AS INTEGER) IS NULL) OR per_key <> :per_key)",
-    # a keyed limit's keys: overrides, and every key with a busy, reserved or waiting slot
-    "key_overrides": "SELECT limit_key, capacity_override FROM duro_limit_keys WHERE limit_name = :name "
-    "AND limit_key IN (:keys)",
-    "all_key_overrides": "SELECT limit_key, capacity_override FROM duro_limit_keys WHERE limit_name = :name",
-    "active_keys": "SELECT limit_key, state, count(*) FROM duro_slots WHERE limit_name = :name "
-    "AND limit_key IS NOT NULL AND state IN ('busy', 'reserved', 'waiting') GROUP BY limit_key, state",
-    "key_override_set": "INSERT INTO duro_limit_keys (limit_name, limit_key, capacity_override, updated_at) "
-    "VALUES (:name, :key, :value, :now) ON CONFLICT (limit_name, limit_key) DO UPDATE SET "
-    "capacity_override = excluded.capacity_override, updated_at = excluded.updated_at",
-    "key_override_reset": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key",
+    # (its per_key: by the lock that counts its keys again, see _keys)
+    "limit_declare": "UPDATE duro_limits SET capacity = :capacity, max_hold_ms = :max_hold_ms "
+    "WHERE name = :name AND (capacity IS NULL OR max_hold_ms IS NULL "
+    "OR capacity <> :capacity OR max_hold_ms <> :max_hold_ms)",
     "set_capacity": "UPDATE duro_limits SET capacity_override = :value, updated_at = :now WHERE name = :name",
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
 }
 
 # a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
 # is announced in the same statement when it was inserted
+QUERIES.update(KEY_QUERIES)
+
 _INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
 
 
@@ -324,6 +396,7 @@ POSTGRESQL: dict[str, str] = {
     "insert_run_new": _INSERT_RUN_NEW,
     "insert_run_announced": f"WITH ins AS ({_INSERT_RUN_NEW} RETURNING 1) "
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
+    "keys_page_search": _KEYS_PAGE.format(search="AND strpos(limit_key, :search) > 0 "),
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
     # a slot read beside its run's fence (see _rows.send_slot_read): the count the fence

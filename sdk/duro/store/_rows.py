@@ -140,8 +140,8 @@ def slot_values(row: SlotRow) -> dict[str, Any]:
 
 
 def limit_view(config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]:
-    """A limit as its locked row and its config say, and the instant to judge by."""
-    capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row
+    """A limit as its locked row (``limit_lock``) and its config say, and the instant to judge by."""
+    capacity_override, max_hold_override, busy, reserved, waiting, next_pos, judged = row[:7]
     return LimitView(
         name=config.name,
         capacity=capacity_override or config.capacity,

@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .._errors import DuroError
-from ._tables import ACTIVE_SQL, SCHEMA_VERSION, metadata, partial_on_postgresql
+from ._queries import COUNT_KEYS, QUERIES
+from ._tables import ACTIVE_SQL, SCHEMA_VERSION, limit_keys, metadata, partial_on_postgresql
 
 
 class Connector(Protocol):
@@ -62,6 +63,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 7 -> 8: keyed limits: a slot's key, a keyed limit's slots indexed by key, a limit's declared
     # per_key (duro_limit_keys, the keys' overrides, is a new table: create_all makes it)
     7: lambda conn, dialect: _schema_8(conn),
+    # 8 -> 9: a keyed limit's keys keep their counts (see _tables.LimitKeyRow), made from the slots
+    8: lambda conn, dialect: _schema_9(conn),
 }
 
 
@@ -83,6 +86,22 @@ def _schema_8(conn: Connection) -> None:
     _add_column(conn, "duro_slots", "limit_key", "VARCHAR(200)")
     _add_column(conn, "duro_limits", "per_key", "INTEGER")
     _recreate_indexes(conn, "duro_slots_key_queue")
+
+
+def _schema_9(conn: Connection) -> None:
+    """duro_limit_keys made anew with the keys' counts: overrides kept, counts made from the slots."""
+    kept = conn.execute(
+        sa.text("SELECT limit_name, limit_key, capacity_override, updated_at FROM duro_limit_keys")
+    ).fetchall()
+    conn.execute(sa.text("DROP TABLE duro_limit_keys"))
+    limit_keys.create(conn)
+    for name, key, capacity, updated_at in kept:
+        params = {"name": name, "key": key, "value": capacity, "now": updated_at}
+        conn.execute(sa.text(QUERIES["key_override_set"]), params)
+    keyed = conn.execute(sa.text("SELECT name, per_key FROM duro_limits WHERE per_key IS NOT NULL"))
+    for name, per_key in keyed.fetchall():
+        for query in COUNT_KEYS:
+            conn.execute(sa.text(QUERIES[query]), {"name": name, "per_key": per_key, "now": 0})
 
 
 def _add_column(conn: Connection, table: str, column: str, sql_type: str) -> None:

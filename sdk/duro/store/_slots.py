@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Connection
 
@@ -23,7 +23,7 @@ from .. import _slots as rules
 from .._config import LimitConfig
 from .._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
-from ._connection import StorePart
+from ._keys import KeyRows
 from ._records import Fenced, RunRecord, StepRecord
 from ._rows import limit_view, send_slot_read, slot_row, slot_values, step_values, write_step
 from ._runs import to_run
@@ -31,10 +31,19 @@ from ._runs import to_run
 log = logging.getLogger("duro.store")
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
-KEYED_PAGE = 500  # a keyed limit's queue is read this many waiters at a time (see _keyed_heads)
 
 
-class SlotRows(StorePart):
+class Opened(NamedTuple):
+    """A slot operation's reads (see ``SlotRows._open``)."""
+
+    view: LimitView
+    judged: int  # the instant to judge by
+    slot: SlotRow | None
+    fence: int | None  # how many runs the hook's fence touched (None without a hook)
+    key: KeyView | None = None  # the request's key as stored (a keyed limit's request)
+
+
+class SlotRows(KeyRows):
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
     # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
@@ -64,25 +73,46 @@ class SlotRows(StorePart):
         if row is None:
             self.db.run(conn, "limit_insert", params)
             row = self.db.run(conn, "limit_lock", params).fetchone()
-        return limit_view(config, row)
+        return self._locked(conn, config, row)
+
+    def _locked(self, conn: Connection, config: LimitConfig, row: Sequence[Any]) -> tuple[LimitView, int]:
+        """The limit as its row, just locked, says; its keys counted again first if its ``per_key``
+        is not the one they were counted for (see ``_keys``)."""
+        view, judged = limit_view(config, row)
+        if row[-1] != config.per_key:
+            self._count_keys(conn, config, judged)
+        return view, judged
 
     def _open(
-        self, conn: Connection, config: LimitConfig, slot_id: str, hook: OwnStep | None, now: int
-    ) -> tuple[LimitView, int, SlotRow | None, int | None]:
+        self,
+        conn: Connection,
+        config: LimitConfig,
+        slot_id: str,
+        hook: OwnStep | None,
+        now: int,
+        key: str | None = None,
+    ) -> Opened:
         """A slot operation's reads, in one round trip on PostgreSQL: the limit's row locked (see
-        :meth:`_lock_limit`), then the slot read under the lock and the hook's run fenced (how many
+        :meth:`_lock_limit`), then under the lock the slot read, the hook's run fenced (how many
         runs the fence touched, ``None`` without a hook: :meth:`_settle` checks it before anything
-        is written)."""
+        is written) and, for a request of a keyed limit, its key's row read."""
         db = self.db
+        keyed = key is not None and config.per_key is not None
         with db.pipeline(conn):
             locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
             answer = send_slot_read(db, conn, slot_id, hook, now)
+            key_read = self._send_key_read(conn, config, key) if keyed and key is not None else None
         row = locked.fetchone()
         slot, fence = answer()
+        stored = None if key_read is None else key_read()
         if row is None:  # the limit's first use: its row is made, then locked, and the slot read again
             view, judged = self._lock_limit(conn, config, now)
-            return view, judged, self._read_slot(conn, slot_id), fence
-        return (*limit_view(config, row), slot, fence)
+            slot = self._read_slot(conn, slot_id)
+        else:
+            view, judged = self._locked(conn, config, row)
+        if stored is not None and key is not None and (row is None or row[-1] != config.per_key):
+            stored = self._key_views(conn, view, [key])[key]  # its keys were just counted again
+        return Opened(view, judged, slot, fence, stored)
 
     def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
         view, writes = decision.view, decision.writes
@@ -100,6 +130,7 @@ class SlotRows(StorePart):
             for row in writes:
                 self.db.run(conn, "slot_upsert", slot_values(row))
             self.db.run(conn, "limit_update", counts)
+        self._write_keys(conn, decision, now)
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
@@ -184,67 +215,6 @@ class SlotRows(StorePart):
             rules.hand_out(decision, heads, now, frozenset(taken), most)
         return adopted
 
-    def _keyed_heads(
-        self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
-    ) -> list[SlotRow]:
-        """A keyed limit's waiters in queue order, read a page at a time until the keys with room
-        among them can take ``wanted`` slots (or the queue ends), their keys' counts made known to
-        the decision. Rows this decision changed are read from the decision. How many the waiters
-        read so far can take does not depend on their order (each key gives at most its room), so
-        it is tallied as they come: the reading costs one pass over what it reads."""
-        name = decision.view.name
-        rows: dict[str, SlotRow] = {}
-        seen: dict[str, int] = {}  # by key: its waiters read so far
-        grantable = 0
-
-        def read(found: list[SlotRow]) -> None:
-            nonlocal grantable
-            unknown = {row.key for row in found if row.key is not None and row.key not in decision.keys}
-            if unknown:
-                decision.know_keys(self._key_views(conn, decision.view, unknown))
-            for row in found:
-                if row.id in rows or row.state != "waiting":
-                    continue
-                rows[row.id] = row
-                if row.key is None:
-                    grantable += 1
-                    continue
-                view = decision.key_view(row.key)
-                if view is not None and seen.get(row.key, 0) < view.free:
-                    grantable += 1
-                seen[row.key] = seen.get(row.key, 0) + 1
-
-        after = -1
-        while True:
-            params = {"name": name, "after": after, "n": KEYED_PAGE}
-            page = [slot_row(found) for found in self.db.run(conn, "queue_heads_after", params)]
-            read([row for row in page if row.id not in changed])
-            if len(page) < KEYED_PAGE or grantable >= wanted:
-                break
-            after = page[-1].pos
-        # what this decision put back in the queue went last (requeued at the end): after every
-        # stored waiter, whichever of them was read
-        read([row for row in changed.values() if row.state == "waiting"])
-        return sorted(rows.values(), key=lambda row: row.pos)
-
-    def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
-        """The stored counts of ``keys`` of keyed limit ``view``, each with its capacity in effect."""
-        assert view.per_key is not None
-        counts: dict[str, dict[str, int]] = {key: {} for key in keys}
-        params = {"name": view.name, "keys": sorted(counts)}
-        for key, state, count in self.db.run_in(conn, "key_counts", params):
-            counts[key][state] = int(count)
-        overrides = dict(self.db.run_in(conn, "key_overrides", params).fetchall())
-        return {
-            key: KeyView(
-                overrides.get(key) or view.per_key,
-                found.get("busy", 0),
-                found.get("reserved", 0),
-                found.get("waiting", 0),
-            )
-            for key, found in counts.items()
-        }
-
     def _adopt(
         self, conn: Connection, row: SlotRow, adopter: Adopter, now: int, adopted: list[RunRecord]
     ) -> OwnStep | None:
@@ -293,16 +263,14 @@ class SlotRows(StorePart):
 
     def _request_slot(self, conn: Connection, command: RequestSlot) -> SlotOutcome:
         """See :class:`RequestSlot`: busy at once when a slot is free and nobody waits, else queued."""
-        view, judged, existing, fence = self._open(
-            conn, command.config, command.slot_id, command.hook, command.now
+        key = command.key
+        view, judged, existing, fence, key_view = self._open(
+            conn, command.config, command.slot_id, command.hook, command.now, key
         )
         now = judged
         timeout_at = None if command.timeout_at is None else command.timeout_at + judged - command.now
         if existing is not None:
             return SlotOutcome(existing)
-        key, key_view = command.key, None
-        if key is not None and view.per_key is not None:
-            key_view = self._key_views(conn, view, [key])[key]
         decision = rules.request(
             view,
             command.slot_id,
@@ -335,7 +303,9 @@ class SlotRows(StorePart):
 
     def _confirm_slot(self, conn: Connection, command: ConfirmSlot) -> SlotOutcome:
         """See :class:`ConfirmSlot`: reserved -> busy, or a lapsed reservation requeued."""
-        view, now, row, fence = self._open(conn, command.config, command.slot_id, command.hook, command.now)
+        view, now, row, fence, _ = self._open(
+            conn, command.config, command.slot_id, command.hook, command.now
+        )
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
         decision = rules.confirm(view, row, now)
@@ -361,7 +331,9 @@ class SlotRows(StorePart):
     def _give_up_slot(self, conn: Connection, command: GiveUpSlot) -> SlotOutcome:
         """See :class:`GiveUpSlot`: the hook step is written failed, also when the expiry pass timed
         the request out first."""
-        view, now, row, fence = self._open(conn, command.config, command.slot_id, command.hook, command.now)
+        view, now, row, fence, _ = self._open(
+            conn, command.config, command.slot_id, command.hook, command.now
+        )
         if command.cancelled:
             return self._leave_cancelled(conn, command, view, row, now, fence)
         if row is None or row.state not in ("waiting", "timed_out"):
@@ -422,7 +394,7 @@ class SlotRows(StorePart):
             view, now = self._lock_limit(conn, configs[row.limit], command.now)
             row = self._read_slot(conn, command.slot_id) or row
         else:
-            view, now = limit_view(configs[row.limit], limit)
+            view, now = self._locked(conn, configs[row.limit], limit)
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         handed: dict[str, StepRecord] = {}

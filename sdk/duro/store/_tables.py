@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -219,12 +219,25 @@ class LimitRow(DuroTable, table=True):
 
 
 class LimitKeyRow(DuroTable, table=True):
-    """An operator's capacity for one key of a keyed limit, until reset (schema version 8)."""
+    """One key of a keyed limit (schema version 9): its live counts, and an operator's capacity for
+    it until reset. A key has a row while it has a busy, reserved or waiting slot, or an override.
+
+    ``open_pos`` is the position of the key's oldest waiter while the key has room (busy + reserved
+    below its capacity), else NULL: a hand-out reads the keys that can take a slot, oldest waiter
+    first, through ``duro_limit_keys_open``, however many keys are full. Slots without a key in a
+    keyed limit (queued before it was keyed) count under the key ``''``, which no request can name."""
 
     __tablename__ = "duro_limit_keys"
+    __table_args__ = (
+        Index("duro_limit_keys_open", "limit_name", "open_pos", **_where("open_pos IS NOT NULL")),
+    )
     limit_name: str = Field(primary_key=True, max_length=64)
     limit_key: str = Field(primary_key=True, max_length=200)
-    capacity_override: int = Field(nullable=False)
+    capacity_override: int | None = Field(default=None, nullable=True)
+    busy: int = Field(default=0)
+    reserved: int = Field(default=0)
+    waiting: int = Field(default=0)
+    open_pos: int | None = _ms(nullable=True)
     updated_at: int = _ms(nullable=False)
 
 
@@ -287,6 +300,7 @@ workers = _table(Worker)
 meta = _table(Meta)
 schedules = _table(Schedule)
 limits = _table(LimitRow)
+limit_keys = _table(LimitKeyRow)
 slots = _table(SlotRequest)
 
 
