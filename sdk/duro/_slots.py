@@ -263,12 +263,13 @@ def next_grants(decision: Decision, heads: list[SlotRow], most: int | None = Non
     free = decision.view.free if most is None else min(most, decision.view.free)
     chosen: list[SlotRow] = []
     room: dict[str, int] = {}  # by key: the slots it may still take in this hand-out
+    keyed = decision.view.per_key is not None  # a limit no longer keyed ignores its waiters' keys
     for row in heads:
         if len(chosen) >= free:
             break
         if row.state != "waiting":
             continue
-        if row.key is not None:
+        if keyed and row.key is not None:
             left = room.get(row.key)
             if left is None:
                 view = decision.key_view(row.key)

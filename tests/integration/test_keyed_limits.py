@@ -20,6 +20,7 @@ from duro import (
     wait_for_signal,
     workflow,
 )
+from tests.support.waiting import eventually
 
 LIMITS = {
     "partner-api": {"capacity": 3, "per_key": 2, "max_hold": "1h"},
@@ -187,7 +188,6 @@ async def _queue(engine: Engine) -> list[str | None]:
 
 async def _until(engine: Engine, run_id: str, held: bool = False) -> None:
     """The run's slot request is in the store (held, if ``held``)."""
-    from tests.support.waiting import eventually
 
     async def there() -> bool:
         slots = {s.run_id: s.state for s in await engine.limits.slots("partner-api")}
@@ -314,3 +314,95 @@ def test_a_requeued_reservation_does_not_pass_an_older_waiter_deep_in_the_queue(
         assert store.get_slot("w-k2").state == "waiting"  # back in the queue, last
     finally:
         store.close()
+
+
+@workflow(name="keyed.switch")
+async def switch(job: dict) -> str:
+    """Holds a slot of limit "switch" (of its account's key when the job names one) until ``done``."""
+    key = f"account:{job['account']}" if job.get("account") else None
+    async with limit_slot("switch", key=key, label=job["id"]) as slot:
+        await wait_for_signal("done")
+    return f"{slot.key} {slot.label}"
+
+
+def _switch_engine(url: str, capacity: int, per_key: int | None) -> Engine:
+    """A worker whose duro.config.py declares "switch" so (each one a deploy of a changed config)."""
+    limit = Limit(capacity=capacity, per_key=per_key, max_hold="1h")
+    engine = Engine(url, workspace=define_workspace(limits={"switch": limit}))
+    engine.register(switch)
+    return engine
+
+
+async def _states(engine: Engine) -> dict[str | None, str]:
+    return {s.run_id: s.state for s in await engine.limits.slots("switch")}
+
+
+async def _holds(engine: Engine, *run_ids: str) -> None:
+
+    async def held() -> bool:
+        states = await _states(engine)
+        return all(states.get(run_id) in ("busy", "reserved") for run_id in run_ids)
+
+    await eventually(held, what=f"{run_ids} holding their slots")
+
+
+async def test_per_key_raised_then_removed_in_the_config_keeps_every_run(database_url):
+    """per_key 1 -> 2: the key's waiter is granted by the new worker's pass; -> no per_key: the limit
+    is plain, the runs that asked with a key go on and a freed slot goes to the oldest waiter."""
+    first = _switch_engine(database_url, capacity=3, per_key=1)
+    async with first:
+        for run_id, account in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+            await first.start("keyed.switch", {"id": run_id, "account": account}, run_id=run_id)
+        await _holds(first, "a1", "b1")
+        assert (await _states(first))["a2"] == "waiting"  # its key is full, the limit is not
+    raised = _switch_engine(database_url, capacity=3, per_key=2)
+    async with raised:
+        await _holds(raised, "a1", "a2", "b1")
+        keys = await raised.limits.keys("switch")
+        assert [(k.key, k.capacity, k.busy + k.reserved) for k in keys] == [
+            ("account:a", 2, 2),
+            ("account:b", 2, 1),
+        ]
+        await raised.start("keyed.switch", {"id": "c1", "account": "c"}, run_id="c1")
+        await eventually(lambda: _has(raised, "c1"), what="c1's request")
+        assert (await _states(raised))["c1"] == "waiting"  # the limit is full
+    plain = _switch_engine(database_url, capacity=3, per_key=None)
+    async with plain:
+        handle = plain.handle("a1")
+        await handle.signal("done")
+        assert await handle.result(timeout="10s") == "account:a a1"
+        await _holds(plain, "a2", "b1", "c1")
+        with pytest.raises(DuroError, match="limit 'switch' has no keys"):
+            await plain.limits.keys("switch")
+        for run_id in ("a2", "b1", "c1"):
+            await plain.handle(run_id).signal("done")
+        results = [await plain.handle(r).result(timeout="10s") for r in ("a2", "b1", "c1")]
+        assert results == ["account:a a2", "account:b b1", "account:c c1"]
+
+
+async def test_a_plain_limit_made_keyed_hands_its_keyless_waiters_on(database_url):
+    """Runs that waited without a key when the limit became keyed are granted in their turn (a key
+    never holds them up), and keyed runs queue behind them as their keys allow."""
+    first = _switch_engine(database_url, capacity=1, per_key=None)
+    async with first:
+        for run_id in ("x1", "x2"):
+            await first.start("keyed.switch", {"id": run_id}, run_id=run_id)
+        await _holds(first, "x1")
+        assert (await _states(first))["x2"] == "waiting"
+    keyed = _switch_engine(database_url, capacity=1, per_key=1)
+    async with keyed:
+        await keyed.start("keyed.switch", {"id": "y1", "account": "a"}, run_id="y1")
+        await eventually(lambda: _has(keyed, "y1"), what="y1's request")
+        keys = await keyed.limits.keys("switch")  # the keyless slots are no key's
+        assert [(k.key, k.busy, k.waiting) for k in keys] == [("account:a", 0, 1)]
+        await keyed.handle("x1").signal("done")
+        await _holds(keyed, "x2")
+        await keyed.handle("x2").signal("done")
+        await _holds(keyed, "y1")
+        await keyed.handle("y1").signal("done")
+        results = [await keyed.handle(r).result(timeout="10s") for r in ("x1", "x2", "y1")]
+        assert results == ["None x1", "None x2", "account:a y1"]
+
+
+async def _has(engine: Engine, run_id: str) -> bool:
+    return run_id in await _states(engine)

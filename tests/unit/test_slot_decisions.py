@@ -716,6 +716,22 @@ def test_a_keyed_request_is_granted_at_once_only_if_its_key_has_room_and_nobody_
     assert json.loads(slots.slot_json(row)) == {"id": "s", "limit": LIMIT, "label": "lbl", "key": "a"}
 
 
+def test_a_limit_no_longer_keyed_hands_out_in_queue_order_whatever_its_waiters_keys():
+    """per_key removed from the config: the waiters that asked with a key are plain waiters now."""
+    decision = slots.Decision(view(capacity=2, waiting=3))
+    slots.hand_out(decision, keyed_queue("a", "a", "b"), NOW)
+    assert ids(decision.granted) == ["w1", "w2"]
+    assert decision.key_changes() == {}  # a plain limit keeps no keys' counts
+
+
+def test_a_keyed_limit_counts_its_keyless_waiters_under_none_and_grants_them_without_a_key_cap():
+    """Waiters from before the limit was keyed: no key's capacity holds them up."""
+    decision = slots.Decision(view(capacity=3, waiting=3)._replace(per_key=1))
+    slots.hand_out(decision, keyed_queue(None, None, None), NOW)
+    assert ids(decision.granted) == ["w1", "w2", "w3"]
+    assert decision.key_changes() == {None: (0, 3, -3)}
+
+
 class KeyedSlotMachine(RuleBasedStateMachine):
     """A keyed limit in memory, as the store keeps it (slot rows; each decision given the stored
     counts of the keys it touches), checked after every decision against the rule's reference:

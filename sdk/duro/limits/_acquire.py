@@ -65,10 +65,18 @@ class RunLimits:
         config = limit_config(self._workspace, limit)
         local = self._local
         label = check_label(limit, label)
-        key = check_key(config, key)
         timeout_ms = None if timeout is None else to_ms(timeout, f"acquire_slot({limit!r}) timeout")
         name = f"{HOOK_PREFIX}{limit}"
+        try:
+            key = check_key(config, key)
+            refused = None
+        except DuroError as err:
+            refused = err
         seq, rec = ctx.take_seq("hook", name)
+        if refused is not None and rec is None:
+            raise refused
+        # a request recorded stands as it was made: per_key added or removed in duro.config.py since
+        # (a reload, a deploy) never fails a run that asked before
         if rec is not None and rec.status == "completed":
             return Slot(**json.loads(rec.result or "{}"))
         if rec is not None and rec.status == "failed":
