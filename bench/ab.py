@@ -25,6 +25,8 @@ flags a ratio below 0.9 (and the exit status is 1). Cases, through duro's public
 - runs, seqruns: an entered engine runs one-step workflows in batches (500 on SQLite, 200 on
   PostgreSQL), or one at a time: runs/s.
 - pairs, pairs8: 1 or 8 runs looping ``acquire_slot`` + ``release_slot`` (capacity 8): pairs/s.
+- kpairs, kpairs8: the same on a keyed limit (capacity 8, ``per_key=2``), the runs over 4 keys (no
+  run ever waits for its key): what keys cost a pair (trees with keyed limits only).
 - queue: release-to-resume down a queue of 200 waiters on a capacity-1 limit: the median, ms.
 - pingpong: release-to-resume between two runs alternating on a capacity-1 limit: the median, ms.
 - xpingpong: the same between two workers (two engines in one process, PostgreSQL): every
@@ -65,6 +67,8 @@ CASES: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "seqruns": ("runs/s", True, STORES),
     "pairs": ("pairs/s", True, STORES),
     "pairs8": ("pairs/s", True, STORES),
+    "kpairs": ("pairs/s", True, STORES),
+    "kpairs8": ("pairs/s", True, STORES),
     "queue": ("ms median", False, STORES),
     "pingpong": ("ms median", False, STORES),
     "xpingpong": ("ms median", False, ("postgresql",)),
@@ -126,8 +130,9 @@ def define_workflows() -> dict[str, Any]:
     async def cycler(inp: dict) -> int:
         """acquire+release pairs: ``n`` of them, or until STATE's deadline (no replay happens)."""
         n, begin, done = inp.get("n"), time.perf_counter(), 0
+        keyed = {"key": inp["key"]} if "key" in inp else {}  # older trees have no key=
         while True:
-            slot = await acquire_slot("bench", label=f"{inp['tag']}-{done}")
+            slot = await acquire_slot("bench", label=f"{inp['tag']}-{done}", **keyed)
             if inp.get("events"):
                 EVENTS.extend((("acq", time.perf_counter()), ("rel", time.perf_counter())))
             assert (await release_slot(slot.id)).released
@@ -213,18 +218,21 @@ async def _until(engine: Any, waiting: int, busy: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def limit_engine(url: str, capacity: int) -> Any:
-    """An entered engine with a limit "bench" of ``capacity``, warmed with 20 pairs."""
+async def limit_engine(url: str, capacity: int, per_key: int | None = None) -> Any:
+    """An entered engine with a limit "bench" of ``capacity`` (keyed: ``per_key``), warmed with 20
+    pairs."""
     from duro import Limit, define_workspace
 
     wfs = define_workflows()
-    space = define_workspace(limits={"bench": Limit(capacity=capacity, max_hold="1h")})
+    keyed = {} if per_key is None else {"per_key": per_key}
+    space = define_workspace(limits={"bench": Limit(capacity=capacity, max_hold="1h", **keyed)})
     engine = make_engine(url, space, poll_interval=POLL)
     engine.register(wfs["cycler"])
     engine.register(wfs["holder"])
     try:
         async with engine:
-            handle = await engine.start(wfs["cycler"], {"n": WARMUP, "tag": "warm"})
+            warm = {"n": WARMUP, "tag": "warm"} | ({} if per_key is None else {"key": "k0"})
+            handle = await engine.start(wfs["cycler"], warm)
             assert await handle.result(timeout=RESULT_TIMEOUT) == WARMUP
             EVENTS.clear()
             SPANS.clear()
@@ -233,11 +241,12 @@ async def limit_engine(url: str, capacity: int) -> Any:
         engine.close()
 
 
-async def case_pairs(url: str, window: float, runs: int) -> dict:
-    async with limit_engine(url, max(8, runs)) as (engine, wfs):
+async def case_pairs(url: str, window: float, runs: int, keyed: bool = False) -> dict:
+    async with limit_engine(url, max(8, runs), 2 if keyed else None) as (engine, wfs):
         began = clock()
         STATE["deadline"] = time.perf_counter() + window + 0.25  # the runs start a little later
-        handles = [await engine.start(wfs["cycler"], {"tag": f"u{i}"}) for i in range(runs)]
+        inputs = [{"tag": f"u{i}"} | ({"key": f"k{i % 4}"} if keyed else {}) for i in range(runs)]
+        handles = [await engine.start(wfs["cycler"], inp) for inp in inputs]
         done = sum([await h.result(timeout=RESULT_TIMEOUT) for h in handles])
         got = figure(0, done, began)
         assert await _limits(engine) == (0, 0, 0)
@@ -458,6 +467,8 @@ def one_case(tree: str, mode: str, case: str, store: str, url: str, window: floa
             "seqruns": lambda: case_runs(url, store, window, True),
             "pairs": lambda: case_pairs(url, window, 1),
             "pairs8": lambda: case_pairs(url, window, 8),
+            "kpairs": lambda: case_pairs(url, window, 1, keyed=True),
+            "kpairs8": lambda: case_pairs(url, window, 8, keyed=True),
             "queue": lambda: case_queue(url, window),
             "pingpong": lambda: case_pingpong(url, window),
             "xpingpong": lambda: case_xpingpong(url, window),

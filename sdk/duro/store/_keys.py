@@ -112,8 +112,7 @@ class KeyRows(StorePart):
         """The decision's changes to its keys' counts, after its slots (a key's oldest waiter is
         read from them); a key left with nothing and no override loses its row."""
         view = decision.view
-        if view.per_key is None:
-            return
+        assert view.per_key is not None
         for key, (busy, reserved, waiting) in sorted(
             decision.key_changes().items(), key=lambda item: item[0] or KEYLESS
         ):

@@ -130,7 +130,8 @@ class SlotRows(KeyRows):
             for row in writes:
                 self.db.run(conn, "slot_upsert", slot_values(row))
             self.db.run(conn, "limit_update", counts)
-        self._write_keys(conn, decision, now)
+        if view.per_key is not None:  # a keyed limit's keys (see _keys)
+            self._write_keys(conn, decision, now)
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
