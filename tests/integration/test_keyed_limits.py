@@ -351,8 +351,9 @@ async def test_per_key_raised_then_removed_in_the_config_keeps_every_run(databas
     is plain, the runs that asked with a key go on and a freed slot goes to the oldest waiter."""
     first = _switch_engine(database_url, capacity=3, per_key=1)
     async with first:
-        for run_id, account in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+        for run_id, account in (("a1", "a"), ("a2", "a"), ("b1", "b")):  # one at a time: in this order
             await first.start("keyed.switch", {"id": run_id, "account": account}, run_id=run_id)
+            await eventually(lambda r=run_id: _has(first, r), what=f"{run_id}'s request")
         await _holds(first, "a1", "b1")
         assert (await _states(first))["a2"] == "waiting"  # its key is full, the limit is not
     raised = _switch_engine(database_url, capacity=3, per_key=2)
@@ -387,6 +388,7 @@ async def test_a_plain_limit_made_keyed_hands_its_keyless_waiters_on(database_ur
     async with first:
         for run_id in ("x1", "x2"):
             await first.start("keyed.switch", {"id": run_id}, run_id=run_id)
+            await eventually(lambda r=run_id: _has(first, r), what=f"{run_id}'s request")
         await _holds(first, "x1")
         assert (await _states(first))["x2"] == "waiting"
     keyed = _switch_engine(database_url, capacity=1, per_key=1)
