@@ -144,7 +144,7 @@ def _key_change(match: str, keyed: bool) -> str:
 
 
 # a keyed limit's keys counted from its slots, in this order (its per_key changed; a migration)
-COUNT_KEYS = ("keys_clear", "keys_zero", "keys_count", "keys_close")
+COUNT_KEYS = ("keys_clear", "keys_zero", "keys_count")
 
 KEY_QUERIES: dict[str, str] = {
     # keys' counts and overrides
@@ -172,16 +172,20 @@ KEY_QUERIES: dict[str, str] = {
     "keys_clear": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND capacity_override IS NULL",
     "keys_zero": "UPDATE duro_limit_keys SET busy = 0, reserved = 0, waiting = 0, open_pos = NULL "
     "WHERE limit_name = :name",
+    # (open_pos set once, with the room each key has: no row is written twice)
     "keys_count": "INSERT INTO duro_limit_keys (limit_name, limit_key, busy, reserved, waiting, open_pos, "
     "updated_at) SELECT limit_name, COALESCE(limit_key, ''), "
     "sum(CASE WHEN state = 'busy' THEN 1 ELSE 0 END), sum(CASE WHEN state = 'reserved' THEN 1 ELSE 0 END), "
-    "sum(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END), min(CASE WHEN state = 'waiting' THEN pos END), :now "
+    "sum(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END), CASE WHEN limit_key IS NULL "
+    "OR sum(CASE WHEN state IN ('busy', 'reserved') THEN 1 ELSE 0 END) < :per_key "
+    "THEN min(CASE WHEN state = 'waiting' THEN pos END) END, :now "
     f"FROM duro_slots WHERE limit_name = :name AND state IN {ACTIVE_SLOTS} "
-    "GROUP BY limit_name, COALESCE(limit_key, '') "
+    "GROUP BY limit_name, limit_key "
     "ON CONFLICT (limit_name, limit_key) DO UPDATE SET busy = excluded.busy, reserved = excluded.reserved, "
-    "waiting = excluded.waiting, open_pos = excluded.open_pos",
-    "keys_close": "UPDATE duro_limit_keys SET open_pos = NULL WHERE limit_name = :name AND limit_key <> '' "
-    "AND busy + reserved >= COALESCE(capacity_override, :per_key)",
+    "waiting = excluded.waiting, open_pos = CASE WHEN excluded.limit_key = '' THEN excluded.open_pos "
+    "WHEN excluded.busy + excluded.reserved < COALESCE(duro_limit_keys.capacity_override, :per_key) THEN "
+    "(SELECT min(pos) FROM duro_slots WHERE duro_slots.limit_name = :name AND duro_slots.limit_key = "
+    "excluded.limit_key AND duro_slots.state = 'waiting') END",
     "limit_per_key": "UPDATE duro_limits SET per_key = :per_key WHERE name = :name",
     # operators: the busiest keys (those containing a text), and how many are active, how many full
     "keys_page": _KEYS_PAGE.format(search=""),
