@@ -109,11 +109,16 @@ DB_NOW = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 # -- a keyed limit's keys (duro_limit_keys, see _keys) ---------------------------------------------
 
 _KEY_COUNTS = "limit_key, capacity_override, busy, reserved, waiting"
-# a key's open_pos: its oldest waiter's pos while it has room (``{room}``), else NULL; ``{match}``
-# picks the key's slots (by key, or the rows without one)
+# a key's slots: by key, the limit a filter (duro_slots_key_queue, see _tables.SlotRequest); the
+# rows without a key (rare: queued before the limit was keyed) through the limit's queue
+# (a name or key in two places of one statement is cast alike: PostgreSQL deduces one type for it)
+_NAME, _KEY = "CAST(:name AS TEXT)", "CAST(:key AS TEXT)"
+_KEY_SLOTS = f"duro_slots.limit_key = {_KEY} AND (duro_slots.limit_name || '') = {_NAME}"
+_KEYLESS_SLOTS = f"duro_slots.limit_name = {_NAME} AND duro_slots.limit_key IS NULL"
+# a key's open_pos: its oldest waiter's pos while it has room (``{room}``), else NULL
 _OPEN_POS = (
     "CASE WHEN {waiting} > 0 AND {room} THEN (SELECT min(pos) FROM duro_slots WHERE "
-    "duro_slots.limit_name = :name AND duro_slots.{match} AND duro_slots.state = 'waiting') END"
+    "{match} AND duro_slots.state = 'waiting') END"
 )
 _ROW = "duro_limit_keys."
 _KEYS_PAGE = (
@@ -133,7 +138,7 @@ def _key_change(match: str, keyed: bool) -> str:
     )
     return (
         "INSERT INTO duro_limit_keys (limit_name, limit_key, busy, reserved, waiting, open_pos, updated_at) "
-        "VALUES (CAST(:name AS VARCHAR(64)), CAST(:key AS VARCHAR(200)), :busy, :reserved, :waiting, "
+        f"VALUES ({_NAME}, {_KEY}, :busy, :reserved, :waiting, "
         + _OPEN_POS.format(waiting=":waiting", room=room_new, match=match)
         + ", :now) ON CONFLICT (limit_name, limit_key) DO UPDATE SET "
         f"busy = {_ROW}busy + :busy, reserved = {_ROW}reserved + :reserved, "
@@ -152,13 +157,13 @@ KEY_QUERIES: dict[str, str] = {
     # the keys with room and waiters, oldest waiter first (duro_limit_keys_open)
     "open_keys": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name "
     "AND open_pos IS NOT NULL ORDER BY open_pos LIMIT :n",
-    # a key's queue (duro_slots_key_queue); the rows without a key: rare, see _keys
-    "key_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
-    "AND limit_key = :key AND state = 'waiting' ORDER BY pos LIMIT :n",
-    "keyless_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
-    "AND limit_key IS NULL AND state = 'waiting' ORDER BY pos LIMIT :n",
-    "key_change": _key_change("limit_key = :key", True),
-    "keyless_change": _key_change("limit_key IS NULL", False),
+    # a key's queue; the rows without a key
+    "key_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE {_KEY_SLOTS} "
+    "AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "keyless_waiters": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE {_KEYLESS_SLOTS} "
+    "AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "key_change": _key_change(_KEY_SLOTS, True),
+    "keyless_change": _key_change(_KEYLESS_SLOTS, False),
     # a key with nothing active and no override has no row
     "key_drop": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key "
     "AND busy = 0 AND reserved = 0 AND waiting = 0 AND capacity_override IS NULL",
@@ -179,13 +184,13 @@ KEY_QUERIES: dict[str, str] = {
     "sum(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END), CASE WHEN limit_key IS NULL "
     "OR sum(CASE WHEN state IN ('busy', 'reserved') THEN 1 ELSE 0 END) < :per_key "
     "THEN min(CASE WHEN state = 'waiting' THEN pos END) END, :now "
-    f"FROM duro_slots WHERE limit_name = :name AND state IN {ACTIVE_SLOTS} "
+    f"FROM duro_slots WHERE limit_name = {_NAME} AND state IN {ACTIVE_SLOTS} "
     "GROUP BY limit_name, limit_key "
     "ON CONFLICT (limit_name, limit_key) DO UPDATE SET busy = excluded.busy, reserved = excluded.reserved, "
     "waiting = excluded.waiting, open_pos = CASE WHEN excluded.limit_key = '' THEN excluded.open_pos "
     "WHEN excluded.busy + excluded.reserved < COALESCE(duro_limit_keys.capacity_override, :per_key) THEN "
-    "(SELECT min(pos) FROM duro_slots WHERE duro_slots.limit_name = :name AND duro_slots.limit_key = "
-    "excluded.limit_key AND duro_slots.state = 'waiting') END",
+    "(SELECT min(pos) FROM duro_slots WHERE duro_slots.limit_key = excluded.limit_key "
+    f"AND (duro_slots.limit_name || '') = {_NAME} AND duro_slots.state = 'waiting') END",
     "limit_per_key": "UPDATE duro_limits SET per_key = :per_key WHERE name = :name",
     # operators: the busiest keys (those containing a text), and how many are active, how many full
     "keys_page": _KEYS_PAGE.format(search=""),

@@ -95,6 +95,7 @@ def _schema_9(conn: Connection) -> None:
     ).fetchall()
     conn.execute(sa.text("DROP TABLE duro_limit_keys"))
     limit_keys.create(conn)
+    _recreate_indexes(conn, "duro_slots_key_queue")
     for name, key, capacity, updated_at in kept:
         params = {"name": name, "key": key, "value": capacity, "now": updated_at}
         conn.execute(sa.text(QUERIES["key_override_set"]), params)
