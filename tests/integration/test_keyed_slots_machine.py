@@ -3,7 +3,7 @@ requests over three keys, releases, confirmations, time passing (expiries, lapse
 limit's capacity and a key's capacity overridden, and ``per_key`` changed in the config (keyed to
 another size, to plain, and back: slots without a key then wait in a keyed limit). After every step
 the store's keys are checked against its slots: each key's counts, the position of its oldest
-waiter while it has room (what a hand-out reads first), no key row without a slot or an override;
+waiter while it has room (what a hand-out reads first), no key row with counts but no slots;
 the limit's counts; and no waiter left waiting that could be granted (its key and the limit have
 room). The grant rule's order is checked against a reference model in the unit tests."""
 
@@ -118,7 +118,8 @@ def make_machine(url: str):
                 cap = self.overrides.get(key, per_key)
                 has_room = key == "" or busy + reserved < cap
                 assert stored.get(key) == (busy, reserved, waiting, head if has_room else None), (key, stored)
-            assert set(stored) == set(expected), (stored, expected)
+            idle = {key: stored[key] for key in set(stored) - set(expected)}  # kept until pruned
+            assert all(row == (0, 0, 0, None) for row in idle.values()), (stored, expected)
             limit_free = self.capacity - sum(1 for row in rows if row.state in ("busy", "reserved"))
             if limit_free > 0:
                 for row in rows:
@@ -165,3 +166,25 @@ def test_a_keyed_limits_keys_stay_true_to_its_slots(database_url):
             database=None,
         ),
     )
+
+
+def test_an_idle_keys_row_is_pruned_by_the_expiry_pass_and_an_overridden_one_kept(database_url):
+    store = _fresh_store(database_url)
+    try:
+        config = LimitConfig(NAME, capacity=4, max_hold_ms=60_000, per_key=1)
+        for key in ("a", "b"):
+            store.apply(RequestSlot(config, f"s-{key}", None, None, None, 1_000, None, key))
+            store.apply(ReleaseSlot({NAME: config}, f"s-{key}", 1_000))
+        store.set_key_override(config, "b", 3, 1_000)
+        assert _key_rows(store) == {"a": (0, 0, 0, None), "b": (0, 0, 0, None)}  # idle, kept a while
+        assert [key[0] for key in store.limit_keys(config)] == ["b"]  # listed: the override only
+        store.slots_expire({NAME: config}, 2_000)  # the first pass prunes
+        assert _key_rows(store) == {"b": (0, 0, 0, None)}
+        store.apply(RequestSlot(config, "s-a2", None, None, None, 3_000, None, "a"))
+        store.apply(ReleaseSlot({NAME: config}, "s-a2", 3_000))
+        store.slots_expire({NAME: config}, 30_000)  # within a minute of the last prune: not again
+        assert set(_key_rows(store)) == {"a", "b"}
+        store.slots_expire({NAME: config}, 70_000)
+        assert set(_key_rows(store)) == {"b"}
+    finally:
+        store.close()

@@ -1,7 +1,9 @@
 """A keyed limit's keys as the store keeps them (``duro_limit_keys``, see ``_tables.LimitKeyRow``).
 
 Each key has a row while it has a busy, reserved or waiting slot (or an operator's capacity): its
-counts, and while it has room its oldest waiter's position (``open_pos``). So a hand-out reads the
+counts, and while it has room its oldest waiter's position (``open_pos``). A key left with nothing
+keeps its row a while (its next slot updates it in place: no row and index entries written and
+erased at every pair), until the expiry pass prunes idle keys, once a minute at most. So a hand-out reads the
 keys that can take a slot, oldest waiter first, and only those keys' first waiters: 100,000 waiters
 behind 10,000 full keys cost what 100 do. A request reads its own key's row, never counts slots.
 
@@ -28,6 +30,7 @@ from ._queries import COUNT_KEYS
 from ._rows import slot_row
 
 KEYLESS = ""  # the key row of a keyed limit's slots without a key (queued before it was keyed)
+PRUNE_MS = 60_000  # idle keys' rows are pruned this often at the most (see KeyRows.prune_keys)
 
 # a key as operators list it: (key, capacity in effect, overridden, busy, reserved, waiting)
 KeyListing = tuple[str, int, bool, int, int, int]
@@ -50,6 +53,8 @@ def _listed(per_key: int, row: Sequence[Any]) -> KeyListing:
 class KeyRows(StorePart):
     """A keyed limit's key rows: read by decisions, written with them, listed for operators."""
 
+    _keys_pruned_at: int | None = None  # when this store last pruned idle keys (see prune_keys)
+
     # -- decisions -------------------------------------------------------------------------------
 
     def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
@@ -65,8 +70,13 @@ class KeyRows(StorePart):
         gives it, once it is in."""
         assert config.per_key is not None
         per_key = config.per_key
-        cursor = self.db.run_in(conn, "key_rows", {"name": config.name, "keys": [key]})
-        return lambda: _key_view(per_key, next((row[1:] for row in cursor.fetchall()), None))
+        cursor = self.db.run(conn, "key_row", {"name": config.name, "key": key})
+
+        def stored() -> KeyView:
+            row = cursor.fetchone()
+            return _key_view(per_key, None if row is None else row[1:])
+
+        return stored
 
     def _keyed_heads(
         self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
@@ -110,12 +120,12 @@ class KeyRows(StorePart):
 
     def _write_keys(self, conn: Connection, decision: Decision, now: int) -> None:
         """The decision's changes to its keys' counts, after its slots (a key's oldest waiter is
-        read from them); a key left with nothing and no override loses its row."""
+        read from them). A key left with nothing keeps its row until :meth:`prune_keys`."""
         view = decision.view
         assert view.per_key is not None
-        for key, (busy, reserved, waiting) in sorted(
-            decision.key_changes().items(), key=lambda item: item[0] or KEYLESS
-        ):
+        changes = decision.key_changes()
+        for key in sorted(changes, key=lambda key: key or KEYLESS) if len(changes) > 1 else changes:
+            busy, reserved, waiting = changes[key]
             params = {
                 "name": view.name,
                 "key": KEYLESS if key is None else key,
@@ -126,8 +136,20 @@ class KeyRows(StorePart):
                 "now": now,
             }
             self.db.run(conn, "keyless_change" if key is None else "key_change", params)
-            if busy + reserved + waiting < 0:
-                self.db.run(conn, "key_drop", params)
+
+    def prune_keys(self, configs: Iterable[LimitConfig], now: int) -> None:
+        """Drop the rows of keys with nothing busy, reserved or waiting and no override, of keyed
+        limits ``configs``; at most once per ``PRUNE_MS`` (the expiry pass calls it every time). No
+        limit's lock: a decision that changes a key at the same moment either finds its row gone
+        and makes it again from its own change, or has changed it first, and then it is not idle."""
+        keyed = sorted(config.name for config in configs if config.per_key is not None)
+        last = self._keys_pruned_at
+        if not keyed or (last is not None and 0 <= now - last < PRUNE_MS):
+            return
+        with self.db.write() as conn:
+            for name in keyed:
+                self.db.run(conn, "keys_prune", {"name": name})
+        self._keys_pruned_at = now
 
     def _reopen_key(self, conn: Connection, config: LimitConfig, key: str, now: int) -> None:
         """A key's capacity changed: whether it has room (its ``open_pos``) judged again."""
@@ -162,7 +184,7 @@ class KeyRows(StorePart):
         """One key of keyed limit ``config`` as :meth:`limit_keys` lists it (all 0 if it has no row)."""
         assert config.per_key is not None
         with self.db.single_read() as conn:
-            found = self.db.run_in(conn, "key_rows", {"name": config.name, "keys": [key]}).fetchone()
+            found = self.db.run(conn, "key_row", {"name": config.name, "key": key}).fetchone()
         return _listed(config.per_key, found) if found is not None else (key, config.per_key, False, 0, 0, 0)
 
     def key_tally(self, config: LimitConfig) -> tuple[int, int]:

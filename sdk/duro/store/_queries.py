@@ -123,6 +123,7 @@ _OPEN_POS = (
 _ROW = "duro_limit_keys."
 _KEYS_PAGE = (
     f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name AND limit_key <> '' "
+    "AND (busy + reserved + waiting > 0 OR capacity_override IS NOT NULL) "
     "{search}ORDER BY busy + reserved DESC, waiting DESC, limit_key LIMIT :n"
 )
 
@@ -154,6 +155,7 @@ COUNT_KEYS = ("keys_clear", "keys_zero", "keys_count")
 KEY_QUERIES: dict[str, str] = {
     # keys' counts and overrides
     "key_rows": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name AND limit_key IN (:keys)",
+    "key_row": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key",
     # the keys with room and waiters, oldest waiter first (duro_limit_keys_open)
     "open_keys": f"SELECT {_KEY_COUNTS} FROM duro_limit_keys WHERE limit_name = :name "
     "AND open_pos IS NOT NULL ORDER BY open_pos LIMIT :n",
@@ -164,7 +166,9 @@ KEY_QUERIES: dict[str, str] = {
     "AND state = 'waiting' ORDER BY pos LIMIT :n",
     "key_change": _key_change(_KEY_SLOTS, True),
     "keyless_change": _key_change(_KEYLESS_SLOTS, False),
-    # a key with nothing active and no override has no row
+    # a key with nothing active and no override: its row goes (one key; every idle key of a limit)
+    "keys_prune": "DELETE FROM duro_limit_keys WHERE limit_name = :name "
+    "AND busy = 0 AND reserved = 0 AND waiting = 0 AND capacity_override IS NULL",
     "key_drop": "DELETE FROM duro_limit_keys WHERE limit_name = :name AND limit_key = :key "
     "AND busy = 0 AND reserved = 0 AND waiting = 0 AND capacity_override IS NULL",
     "key_override_set": "INSERT INTO duro_limit_keys (limit_name, limit_key, capacity_override, busy, "

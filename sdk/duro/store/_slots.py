@@ -470,6 +470,7 @@ class SlotRows(KeyRows):
         full = True
         while full:
             full = self._expire_slots(configs, now, changed, granted)
+        self.prune_keys(configs.values(), now)
         return changed, granted
 
     def _expire_slots(

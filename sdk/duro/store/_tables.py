@@ -255,17 +255,17 @@ class SlotRequest(DuroTable, table=True):
         # ended slots by limit and end (schema 6): a limit's last hour (Studio, duro.limits.stats)
         # reads that hour's ends, not the limit's whole history of ended slots
         Index("duro_slots_ended", "limit_name", "ended_at", **_where("ended_at IS NOT NULL")),
-        # a keyed limit's slots by key (schema 8): a key's queue. Key first, its limit last (schema
-        # 9): a key's queries name the limit as a filter (``limit_name || ''``), so no planner reads
-        # a key's queue through duro_slots_queue, the whole limit's, in order (before statistics
-        # exist, PostgreSQL did: 100,000 waiters read to find one key's)
+        # a keyed limit's waiters by key (schema 8): a key's queue. Schema 9: its waiters only (a
+        # slot granted at once never enters it), key first and its limit last: a key's queries name
+        # the limit as a filter (``limit_name || ''``), so no planner reads a key's queue through
+        # duro_slots_queue, the whole limit's, in order (before statistics exist, PostgreSQL did:
+        # 100,000 waiters read to find one key's)
         Index(
             "duro_slots_key_queue",
             "limit_key",
-            "state",
             "pos",
             "limit_name",
-            **_where("limit_key IS NOT NULL"),
+            **_where("state = 'waiting' AND limit_key IS NOT NULL"),
         ),
     )
     id: str = Field(primary_key=True, max_length=220)
