@@ -28,6 +28,17 @@ class LimitConfig:
 
 
 @dataclass(frozen=True)
+class RateConfig:
+    """A validated rate: at most ``limit`` (in costs) granted in any window of ``per_ms``; with
+    ``per_key``, a window per key."""
+
+    name: str
+    limit: int
+    per_ms: int
+    per_key: bool = False
+
+
+@dataclass(frozen=True)
 class WorkflowEntry:
     """One entry of the ``workflows`` list: a path relative to the project root, and serial mode."""
 
@@ -111,6 +122,32 @@ def check_per_key(name: str, per_key: Any, capacity: int) -> int | None:
             f"got {per_key!r}; leave it out for a limit without keys"
         )
     return per_key
+
+
+MAX_RATE = 1_000_000
+RATE_PER_MS = (1_000, 86_400_000)  # "1s" to "1d"
+
+
+def check_rate(name: Any, limit: Any, per: Any, per_key: Any = False) -> RateConfig:
+    """A rate as declared: its name (as a limit's), ``limit`` from 1 to 1,000,000, ``per`` from
+    ``"1s"`` to ``"1d"``, ``per_key`` a bool; a :class:`ConfigError` names the rate and the field."""
+    if not isinstance(name, str) or not LIMIT_NAME.match(name):
+        raise ConfigError(
+            f"rate name {name!r} is invalid: use 1 to 64 lowercase letters, digits, '.', '_' or '-'"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RATE:
+        raise ConfigError(f"rate {name!r}: limit must be an integer from 1 to {MAX_RATE:,}, got {limit!r}")
+    if per is None:
+        raise ConfigError(f"rate {name!r}: per is required (the window, e.g. '1m')")
+    try:
+        per_ms = to_ms(per, f"rate {name!r} per")
+    except DuroError as err:
+        raise ConfigError(str(err)) from None
+    if not RATE_PER_MS[0] <= per_ms <= RATE_PER_MS[1]:
+        raise ConfigError(f"rate {name!r}: per must be from '1s' to '1d', got {per!r}")
+    if not isinstance(per_key, bool):
+        raise ConfigError(f"rate {name!r}: per_key must be True or False, got {per_key!r}")
+    return RateConfig(name, limit, per_ms, per_key)
 
 
 def _entry(item: Any) -> WorkflowEntry:

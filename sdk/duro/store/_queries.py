@@ -205,6 +205,58 @@ KEY_QUERIES: dict[str, str] = {
 }
 
 
+# -- rates (duro_rates, duro_rate_keys, duro_rate_waits; see _rates) ------------------------------
+
+RATE_WAIT_COLUMNS = (
+    "id",
+    "rate_name",
+    "rate_key",
+    "run_id",
+    "cost",
+    "pos",
+    "state",
+    "enqueued_at",
+    "timeout_at",
+    "granted_at",
+    "ended_at",
+)
+# one queue's rows: by key, the rate a filter (see _tables.RateWait)
+_QUEUE = "rate_key = :key AND (rate_name || '') = CAST(:name AS TEXT)"
+
+RATE_QUERIES: dict[str, str] = {
+    "rate_insert": "INSERT INTO duro_rates (name, per_key, next_pos, updated_at) "
+    "VALUES (:name, FALSE, 0, :now) ON CONFLICT (name) DO NOTHING",
+    "rate_read": "SELECT limit_override, paused_until, next_pos FROM duro_rates WHERE name = :name",
+    "rate_next_pos": "UPDATE duro_rates SET next_pos = :next_pos, updated_at = :now WHERE name = :name",
+    "rate_key_insert": "INSERT INTO duro_rate_keys (rate_name, rate_key, waiting, updated_at) "
+    "VALUES (:name, :key, 0, :now) ON CONFLICT (rate_name, rate_key) DO NOTHING",
+    # the queue's row, locked for the transaction (FOR UPDATE on PostgreSQL), and the instant
+    "rate_key_lock": "SELECT paused_until, waiting, {clock} FROM duro_rate_keys "
+    "WHERE rate_name = :name AND rate_key = :key",
+    "rate_key_update": "UPDATE duro_rate_keys SET waiting = :waiting, next_due = :next_due, "
+    "updated_at = :now WHERE rate_name = :name AND rate_key = :key",
+    "rate_wait_select": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE id = :id",
+    "rate_wait_insert": f"INSERT INTO duro_rate_waits ({_list(RATE_WAIT_COLUMNS)}) "
+    f"VALUES ({_list(RATE_WAIT_COLUMNS, ':')})",
+    "rate_heads": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE {_QUEUE} "
+    "AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "rate_window": f"SELECT granted_at, cost FROM duro_rate_waits WHERE {_QUEUE} "
+    "AND state = 'granted' AND granted_at > :since",
+    "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now WHERE id = :id "
+    "AND state = 'waiting'",
+    "rate_time_out": f"UPDATE duro_rate_waits SET state = 'timed_out', ended_at = :now WHERE {_QUEUE} "
+    "AND state = 'waiting' AND timeout_at <= :now",
+    "rates_due": "SELECT rate_name, rate_key FROM duro_rate_keys WHERE next_due <= :now "
+    "AND (rate_name || '') IN (:names) ORDER BY next_due LIMIT :n",
+    "rate_timeouts_due": "SELECT DISTINCT rate_name, rate_key FROM duro_rate_waits WHERE state = 'waiting' "
+    "AND timeout_at <= :now AND (rate_name || '') IN (:names)",
+    "next_rate_due": "SELECT min(due) FROM (SELECT min(next_due) AS due FROM duro_rate_keys "
+    "WHERE next_due IS NOT NULL AND (rate_name || '') IN (:names) UNION ALL SELECT min(timeout_at) "
+    "FROM duro_rate_waits WHERE state = 'waiting' AND timeout_at IS NOT NULL "
+    "AND (rate_name || '') IN (:names)) AS dues",
+}
+
+
 QUERIES: dict[str, str] = {
     # -- schema ----------------------------------------------------------------------------------
     "schema_version": "SELECT value FROM duro_meta WHERE key = 'schema_version'",
@@ -391,6 +443,7 @@ QUERIES: dict[str, str] = {
 # a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
 # is announced in the same statement when it was inserted
 QUERIES.update(KEY_QUERIES)
+QUERIES.update(RATE_QUERIES)
 
 _INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
 
@@ -411,6 +464,7 @@ POSTGRESQL: dict[str, str] = {
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "keys_page_search": _KEYS_PAGE.format(search="AND strpos(limit_key, :search) > 0 "),
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
+    "rate_key_lock": QUERIES["rate_key_lock"] + " FOR UPDATE",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
     # a slot read beside its run's fence (see _rows.send_slot_read): the count the fence
     # touched, then the slot's columns (NULL when there is no such slot)

@@ -65,6 +65,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     7: lambda conn, dialect: _schema_8(conn),
     # 8 -> 9: a keyed limit's keys keep their counts (see _tables.LimitKeyRow), made from the slots
     8: lambda conn, dialect: _schema_9(conn),
+    # 9 -> 10 adds rates (duro_rates, duro_rate_keys, duro_rate_waits): new tables, made by create_all
+    9: lambda conn, dialect: None,
 }
 
 

@@ -22,6 +22,7 @@ from ._claims import ClaimRows
 from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
 from ._limit_rows import LimitRows
+from ._rates import RateRows
 from ._runs import RunRows
 from ._schedules import ScheduleRows
 from ._signals import SignalRows
@@ -42,6 +43,7 @@ class SqlStore(
     LimitRows,
     SlotRows,
     SlotStatsRows,
+    RateRows,
     ClaimRows,
     ScheduleRows,
     WorkerRows,
@@ -80,6 +82,8 @@ class SqlStore(
             "limit_keys",
             "limit_stats",
             "queued_limits",
+            "next_rate_due",
+            "get_rate_wait",
             "unfinished_by_version",
         }
     )

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -287,6 +287,69 @@ class SlotRequest(DuroTable, table=True):
     due_at: int | None = _ms(nullable=True)
 
 
+class RateRow(DuroTable, table=True):
+    """A rate as declared (what a client engine lists) and its operators' override and pause
+    (schema version 10). The config file declares rates; this row exists once a rate is used."""
+
+    __tablename__ = "duro_rates"
+    name: str = Field(primary_key=True, max_length=64)
+    rate_limit: int | None = Field(default=None, nullable=True)  # as declared
+    per_ms: int | None = _ms(nullable=True)
+    per_key: bool = Field(default=False)
+    limit_override: int | None = Field(default=None, nullable=True)
+    paused_until: int | None = _ms(nullable=True)  # the whole rate, every key
+    next_pos: int = _ms(nullable=False, default=0)
+    updated_at: int = _ms(nullable=False)
+
+
+class RateKeyRow(DuroTable, table=True):
+    """One queue of a rate (schema version 10): a key of a keyed rate, or ``''`` for an unkeyed
+    one. Its row is locked by every decision of that queue; ``next_due`` is when its head may be
+    granted (NULL: nobody waits, or the head's cost is above the limit in effect), so that a worker
+    keeps one timer, the earliest ``next_due`` of the rates it declares."""
+
+    __tablename__ = "duro_rate_keys"
+    __table_args__ = (Index("duro_rate_keys_due", "next_due", **_where("next_due IS NOT NULL")),)
+    rate_name: str = Field(primary_key=True, max_length=64)
+    rate_key: str = Field(primary_key=True, max_length=200)
+    paused_until: int | None = _ms(nullable=True)  # this key only (a 429 for one tenant)
+    waiting: int = Field(default=0)
+    next_due: int | None = _ms(nullable=True)
+    updated_at: int = _ms(nullable=False)
+
+
+class RateWait(DuroTable, table=True):
+    """One ``acquire_rate`` (schema version 10): ``waiting`` in its queue (``pos`` orders it), then
+    ``granted`` (``granted_at``: what the windows count), ``timed_out`` or ``cancelled``."""
+
+    __tablename__ = "duro_rate_waits"
+    __table_args__ = (
+        # a queue's waiters, and a queue's grants by instant: key first, the rate a filter (the
+        # lesson of duro_slots_key_queue: no plan reads a queue through another one's index)
+        Index("duro_rate_waits_queue", "rate_key", "pos", "rate_name", **_where("state = 'waiting'")),
+        Index(
+            "duro_rate_waits_granted", "rate_key", "granted_at", "rate_name", **_where("state = 'granted'")
+        ),
+        Index(
+            "duro_rate_waits_timeout",
+            "timeout_at",
+            **_where("state = 'waiting' AND timeout_at IS NOT NULL"),
+        ),
+        Index("duro_rate_waits_run", "run_id", **_where("state = 'waiting'")),
+    )
+    id: str = Field(primary_key=True, max_length=220)
+    rate_name: str = Field(max_length=64)
+    rate_key: str = Field(max_length=200)
+    run_id: str | None = Field(default=None, max_length=200, nullable=True)
+    cost: int
+    pos: int = _ms(nullable=False)
+    state: str = Field(max_length=16)
+    enqueued_at: int = _ms(nullable=False)
+    timeout_at: int | None = _ms(nullable=True)
+    granted_at: int | None = _ms(nullable=True)
+    ended_at: int | None = _ms(nullable=True)
+
+
 metadata = DuroTable.metadata
 
 
@@ -305,6 +368,9 @@ schedules = _table(Schedule)
 limits = _table(LimitRow)
 limit_keys = _table(LimitKeyRow)
 slots = _table(SlotRequest)
+rates = _table(RateRow)
+rate_keys = _table(RateKeyRow)
+rate_waits = _table(RateWait)
 
 
 def partial_on_postgresql() -> None:

@@ -1,0 +1,201 @@
+"""The store's side of rates: each decision of ``duro._rates`` applied in one transaction.
+
+A rate's waiters queue per key (``''`` for an unkeyed rate), and every decision of a queue first
+locks its row in ``duro_rate_keys`` (``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite ``BEGIN
+IMMEDIATE`` serializes writers): the window it reads (the queue's grants of the last ``per_ms``),
+the grants it makes and the queue's next due instant cannot interleave with another process's, so
+the window's promise holds across processes. Instants are the database server's on PostgreSQL.
+
+A request is queued, then the queue is decided at once: granted in the same transaction when the
+window allows (its hook step written completed alongside), else it waits and the queue's
+``next_due`` says when its head may go; the expiry pass (:meth:`RateRows.rates_due`) decides every
+queue whose head is due, and times out waiters past their timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from sqlalchemy.engine import Connection
+
+from .. import _rates as rules
+from .._config import RateConfig
+from ._commands import OwnStep
+from ._connection import StorePart
+from ._queries import RATE_WAIT_COLUMNS
+from ._records import Fenced, StepRecord
+from ._rows import write_step
+
+HEADS = 1000  # waiters a decision reads at the most (a grant costs at least 1: limit bounds it too)
+
+
+class RateWaitRow(NamedTuple):
+    """One ``acquire_rate`` as stored (``RATE_WAIT_COLUMNS``, in order)."""
+
+    id: str
+    rate: str
+    key: str
+    run_id: str | None
+    cost: int
+    pos: int
+    state: str
+    enqueued_at: int
+    timeout_at: int | None = None
+    granted_at: int | None = None
+    ended_at: int | None = None
+
+
+class RateOutcome(NamedTuple):
+    """What a rate transaction did: the request as it stands (``None`` if unknown), its hook step
+    as written, the waiters it granted (this request's included), and the queue's next due."""
+
+    wait: RateWaitRow | None
+    step: StepRecord | None = None
+    granted: tuple[RateWaitRow, ...] = ()
+    next_due: int | None = None
+
+
+def grant_json(row: RateWaitRow) -> str:
+    """A grant as its hook step's result: what a replay reads back."""
+    return json.dumps(
+        {
+            "rate": row.rate,
+            "key": row.key or None,
+            "granted_at": row.granted_at,
+            "waited_ms": (row.granted_at or 0) - row.enqueued_at,
+        }
+    )
+
+
+class RateRows(StorePart):
+    """The rates' queues: each call locks one queue's row, decides (``duro._rates``) and writes."""
+
+    def _lock_queue(self, conn: Connection, name: str, key: str, now: int) -> tuple[int | None, int, int]:
+        """The queue's row, made on first use and locked: (its own pause, waiting, judged instant)."""
+        params = {"name": name, "key": key, "now": now}
+        row = self.db.run(conn, "rate_key_lock", params).fetchone()
+        if row is None:
+            self.db.run(conn, "rate_insert", params)
+            self.db.run(conn, "rate_key_insert", params)
+            row = self.db.run(conn, "rate_key_lock", params).fetchone()
+        paused_until, waiting, judged = row
+        return paused_until, int(waiting), int(judged)
+
+    def _read_wait(self, conn: Connection, wait_id: str) -> RateWaitRow | None:
+        found = self.db.run(conn, "rate_wait_select", {"id": wait_id}).fetchone()
+        return None if found is None else RateWaitRow(*found)
+
+    def _decide(
+        self, conn: Connection, config: RateConfig, key: str, paused: int | None, waiting: int, now: int
+    ) -> tuple[list[RateWaitRow], int | None, int]:
+        """Time out the queue's waiters past their timeout, then grant its heads while the window
+        allows; write the grants and the queue's row. Returns (granted, next due, waiting)."""
+        params: dict[str, Any] = {"name": config.name, "key": key, "now": now}
+        waiting -= self.db.run(conn, "rate_time_out", params).rowcount
+        limit_override, rate_paused, _ = self.db.run(conn, "rate_read", params).fetchone()
+        pauses = [p for p in (paused, rate_paused) if p is not None and p > now]
+        view = rules.RateView(
+            config.name, limit_override or config.limit, config.per_ms, max(pauses, default=None)
+        )
+        heads = [
+            RateWaitRow(*row)
+            for row in self.db.run(conn, "rate_heads", {**params, "n": min(HEADS, view.limit)})
+        ]
+        window = [
+            rules.Grant(int(at), int(cost))
+            for at, cost in self.db.run(conn, "rate_window", {**params, "since": now - config.per_ms})
+        ]
+        queue = [rules.Waiter(row.id, row.pos, row.cost, row.timeout_at) for row in heads]
+        decision = rules.grant_due(view, window, queue, now)
+        granted = [heads[i]._replace(state="granted", granted_at=now) for i in range(len(decision.granted))]
+        for row in granted:
+            self.db.run(conn, "rate_grant", {"id": row.id, "now": now})
+        waiting -= len(granted)
+        next_due = decision.next_due
+        if next_due is None and len(granted) == len(heads) == min(HEADS, view.limit) and waiting > 0:
+            next_due = now  # more heads than one decision reads: the next pass goes on at once
+        update = {**params, "waiting": waiting, "next_due": next_due if waiting > 0 else None}
+        self.db.run(conn, "rate_key_update", update)
+        for row in granted:
+            if row.run_id is not None:
+                self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
+        self.db.notify(conn, *(["rate", row.id] for row in granted))
+        return granted, update["next_due"], waiting
+
+    def request_rate(
+        self,
+        config: RateConfig,
+        wait_id: str,
+        run_id: str | None,
+        key: str | None,
+        cost: int,
+        timeout_at: int | None,
+        now: int,
+        hook: OwnStep | None = None,
+    ) -> RateOutcome:
+        """Queue a request for ``cost`` of rate ``config`` (idempotent by ``wait_id``) and decide its
+        queue at once. ``hook``, the run's hook step, is written alongside: completed with the grant
+        when it was granted now, else as given (waiting). ``timeout_at`` is on the caller's clock."""
+        queue = key or ""
+        with self.db.write() as conn:
+            paused, waiting, judged = self._lock_queue(conn, config.name, queue, now)
+            existing = self._read_wait(conn, wait_id)
+            if existing is not None:
+                return RateOutcome(existing)
+            pos = int(self.db.run(conn, "rate_read", {"name": config.name}).fetchone()[2])
+            self.db.run(conn, "rate_next_pos", {"name": config.name, "next_pos": pos + 1, "now": judged})
+            row = RateWaitRow(
+                wait_id,
+                config.name,
+                queue,
+                run_id,
+                cost,
+                pos,
+                "waiting",
+                judged,
+                None if timeout_at is None else timeout_at + judged - now,
+            )
+            self.db.run(conn, "rate_wait_insert", dict(zip(RATE_WAIT_COLUMNS, row, strict=True)))
+            granted, next_due, _ = self._decide(conn, config, queue, paused, waiting + 1, judged)
+            mine = next((g for g in granted if g.id == wait_id), row)
+            step = None
+            if hook is not None:
+                step = hook.step
+                if mine.state == "granted":
+                    step = step._replace(status="completed", ended_at=judged, result=grant_json(mine))
+                if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
+                    raise Fenced(hook.run_id)
+        return RateOutcome(mine, step, tuple(granted), next_due)
+
+    def rates_due(self, configs: Mapping[str, RateConfig], now: int) -> list[RateWaitRow]:
+        """Decide every queue of ``configs`` whose head is due or that has a waiter past its timeout,
+        a transaction each; returns the waiters granted."""
+        names = sorted(configs)
+        if not names:
+            return []
+        with self.db.single_read() as conn:
+            due = {
+                tuple(r) for r in self.db.run_in(conn, "rates_due", {"now": now, "names": names, "n": 1000})
+            }
+            due |= {tuple(r) for r in self.db.run_in(conn, "rate_timeouts_due", {"now": now, "names": names})}
+        granted: list[RateWaitRow] = []
+        for name, key in sorted(due):
+            with self.db.write() as conn:
+                paused, waiting, judged = self._lock_queue(conn, name, key, now)
+                granted += self._decide(conn, configs[name], key, paused, waiting, judged)[0]
+        return granted
+
+    def next_rate_due(self, names: Iterable[str]) -> int | None:
+        """The earliest instant a queue of these rates is due (a head's grant or a timeout)."""
+        wanted = sorted(names)
+        if not wanted:
+            return None
+        with self.db.single_read() as conn:
+            found = self.db.run_in(conn, "next_rate_due", {"names": wanted}).fetchone()[0]
+        return None if found is None else int(found)
+
+    def get_rate_wait(self, wait_id: str) -> RateWaitRow | None:
+        with self.db.single_read() as conn:
+            return self._read_wait(conn, wait_id)

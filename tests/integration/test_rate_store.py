@@ -1,0 +1,81 @@
+"""Rates at the store, on SQLite and PostgreSQL: requests queue per (rate, key), each queue's heads
+are granted in the request's own transaction when the window allows, else by the pass when the
+queue's next due instant comes; timeouts leave the queue; a request is idempotent by its id; and
+the window's promise holds over every grant made."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from duro._config import check_rate
+from duro.store import SqlStore
+
+RATE = check_rate("partner-api", 3, "1m")
+TOKENS = check_rate("llm-tokens", 10, "1m", per_key=True)
+T0 = 1_000_000
+
+
+def _store(url: str) -> SqlStore:
+    store = SqlStore(url, decisions_clock="caller")  # these tests drive time themselves
+    store.create_schema()
+    with store._engine.begin() as conn:
+        for table in ("duro_rate_waits", "duro_rate_keys", "duro_rates"):
+            conn.execute(sa.text(f"DELETE FROM {table}"))
+    return store
+
+
+def test_seven_requests_on_three_a_minute_are_granted_three_three_and_one(database_url):
+    store = _store(database_url)
+    try:
+        outcomes = [store.request_rate(RATE, f"r{n}", None, None, 1, None, T0 + n) for n in range(7)]
+        assert [o.wait.state for o in outcomes] == ["granted"] * 3 + ["waiting"] * 4
+        assert outcomes[-1].next_due == T0 + 60_000  # the first grant leaves the window
+        assert store.next_rate_due(["partner-api"]) == T0 + 60_000
+        assert store.rates_due({"partner-api": RATE}, T0 + 59_999) == []  # not a millisecond early
+        second = store.rates_due({"partner-api": RATE}, T0 + 60_000)
+        assert [(w.id, w.granted_at) for w in second] == [("r3", T0 + 60_000)]
+        assert store.next_rate_due(["partner-api"]) == T0 + 60_001  # r1's grant leaves next
+        store.rates_due({"partner-api": RATE}, T0 + 60_001)
+        store.rates_due({"partner-api": RATE}, T0 + 60_002)
+        assert store.next_rate_due(["partner-api"]) == T0 + 120_000
+        last = store.rates_due({"partner-api": RATE}, T0 + 120_000)
+        assert [w.id for w in last] == ["r6"]
+        assert store.next_rate_due(["partner-api"]) is None
+        granted = sorted((store.get_rate_wait(f"r{n}").granted_at, n) for n in range(7))
+        assert [n for _, n in granted] == list(range(7))  # FIFO
+        for at, _ in granted:  # the promise: at most 3 in any window of a minute
+            assert sum(1 for other, _ in granted if at <= other < at + 60_000) <= 3
+    finally:
+        store.close()
+
+
+def test_a_request_is_idempotent_and_a_timeout_leaves_the_queue(database_url):
+    store = _store(database_url)
+    try:
+        for n in range(3):
+            store.request_rate(RATE, f"r{n}", None, None, 1, None, T0)
+        waiting = store.request_rate(RATE, "late", None, None, 1, T0 + 10_000, T0)
+        assert waiting.wait.state == "waiting"
+        again = store.request_rate(RATE, "late", None, None, 1, T0 + 10_000, T0 + 5)
+        assert again.wait == waiting.wait and again.granted == ()
+        assert store.next_rate_due(["partner-api"]) == T0 + 10_000  # its timeout comes first
+        assert store.rates_due({"partner-api": RATE}, T0 + 10_000) == []
+        assert store.get_rate_wait("late").state == "timed_out"
+        assert store.next_rate_due(["partner-api"]) is None
+        assert store.request_rate(RATE, "next", None, None, 1, None, T0 + 60_000).wait.state == "granted"
+    finally:
+        store.close()
+
+
+def test_keys_have_windows_of_their_own_and_costs_add_up(database_url):
+    store = _store(database_url)
+    try:
+        assert store.request_rate(TOKENS, "a1", None, "tenant:a", 8, None, T0).wait.state == "granted"
+        big = store.request_rate(TOKENS, "a2", None, "tenant:a", 5, None, T0 + 1)
+        small = store.request_rate(TOKENS, "a3", None, "tenant:a", 1, None, T0 + 2)
+        assert (big.wait.state, small.wait.state) == ("waiting", "waiting")  # 1 would fit: FIFO
+        assert store.request_rate(TOKENS, "b1", None, "tenant:b", 10, None, T0 + 3).wait.state == "granted"
+        granted = store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000)
+        assert [w.id for w in granted] == ["a2", "a3"]
+    finally:
+        store.close()
