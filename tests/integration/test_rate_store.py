@@ -5,6 +5,7 @@ the window's promise holds over every grant made."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from duro._config import check_rate
@@ -77,5 +78,29 @@ def test_keys_have_windows_of_their_own_and_costs_add_up(database_url):
         assert store.request_rate(TOKENS, "b1", None, "tenant:b", 10, None, T0 + 3).wait.state == "granted"
         granted = store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000)
         assert [w.id for w in granted] == ["a2", "a3"]
+    finally:
+        store.close()
+
+
+def test_a_grant_and_its_hook_step_are_one_write_fenced_on_the_run(database_url):
+    from duro import DuroError
+    from duro.store import NewRun, OwnStep, StepRecord
+
+    store = _store(database_url)
+    try:
+        store.insert_run(NewRun("run-a", "default", "wf", "1", "{}", "w1", T0), None)
+        hook = StepRecord(0, "hook", "rate · partner-api", "waiting", T0)
+        granted = store.request_rate(
+            RATE, "run-a.0", "run-a", None, 1, None, T0, OwnStep("run-a", "w1", hook)
+        )
+        assert granted.step is not None and granted.step.status == "completed"
+        (written,) = store.get_steps("run-a")
+        assert (written.status, written.result) == ("completed", granted.step.result)
+        assert f'"granted_at": {T0}' in written.result
+        with pytest.raises(DuroError, match="no longer owned"):  # not this worker's run: nothing written
+            store.request_rate(
+                RATE, "run-a.1", "run-a", None, 1, None, T0, OwnStep("run-a", "w2", hook._replace(seq=1))
+            )
+        assert store.get_rate_wait("run-a.1") is None
     finally:
         store.close()
