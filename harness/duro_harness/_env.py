@@ -96,11 +96,11 @@ class DuroEnv:
         self.project_dir = None if project is None else Path(project).resolve()
         self.start_instant = _instant(start) if start is not None else DEFAULT_START
         self.config = dict(config or {})
-        unknown = set(self.config) - {"limits"}
+        unknown = set(self.config) - {"limits", "rates"}
         if unknown:
             raise ConfigError(
                 f"duro harness config: unknown key(s) {', '.join(sorted(unknown))}; "
-                f"only 'limits' can be overridden"
+                f"only 'limits' and 'rates' can be overridden"
             )
         self._directory = None if directory is None else Path(directory)
         self.io_timeout = io_timeout  # seconds of real time a step awaiting real I/O may take
@@ -163,16 +163,21 @@ class DuroEnv:
 
     def _workspace(self) -> Any:
         base = self._project.workspace if self._project is not None else define_workspace()
-        overrides = self.config.get("limits")
-        if not overrides:
+        overrides, rate_overrides = self.config.get("limits"), self.config.get("rates")
+        if not overrides and not rate_overrides:
             return base
         limits: dict[str, Any] = {
             name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms}
             | ({} if lim.per_key is None else {"per_key": lim.per_key})
             for name, lim in base.limits.items()
         }
-        limits.update(overrides)
-        return replace(define_workspace(limits=limits), workflows=base.workflows)
+        limits.update(overrides or {})
+        rates: dict[str, Any] = {
+            name: {"limit": rate.limit, "per": rate.per_ms, "per_key": rate.per_key}
+            for name, rate in base.rates.items()
+        }
+        rates.update(rate_overrides or {})
+        return replace(define_workspace(limits=limits, rates=rates), workflows=base.workflows)
 
     def _database_url(self) -> str:
         """A fresh SQLite store: in memory (its rows never reach a file, which saves a third of their
@@ -395,6 +400,30 @@ class DuroEnv:
             f"{of}: {actual[0]} busy and {actual[1]} waiting, expected "
             f"{busy} and {waiting} (at {self.now.isoformat()})"
         )
+
+    async def assert_rate(
+        self,
+        name: str,
+        waiting: int | None = None,
+        key: str | None = None,
+        granted: int | None = None,
+        paused: bool | None = None,
+    ) -> None:
+        """Rate ``name`` (``key``'s queue alone, on a keyed rate) has ``waiting`` runs in its queue,
+        ``granted`` costs granted in the window ending now, and is ``paused`` or not; each check
+        only when given."""
+        if key is None:
+            info = await self.engine.rates.info(name)
+            actual = (info.waiting, info.granted, info.paused_until is not None)
+        else:
+            used, queued, until = await self.engine.rates.key_use(name, key)
+            actual = (queued, used, until is not None)
+        expected = (waiting, granted, paused)
+        of = f"rate {name}" if key is None else f"rate {name}, key {key!r}"
+        for field, got, want in zip(("waiting", "granted", "paused"), actual, expected, strict=True):
+            assert want is None or got == want, (
+                f"{of}: {field} is {got}, expected {want} (at {self.now.isoformat()})"
+            )
 
     def timeline(self) -> list[tuple[str, str, str, str]]:
         """The events so far as ``(time, kind, run id, name)``: identical for identical scenarios."""

@@ -13,7 +13,7 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:
     from ._config import Workspace, define_workspace
     from ._decorators import Workflow, step, workflow
-    from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, RunStatus
+    from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, Rate, RunStatus
     from ._durable import (
         CurrentRun,
         child,
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
         DuroError,
         InputError,
         NonDeterminismError,
+        RateLimited,
+        RateTimeoutError,
         RunCancelled,
         RunEndedError,
         RunFailedError,
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from ._handle import RunHandle
     from ._options import WorkerOptions
     from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
+    from .rates import RateGrant, acquire_rate
 
 __all__ = [
     "workflow",
@@ -66,6 +69,11 @@ __all__ = [
     "limit_slot",
     "Slot",
     "SlotRelease",
+    "Rate",
+    "acquire_rate",
+    "RateGrant",
+    "RateTimeoutError",
+    "RateLimited",
     "sleep",
     "now",
     "wait_for_signal",
@@ -111,6 +119,7 @@ __getattr__, __dir__ = lazy_names(
             "DEFAULT_CONCURRENCY_STATUSES",
             "Concurrency",
             "Limit",
+            "Rate",
             "RunStatus",
         ),
         "._durable": (
@@ -133,6 +142,8 @@ __getattr__, __dir__ = lazy_names(
             "DuroError",
             "InputError",
             "NonDeterminismError",
+            "RateLimited",
+            "RateTimeoutError",
             "RunCancelled",
             "RunEndedError",
             "RunFailedError",
@@ -151,6 +162,10 @@ __getattr__, __dir__ = lazy_names(
             "limit_slot",
             "release_slot",
             "with_limit",
+        ),
+        ".rates": (
+            "RateGrant",
+            "acquire_rate",
         ),
     },
 )

@@ -1,4 +1,4 @@
-"""``duro.config.py``: ``define_workspace(limits=..., workflows=...)`` and its validation."""
+"""``duro.config.py``: ``define_workspace(limits=..., rates=..., workflows=...)`` and its validation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._definitions import Limit
+from ._definitions import Limit, Rate
 from ._durations import to_ms
 from ._errors import ConfigError, DuroError
 
@@ -48,10 +48,12 @@ class WorkflowEntry:
 
 @dataclass(frozen=True)
 class Workspace:
-    """The project's declared limits and, when given, the list of workflow files replacing the scan."""
+    """The project's declared limits and rates and, when given, the list of workflow files replacing
+    the scan."""
 
     limits: Mapping[str, LimitConfig] = field(default_factory=dict)
     workflows: tuple[WorkflowEntry, ...] | None = None
+    rates: Mapping[str, RateConfig] = field(default_factory=dict)
 
 
 def check_limit_name(name: Any) -> str:
@@ -150,6 +152,21 @@ def check_rate(name: Any, limit: Any, per: Any, per_key: Any = False) -> RateCon
     return RateConfig(name, limit, per_ms, per_key)
 
 
+def _rate(name: Any, spec: Any) -> RateConfig:
+    if isinstance(spec, Rate):
+        return check_rate(name, spec.limit, spec.per, spec.per_key)
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"limit", "per", "per_key"}
+        if unknown:
+            raise ConfigError(
+                f"rate {name!r}: unknown field(s) {', '.join(sorted(unknown))}; a rate has limit, per and per_key"
+            )
+        if "limit" not in spec:
+            raise ConfigError(f"rate {name!r}: limit is required (an integer from 1 to {MAX_RATE:,})")
+        return check_rate(name, spec["limit"], spec.get("per"), spec.get("per_key", False))
+    raise ConfigError(f"rate {name!r}: expected Rate(limit=..., per=...) or a dict, got {spec!r}")
+
+
 def _entry(item: Any) -> WorkflowEntry:
     if isinstance(item, str):
         return WorkflowEntry(item)
@@ -172,18 +189,23 @@ def _entry(item: Any) -> WorkflowEntry:
 def define_workspace(
     limits: Mapping[str, Limit | Mapping[str, Any]] | None = None,
     workflows: Sequence[str | Mapping[str, Any]] | None = None,
+    rates: Mapping[str, Rate | Mapping[str, Any]] | None = None,
 ) -> Workspace:
-    """Declare the project's limits and (optionally) its workflow files; validated here, at load.
+    """Declare the project's limits, its rates and (optionally) its workflow files; validated here,
+    at load.
 
     ``workflows=None`` scans ``workflows/``; a list replaces the scan. A :class:`ConfigError` names
-    the limit (or entry) and the field at fault.
+    the limit, rate (or entry) and the field at fault.
     """
     if limits is not None and not isinstance(limits, Mapping):
         raise ConfigError(f"limits must be a dict of name -> Limit(...), got {type(limits).__name__}")
     checked = {name: _limit(name, spec) for name, spec in (limits or {}).items()}
+    if rates is not None and not isinstance(rates, Mapping):
+        raise ConfigError(f"rates must be a dict of name -> Rate(...), got {type(rates).__name__}")
+    rate_configs = {name: _rate(name, spec) for name, spec in (rates or {}).items()}
     entries = None
     if workflows is not None:
         if isinstance(workflows, str) or not isinstance(workflows, Sequence):
             raise ConfigError("workflows must be a list of paths (or None to scan workflows/)")
         entries = tuple(_entry(item) for item in workflows)
-    return Workspace(limits=checked, workflows=entries)
+    return Workspace(limits=checked, workflows=entries, rates=rate_configs)

@@ -113,6 +113,20 @@ class RunContext(SlotCalls):
         except Fenced:
             raise LostRun(self.run_id) from None
 
+    async def decide(self, fn: Callable[..., T], *args: Any) -> T:
+        """A store decision that writes this run's step in its transaction (a rate's request, say),
+        made off the event loop: fenced, the run is not ours (``LostRun``); a store failure stops
+        the run as :meth:`_progress` does."""
+        try:
+            return await self._gateway.call(fn, *args)
+        except Fenced:
+            raise LostRun(self.run_id) from None
+        except Exception as err:
+            if not store_failed(err):
+                raise
+            self.fatal = StoreFailed(self.run_id)
+            raise self.fatal from err
+
     async def _progress(self, command: Command) -> Any:
         """A write of this run through the group commit. One the store failed (disk full, the
         database gone) stops the run: ``StoreFailed``, and its worker hands it back (see RunEnds)."""

@@ -126,6 +126,19 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """A named rate: at most ``limit`` granted (in costs) in any window of length ``per``.
+
+    ``per_key``: a window per key (``acquire_rate(..., key=...)``). Validated by
+    :func:`define_workspace`, which knows the rate's name.
+    """
+
+    limit: int
+    per: Duration
+    per_key: bool = False
+
+
+@dataclass(frozen=True)
 class StepSpec:
     name: str
     fn: Callable[..., Any]

@@ -39,6 +39,7 @@ from ._starts import Starter
 from ._triggers import EmitResult, emit
 from ._worker import Worker
 from .limits import Limits, LocalSlots, limit_config
+from .rates import LocalRates, Rates
 from .store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
@@ -100,6 +101,9 @@ class Engine:
         self.limits = Limits(
             workspace=self.workspace, gateway=self._gateway, clock=self.clock, local=self._local_slots
         )
+        self.rates = Rates(
+            workspace=self.workspace, gateway=self._gateway, clock=self.clock, local=self._local_rates
+        )
         self.schedules = Schedules(
             registry=self._registry,
             gateway=self._gateway,
@@ -138,6 +142,9 @@ class Engine:
 
     def _local_slots(self) -> LocalSlots | None:
         return None if self._worker is None else self._worker.slots
+
+    def _local_rates(self) -> LocalRates | None:
+        return None if self._worker is None else self._worker.rates
 
     def _schedules_changed(self) -> None:
         if self._worker is not None:
@@ -321,6 +328,10 @@ class Engine:
             await self._gateway.call(
                 self.store.declare_limits, list(self.workspace.limits.values()), self.clock.now_ms()
             )
+        if self.workspace.rates:
+            await self._gateway.call(
+                self.store.declare_rates, list(self.workspace.rates.values()), self.clock.now_ms()
+            )
         self._live.clear()  # what an abandoned worker left
         worker = Worker(
             live=self._live,
@@ -334,6 +345,7 @@ class Engine:
             starter=self._starter,
             workspace=self.workspace,
             limits=self.limits,
+            rates=self.rates,
             schedules=self.schedules,
             handle=self.handle,
             context_engine=self,

@@ -59,6 +59,41 @@ class SlotTimeoutError(DuroError):
         return any(cls.__name__ == "SlotTimeoutError" for cls in type(err).__mro__)
 
 
+class RateTimeoutError(DuroError):
+    """``acquire_rate`` waited longer than its timeout. Attributes: ``rate``, ``timeout``."""
+
+    def __init__(self, rate: str, timeout: Any) -> None:
+        self.rate = rate
+        self.timeout = timeout
+        super().__init__(f"no grant of rate {rate!r} came within {timeout}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.rate, self.timeout))
+
+    @staticmethod
+    def is_(err: BaseException) -> bool:
+        """True when ``err`` is a rate timeout, even one raised by another copy of this module."""
+        return any(cls.__name__ == "RateTimeoutError" for cls in type(err).__mro__)
+
+
+class RateLimited(DuroError):
+    """Raise it in a step when the downstream refused for now (an HTTP 429 with ``Retry-After``):
+    rate ``rate`` (its key ``key``, on a keyed rate) is paused for everyone until ``retry_after``
+    has passed (a duration as anywhere in duro: ``"30s"``, a ``timedelta``, or milliseconds as an
+    int; from a ``Retry-After`` header in seconds, ``f"{seconds}s"``), and the step is
+    retried after the pause without spending one of its ``retries``."""
+
+    def __init__(self, rate: str, retry_after: Any, key: str | None = None) -> None:
+        self.rate = rate
+        self.retry_after = retry_after
+        self.key = key
+        where = f"rate {rate!r}" if key is None else f"rate {rate!r} (key {key!r})"
+        super().__init__(f"{where} is limited downstream: retry after {retry_after}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.rate, self.retry_after, self.key))
+
+
 class RunFailedError(DuroError):
     """``RunHandle.result()`` of a run that failed or was cancelled; ``cause`` holds the reason."""
 

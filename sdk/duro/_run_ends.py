@@ -24,6 +24,7 @@ from ._recovery import Suspects
 from ._runtime import LostRun, StoreFailed, store_failed
 from ._serde import describe_error
 from .limits import Limits
+from .rates import Rates
 from .store import FinishRun, Waiting
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class RunEnds:
         gateway: StoreGateway,
         events: EventBus,
         limits: Limits,
+        rates: Rates,
         residents: Residents,
     ) -> None:
         self.worker_id = worker_id
@@ -53,6 +55,7 @@ class RunEnds:
         self.gateway = gateway
         self.events = events
         self.limits = limits
+        self.rates = rates
         self._graces: dict[str, asyncio.Task[None]] = {}  # by run id: the end of its grace period
         self._handing_back: set[asyncio.Task[None]] = set()
 
@@ -98,6 +101,7 @@ class RunEnds:
             error, created = type(cause).__name__, run.created_at
             self.events.publish("run.failed", run.id, ended, run.workflow, error=error, created_at=created)
             await self.limits.leave_queues([run.id], ended)
+            await self.rates.leave_queues([run.id], ended)
 
     async def cancel(self, ctx: RunContext) -> None:
         """End the run ``cancelled``: the calls it still waited on close with it (``FinishRun``),
@@ -108,6 +112,7 @@ class RunEnds:
         if await self._end(ctx, end):
             self.events.publish("run.cancelled", run.id, ended, run.workflow, created_at=run.created_at)
             await self.limits.leave_queues_of_cancelled(run.id)
+            await self.rates.leave_queues([run.id])
 
     async def _end(self, ctx: RunContext, end: FinishRun) -> bool:
         """Write the run's end; ``False`` if fenced, or if the store failed it (then ``fatal`` is

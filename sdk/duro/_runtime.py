@@ -95,6 +95,14 @@ class SlotPort(Protocol):
     ) -> AbstractAsyncContextManager[Any]: ...
 
 
+class RatePort(Protocol):
+    """The rates' durable call (duro.rates), for the class form's ``ctx.acquire_rate``."""
+
+    async def acquire(
+        self, ctx: Any, name: str, key: str | None = None, cost: int = 1, timeout: Duration | None = "24h"
+    ) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Runtime:
     """What a run's execution needs, built once by its worker and shared by every run it executes."""
@@ -111,6 +119,7 @@ class Runtime:
     step_executor: Executor
     handle: Callable[[str], Any]  # the RunHandle of a run id (start_child returns one)
     slots: SlotPort
+    rates: RatePort
     residency: Residency
 
 
@@ -146,3 +155,9 @@ class SlotCalls:
     ) -> AbstractAsyncContextManager[Any]:
         """See :func:`duro.limit_slot`."""
         return self.runtime.slots.limit_slot(self, limit, label, timeout, key)
+
+    async def acquire_rate(
+        self, name: str, key: str | None = None, cost: int = 1, timeout: Duration | None = "24h"
+    ) -> Any:
+        """See :func:`duro.acquire_rate`."""
+        return await self.runtime.rates.acquire(self, name, key, cost, timeout)

@@ -48,6 +48,7 @@ from ._starts import Starter
 from ._tracing import traced
 from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
+from .rates import LocalRates, Rates, RunRates
 from .store import Adopter, Claim, RunRecord, settle_sleeps
 
 log = logging.getLogger("duro")
@@ -72,6 +73,7 @@ class Worker:
         starter: Starter,
         workspace: Workspace,
         limits: Limits,
+        rates: Rates,
         schedules: Schedules,
         handle: Callable[[str], Any],
         context_engine: object,
@@ -97,6 +99,9 @@ class Worker:
         self.slots = LocalSlots(  # runs in a limit's queue
             host=self, workspace=workspace, gateway=gateway, clock=clock, wakeups=self.wakeups, hooks=hooks
         )
+        self.rates = LocalRates(  # runs in a rate's queue
+            workspace=workspace, gateway=gateway, clock=clock, wakeups=self.wakeups, on_absent=self.wake
+        )
         self.lease_ms = options.lease_ms
         self.residents = Residents(
             worker_id=self.id,
@@ -114,6 +119,7 @@ class Worker:
             gateway=gateway,
             events=events,
             limits=limits,
+            rates=rates,
             residents=self.residents,
         )
         self._next_due: int | None = None  # the earliest due time of an unowned run (its last reading)
@@ -144,9 +150,13 @@ class Worker:
             slots=RunLimits(
                 workspace=workspace, local=self.slots, gateway=gateway, events=events, wakeups=self.wakeups
             ),
+            rates=RunRates(
+                workspace=workspace, local=self.rates, gateway=gateway, events=events, wakeups=self.wakeups
+            ),
             residency=self.residents,
         )
         self._limits_task: asyncio.Task[None] | None = None
+        self._rates_task: asyncio.Task[None] | None = None
         self._wakeup, self._schedules_changed = asyncio.Event(), asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._schedule_task: asyncio.Task[None] | None = None
@@ -282,6 +292,8 @@ class Worker:
         self.heartbeat.start()
         if self.workspace.limits:
             self._limits_task = loop.create_task(self.slots.expire_loop(), name=f"duro-limits-{self.id}")
+        if self.workspace.rates:
+            self._rates_task = loop.create_task(self.rates.grant_loop(), name=f"duro-rates-{self.id}")
         if self.store.notifies and not (self.hooks.inline_store and self.store.dialect == "sqlite"):
             self._listening = threading.Event()
             self._listener = threading.Thread(
@@ -336,7 +348,13 @@ class Worker:
         for ctx in self.live.values():
             ctx.cancel_reason = reason
         tasks = [ctx.task for ctx in self.live.values() if ctx.task is not None]
-        background = (self._loop_task, self._schedule_task, self._limits_task, self.heartbeat.task)
+        background = (
+            self._loop_task,
+            self._schedule_task,
+            self._limits_task,
+            self._rates_task,
+            self.heartbeat.task,
+        )
         tasks += [task for task in background if task is not None]
         for task in tasks:
             task.cancel()
@@ -445,6 +463,10 @@ class Worker:
         elif kind == "slot" and len(message) >= 3:
             self.slots.notify_slot(str(message[1]))
             self.slots.changed(message[2] if isinstance(message[2], int) else None)
+        elif kind == "rate" and len(message) >= 2:
+            self.rates.notify_wait(str(message[1]))
+        elif kind == "rates":
+            self.rates.look_again()
         elif kind == "signal" and len(message) >= 3:
             self.notify_signal(str(message[1]), str(message[2]))
         elif kind == "cancel" and len(message) >= 2:
@@ -461,6 +483,7 @@ class Worker:
             self.wake()
             self.schedules_changed()
             self.slots.look_again()
+            self.rates.look_again()
 
     def _wake_for_claims(self) -> None:
         """Runs to claim, announced by other processes: one pass per ``CLAIM_BATCH_S`` at most, so a
@@ -485,6 +508,11 @@ class Worker:
             for slot_id, state in states.items():
                 if state != "waiting":
                     self.slots.notify_slot(slot_id)
+        rate_waits = self.rates.waiting()
+        if rate_waits:
+            for wait_id, state in (await self.db(self.store.rate_wait_states, rate_waits)).items():
+                if state != "waiting":
+                    self.rates.notify_wait(wait_id)
         watched, now = set(self.wakeups.done.keys()), self._monotonic()
         if now - self._statuses_read >= 500:  # the held runs' statuses, twice a second at most
             self._statuses_read, watched = now, watched | set(self.live)

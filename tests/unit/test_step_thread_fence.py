@@ -43,6 +43,7 @@ def _context(lease: _Lease) -> RunContext:
         step_executor=None,  # type: ignore[arg-type]
         handle=lambda run_id: None,
         slots=None,  # type: ignore[arg-type]
+        rates=None,  # type: ignore[arg-type]
         residency=None,  # type: ignore[arg-type]
     )
     run = RunRecord(

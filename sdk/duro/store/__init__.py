@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         Unload,
         Waiting,
     )
+    from ._rates import RateOutcome, RateWaitRow
     from ._records import (
         CancelOutcome,
         Claim,
@@ -67,6 +68,8 @@ __all__ = [
     "Fenced",
     "DEFAULT_SQLITE_URL",
     "LimitState",
+    "RateOutcome",
+    "RateWaitRow",
     "SCHEMA_VERSION",
     "parse_database_url",
     "settle_sleeps",
@@ -104,6 +107,10 @@ __getattr__, __dir__ = lazy_names(
             "StepRecord",
             "WouldWait",
             "settle_sleeps",
+        ),
+        "._rates": (
+            "RateOutcome",
+            "RateWaitRow",
         ),
         "._rows": ("LimitState",),
         "._sql": ("SqlStore", "Store"),

@@ -244,6 +244,35 @@ RATE_QUERIES: dict[str, str] = {
     "AND state = 'granted' AND granted_at > :since",
     "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now WHERE id = :id "
     "AND state = 'waiting'",
+    "rate_declare": "INSERT INTO duro_rates (name, rate_limit, per_ms, per_key, next_pos, updated_at) "
+    "VALUES (:name, :limit, :per_ms, :per_key, 0, :now) ON CONFLICT (name) DO UPDATE SET "
+    "rate_limit = excluded.rate_limit, per_ms = excluded.per_ms, per_key = excluded.per_key, "
+    "updated_at = excluded.updated_at",
+    "rate_states": "SELECT name, rate_limit, per_ms, per_key, limit_override, paused_until, "
+    "(SELECT COALESCE(sum(waiting), 0) FROM duro_rate_keys AS k WHERE k.rate_name = r.name), "
+    "(SELECT COALESCE(sum(cost), 0) FROM duro_rate_waits AS w WHERE w.rate_name = r.name "
+    "AND w.state = 'granted' AND w.granted_at > :now - COALESCE(r.per_ms, 0)) FROM duro_rates AS r ORDER BY name",
+    "rate_key_state": "SELECT (SELECT COALESCE(sum(cost), 0) FROM duro_rate_waits WHERE "
+    f"{_QUEUE} AND state = 'granted' AND granted_at > :since), "
+    "(SELECT COALESCE(sum(waiting), 0) FROM duro_rate_keys WHERE rate_name = :name AND rate_key = :key), "
+    "(SELECT paused_until FROM duro_rate_keys WHERE rate_name = :name AND rate_key = :key)",
+    "rate_waiters": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE rate_name = :name "
+    "AND state = 'waiting' ORDER BY rate_key, pos LIMIT :n",
+    "rate_waiters_key": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE {_QUEUE} "
+    "AND state = 'waiting' ORDER BY pos LIMIT :n",
+    "rate_set_override": "UPDATE duro_rates SET limit_override = :limit, updated_at = :now WHERE name = :name",
+    "rate_pause": "UPDATE duro_rates SET paused_until = :until, updated_at = :now WHERE name = :name",
+    "rate_key_pause": "UPDATE duro_rate_keys SET paused_until = :until, updated_at = :now "
+    "WHERE rate_name = :name AND rate_key = :key",
+    # every waiting queue of the rate decided by the next pass (a raised limit, a resume)
+    "rate_queues_due_now": "UPDATE duro_rate_keys SET next_due = :now WHERE rate_name = :name AND waiting > 0",
+    "rate_wait_states": "SELECT id, state FROM duro_rate_waits WHERE id IN (:ids)",
+    "rate_wait_end": "UPDATE duro_rate_waits SET state = :state, ended_at = :now WHERE id = :id "
+    "AND state = 'waiting'",
+    "rate_queues_of_runs": "SELECT DISTINCT rate_name, rate_key FROM duro_rate_waits "
+    "WHERE state = 'waiting' AND run_id IN (:ids)",
+    "rate_leave_runs": f"UPDATE duro_rate_waits SET state = 'left', ended_at = :now WHERE {_QUEUE} "
+    "AND state = 'waiting' AND run_id IN (:ids)",
     "rate_time_out": f"UPDATE duro_rate_waits SET state = 'timed_out', ended_at = :now WHERE {_QUEUE} "
     "AND state = 'waiting' AND timeout_at <= :now",
     "rates_due": "SELECT rate_name, rate_key FROM duro_rate_keys WHERE next_due <= :now "
@@ -385,6 +414,10 @@ QUERIES: dict[str, str] = {
     ),
     "unload_slot": _UNLOAD.format(
         due="CASE WHEN EXISTS (SELECT 1 FROM duro_slots WHERE id = :key AND state <> 'waiting') "
+        "THEN :now ELSE :due_at END"
+    ),
+    "unload_rate": _UNLOAD.format(
+        due="CASE WHEN EXISTS (SELECT 1 FROM duro_rate_waits WHERE id = :key AND state <> 'waiting') "
         "THEN :now ELSE :due_at END"
     ),
     "unload_child": _UNLOAD.format(

@@ -47,6 +47,21 @@ class RateWaitRow(NamedTuple):
     ended_at: int | None = None
 
 
+class RateState(NamedTuple):
+    """A rate as the store knows it (``rate_states``): as declared by the last engine to start with
+    it (``None`` until one did), its override and pause, its waiters and the costs granted in the
+    window ending now (every key's, on a keyed rate)."""
+
+    name: str
+    limit: int | None
+    per_ms: int | None
+    per_key: bool
+    limit_override: int | None
+    paused_until: int | None
+    waiting: int
+    granted: int
+
+
 class RateOutcome(NamedTuple):
     """What a rate transaction did: the request as it stands (``None`` if unknown), its hook step
     as written, the waiters it granted (this request's included), and the queue's next due."""
@@ -169,6 +184,60 @@ class RateRows(StorePart):
                     raise Fenced(hook.run_id)
         return RateOutcome(mine, step, tuple(granted), next_due)
 
+    def give_up_rate(
+        self, config: RateConfig, wait_id: str, now: int, hook: OwnStep | None = None, cancelled: bool = False
+    ) -> RateOutcome:
+        """The waiter's timeout passed (``cancelled``: its run was cancelled instead): a waiting
+        request leaves its queue (``timed_out``, or ``left``), the queue decided again (the heads
+        behind it may go now), and ``hook`` written as given. A request granted meanwhile keeps its
+        grant: on a timeout the hook is not written (the caller takes the grant); on a cancel it is."""
+        with self.db.write() as conn:
+            found = self._read_wait(conn, wait_id)
+            if found is None:
+                return RateOutcome(None)
+            paused, waiting, judged = self._lock_queue(conn, config.name, found.key, now)
+            mine = self._read_wait(conn, wait_id)  # as it stands under the queue's lock
+            assert mine is not None
+            granted: list[RateWaitRow] = []
+            if mine.state == "waiting":
+                state = "left" if cancelled else "timed_out"
+                self.db.run(conn, "rate_wait_end", {"id": wait_id, "state": state, "now": judged})
+                mine = mine._replace(state=state, ended_at=judged)
+                granted = self._decide(conn, config, found.key, paused, waiting - 1, judged)[0]
+            elif mine.state == "granted" and not cancelled:
+                return RateOutcome(mine)
+            step = None
+            if hook is not None:
+                step = hook.step
+                if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
+                    raise Fenced(hook.run_id)
+        return RateOutcome(mine, step, tuple(granted))
+
+    def rates_leave(
+        self, configs: Mapping[str, RateConfig], run_ids: Iterable[str], now: int
+    ) -> list[RateWaitRow]:
+        """Runs that ended leave the rates' queues they wait in (a grant made stays counted); each
+        queue they leave is decided again. Returns the waiters granted."""
+        ids = sorted(set(run_ids))
+        if not ids:
+            return []
+        with self.db.single_read() as conn:
+            queues = sorted(tuple(r) for r in self.db.run_in(conn, "rate_queues_of_runs", {"ids": ids}))
+        granted: list[RateWaitRow] = []
+        for name, key in queues:
+            config = configs.get(name)
+            with self.db.write() as conn:
+                paused, waiting, judged = self._lock_queue(conn, name, key, now)
+                params = {"name": name, "key": key, "ids": ids, "now": judged}
+                left = self.db.run_in(conn, "rate_leave_runs", params).rowcount
+                if config is None:  # a rate no longer declared: its queue keeps its count right
+                    self.db.run(
+                        conn, "rate_key_update", {**params, "waiting": waiting - left, "next_due": None}
+                    )
+                    continue
+                granted += self._decide(conn, config, key, paused, waiting - left, judged)[0]
+        return granted
+
     def rates_due(self, configs: Mapping[str, RateConfig], now: int) -> list[RateWaitRow]:
         """Decide every queue of ``configs`` whose head is due or that has a waiter past its timeout,
         a transaction each; returns the waiters granted."""
@@ -195,6 +264,71 @@ class RateRows(StorePart):
         with self.db.single_read() as conn:
             found = self.db.run_in(conn, "next_rate_due", {"names": wanted}).fetchone()[0]
         return None if found is None else int(found)
+
+    def rate_wait_states(self, wait_ids: Iterable[str]) -> dict[str, str]:
+        """The state of each known rate request, in one query (a worker polling its waiters)."""
+        ids = list(wait_ids)
+        if not ids:
+            return {}
+        with self.db.single_read() as conn:
+            return dict(self.db.run_in(conn, "rate_wait_states", {"ids": ids}).fetchall())
+
+    # -- operators -------------------------------------------------------------------------------
+
+    def declare_rates(self, configs: Iterable[RateConfig], now: int) -> None:
+        """Write each rate as declared (what a client engine without the project lists)."""
+        with self.db.write() as conn:
+            for config in configs:
+                params = {"name": config.name, "limit": config.limit, "per_ms": config.per_ms, "now": now}
+                self.db.run(conn, "rate_declare", {**params, "per_key": config.per_key})
+
+    def rate_states(self, now: int) -> list[RateState]:
+        with self.db.single_read() as conn:
+            rows = self.db.run(conn, "rate_states", {"now": now}).fetchall()
+        return [
+            RateState(name, limit, per_ms, bool(per_key), override, paused, int(waiting), int(granted))
+            for name, limit, per_ms, per_key, override, paused, waiting, granted in rows
+        ]
+
+    def rate_key_state(self, name: str, key: str, per_ms: int, now: int) -> tuple[int, int, int | None]:
+        """One queue of a rate: the costs granted in the window ending ``now``, its waiters, and its
+        own pause."""
+        params = {"name": name, "key": key, "since": now - per_ms}
+        with self.db.single_read() as conn:
+            granted, waiting, paused = self.db.run(conn, "rate_key_state", params).fetchone()
+        return int(granted), int(waiting), paused
+
+    def rate_waiters(self, name: str, key: str | None, most: int) -> list[RateWaitRow]:
+        """A rate's waiters, by key then in queue order (of ``key`` only, when given)."""
+        query, params = ("rate_waiters", {"name": name, "n": most})
+        if key is not None:
+            query, params = ("rate_waiters_key", {**params, "key": key})
+        with self.db.single_read() as conn:
+            return [RateWaitRow(*row) for row in self.db.run(conn, query, params)]
+
+    def set_rate_limit(self, config: RateConfig, limit: int | None, now: int) -> None:
+        """Override a rate's limit (``None``: back to the declared one); its queues are decided by
+        the next pass (a raised limit grants at once)."""
+        with self.db.write() as conn:
+            self.db.run(conn, "rate_insert", {"name": config.name, "now": now})
+            self.db.run(conn, "rate_set_override", {"name": config.name, "limit": limit, "now": now})
+            self.db.run(conn, "rate_queues_due_now", {"name": config.name, "now": now})
+            self.db.notify(conn, ["rates"])
+
+    def pause_rate(self, name: str, key: str | None, until: int | None, now: int) -> None:
+        """Pause a rate (``key``: one key of it) until ``until``; ``None`` resumes it. A resume makes
+        its queues due now; a pause holds every grant until it ends (each decision reads it)."""
+        params = {"name": name, "key": key or "", "until": until, "now": now}
+        with self.db.write() as conn:
+            self.db.run(conn, "rate_insert", params)
+            if key is None:
+                self.db.run(conn, "rate_pause", params)
+            else:
+                self.db.run(conn, "rate_key_insert", params)
+                self.db.run(conn, "rate_key_pause", params)
+            if until is None:
+                self.db.run(conn, "rate_queues_due_now", params)
+            self.db.notify(conn, ["rates"])
 
     def get_rate_wait(self, wait_id: str) -> RateWaitRow | None:
         with self.db.single_read() as conn:

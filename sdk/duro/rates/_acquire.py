@@ -1,0 +1,186 @@
+"""Rates in workflow code: ``acquire_rate``.
+
+A grant is recorded: the run's steps show the hook step ``rate · <name>``, written completed with
+the grant (a replay returns it and takes nothing again), failed with :class:`RateTimeoutError`
+past the timeout, or cancelled when the run is cancelled while it waits. While it waits, the run
+may leave memory like any waiting run: the grant makes it due again.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NoReturn
+
+from .. import _current
+from .._cancel import cancelled
+from .._config import RateConfig, Workspace
+from .._context import RunContext
+from .._durations import Duration, to_ms
+from .._errors import DuroError, RateTimeoutError, RunCancelled
+from .._events import EventBus
+from .._gateway import StoreGateway
+from .._serde import describe_error, restore_error
+from .._wakeups import Wakeups
+from ..store import RateOutcome, StepRecord
+from ..store._rates import grant_json
+from ._local import LocalRates
+from ._types import HOOK_PREFIX, RateGrant, check_cost, check_rate_key, grant_of, rate_config
+
+
+class RunRates:
+    """A worker's runs' side of rates: the durable call ``acquire`` (each run's ``ctx.acquire_rate``
+    and the module function come here)."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        local: LocalRates,
+        gateway: StoreGateway,
+        events: EventBus,
+        wakeups: Wakeups,
+    ) -> None:
+        self._workspace = workspace
+        self._local = local
+        self._gateway = gateway
+        self._events = events
+        self._wakeups = wakeups
+
+    async def acquire(
+        self,
+        ctx: RunContext,
+        name: str,
+        key: str | None = None,
+        cost: int = 1,
+        timeout: Duration | None = "24h",
+    ) -> RateGrant:
+        """Take a grant of ``cost`` of rate ``name`` (``key``'s window, on a keyed rate), waiting in
+        its queue up to ``timeout``."""
+        config = rate_config(self._workspace, name)
+        timeout_ms = None if timeout is None else to_ms(timeout, f"acquire_rate({name!r}) timeout")
+        hook = f"{HOOK_PREFIX}{name}"
+        try:
+            key, cost = check_rate_key(config, key), check_cost(config, cost)
+            refused = None
+        except DuroError as err:
+            refused = err
+        seq, rec = ctx.take_seq("hook", hook)
+        if refused is not None and rec is None:
+            raise refused
+        if rec is not None and rec.status == "completed":
+            return grant_of(rec.result)
+        if rec is not None and rec.status == "failed":
+            raise restore_error(rec.error)
+        wait_id = f"{ctx.run_id}.{seq}"
+        store = self._gateway.store
+        local = self._local
+        if rec is not None and ctx.cancel is not None and ctx.cancel.stops_waits:
+            await self._leave_cancelled(ctx, config, wait_id, rec)  # replayed to a cancel: it leaves
+        if rec is None:
+            now = ctx.now_ms()
+            detail = {"wait_id": wait_id, "rate": name, "cost": cost}
+            rec = StepRecord(
+                seq,
+                "hook",
+                hook,
+                "waiting",
+                now,
+                wake_at=None if timeout_ms is None else now + timeout_ms,
+                detail=json.dumps(detail if key is None else {**detail, "key": key}),
+            )
+            requested: RateOutcome = await ctx.decide(
+                store.request_rate, config, wait_id, ctx.run_id, key, cost, rec.wake_at, now, ctx.own(rec)
+            )
+            row, rec = requested.wait, requested.step or rec
+            ctx.recorded(rec)
+            local.notify(g for g in requested.granted if g.id != wait_id)
+            local.changed(requested.next_due)
+        else:  # a replay: the request is in the store, in its place
+            row = await self._gateway.call(store.get_rate_wait, wait_id)
+        waiter = local.wait(wait_id)
+        try:
+            while True:
+                if row is None:
+                    raise DuroError(
+                        f"rate request {wait_id!r} of run {ctx.run_id!r} is missing from the store"
+                    )
+                if row.state == "granted":
+                    if rec.status != "completed":  # granted by a pass: its hook step is ours to write
+                        rec = rec._replace(status="completed", ended_at=ctx.now_ms(), result=grant_json(row))
+                        await ctx.write(rec)
+                    grant = grant_of(rec.result)
+                    self._events.publish(
+                        "rate.granted",
+                        ctx.run_id,
+                        ctx.now_ms(),
+                        ctx.workflow,
+                        rate=name,
+                        waited_ms=grant.waited_ms,
+                    )
+                    await ctx.resume()
+                    return grant
+                if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
+                    raise DuroError(
+                        f"run {ctx.run_id!r} no longer waits for a grant of rate {name!r}: its request "
+                        f"{wait_id!r} left the queue ({row.state})"
+                    )
+                if row.state == "timed_out" or (rec.wake_at is not None and ctx.now_ms() >= rec.wake_at):
+                    error = RateTimeoutError(name, timeout)
+                    failed = rec._replace(status="failed", ended_at=ctx.now_ms(), error=describe_error(error))
+                    gave_up: RateOutcome = await ctx.decide(
+                        store.give_up_rate, config, wait_id, ctx.now_ms(), ctx.own(failed)
+                    )
+                    local.notify(gave_up.granted)
+                    if gave_up.wait is not None and gave_up.wait.state == "granted":
+                        row = gave_up.wait  # the grant came in time after all: take it
+                        continue
+                    ctx.recorded(failed)
+                    self._events.publish("rate.timed_out", ctx.run_id, ctx.now_ms(), ctx.workflow, rate=name)
+                    await ctx.resume()
+                    raise error
+                try:
+                    await ctx.park(
+                        self._wakeups.wait_for(waiter.wait(), rec.wake_at), "rate", wait_id, rec.wake_at, None
+                    )
+                except RunCancelled:
+                    local.drop(wait_id, waiter)
+                    await self._leave_cancelled(ctx, config, wait_id, rec)
+                waiter.clear()
+                row = await self._gateway.call(store.get_rate_wait, wait_id)
+        finally:
+            local.drop(wait_id, waiter)
+
+    async def _leave_cancelled(
+        self, ctx: RunContext, config: RateConfig, wait_id: str, rec: StepRecord
+    ) -> NoReturn:
+        """The run was cancelled while it waited: its request leaves the queue and its hook step is
+        closed ``cancelled``, in one transaction."""
+        step = rec._replace(status="cancelled", ended_at=ctx.now_ms())
+        left: RateOutcome = await ctx.decide(
+            self._gateway.store.give_up_rate, config, wait_id, ctx.now_ms(), ctx.own(step), True
+        )
+        ctx.recorded(step)
+        self._local.notify(left.granted)
+        assert ctx.cancel is not None
+        ctx.cancel.delivered = True
+        raise cancelled(ctx.run_id)
+
+
+def _runtime_rates(run: _current.CurrentRun) -> tuple[RunContext, RunRates]:
+    """The current run as what it is (a worker executes only ``RunContext``s), and its rates."""
+    assert isinstance(run, RunContext)
+    rates = run.runtime.rates
+    assert isinstance(rates, RunRates)
+    return run, rates
+
+
+async def acquire_rate(
+    name: str, key: str | None = None, cost: int = 1, timeout: Duration | None = "24h"
+) -> RateGrant:
+    """Take a grant of ``cost`` (1 by default) of rate ``name``, waiting in its durable FIFO queue
+    up to ``timeout`` (24 h by default; ``None`` waits for ever): then :class:`RateTimeoutError`.
+    The costs granted in any window of the rate's ``per`` add up to at most its ``limit`` (per key
+    on a keyed rate, ``Rate(per_key=True)``, where ``key`` is required). A grant is recorded: a
+    replay returns it and takes nothing again."""
+    ctx, rates = _runtime_rates(_current.run_or_raise("acquire_rate"))
+    return await rates.acquire(ctx, name, key, cost, timeout)

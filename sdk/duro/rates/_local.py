@@ -1,0 +1,98 @@
+"""The runs of this process waiting for a rate's grant, and the pass that grants on time.
+
+A run waiting for a grant waits on an event keyed by its request's id. It is woken by a grant made
+here (its own request's decision, or this process's pass), by another process's notice, or by the
+worker's poll pass. The pass decides every queue whose head is due: one timer per process, at the
+earliest ``next_due`` of the rates it declares (a queue's next due is written with each decision,
+so the timer never polls), and a safety pass every 15 s while a run of this process waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from .._clock import Clock
+from .._config import Workspace
+from .._gateway import StoreGateway, store_trouble
+from .._slots import SWEEP_MS
+from .._wakeups import Waiters, Wakeups
+from ..store import RateWaitRow
+
+
+class LocalRates:
+    """The rate waiters of one worker, by request id, and the loop that grants on time."""
+
+    def __init__(
+        self,
+        *,
+        workspace: Workspace,
+        gateway: StoreGateway,
+        clock: Clock,
+        wakeups: Wakeups,
+        on_absent: Callable[[], None],
+    ) -> None:
+        self._workspace = workspace
+        self._gateway = gateway
+        self._clock = clock
+        self._wakeups = wakeups
+        self._waiters: Waiters[str] = Waiters()
+        self._changed = asyncio.Event()
+        self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
+        # a grant for a run not waiting in this process's memory: it was unloaded, and the store
+        # has it due now (its worker's claim pass)
+        self._on_absent = on_absent
+
+    def wait(self, wait_id: str) -> asyncio.Event:
+        event = self._waiters.add(wait_id)
+        self.changed()  # the safety pass runs while anyone waits
+        return event
+
+    def drop(self, wait_id: str, event: asyncio.Event) -> None:
+        self._waiters.drop(wait_id, event)
+
+    def notify_wait(self, wait_id: str) -> None:
+        """The request ``wait_id`` changed (granted, timed out): wake its run if it waits here."""
+        if wait_id in self._waiters:
+            self._waiters.notify(wait_id)
+        else:
+            self._on_absent()
+
+    def notify(self, rows: Iterable[RateWaitRow]) -> None:
+        for row in rows:
+            self.notify_wait(row.id)
+
+    def waiting(self) -> list[str]:
+        """The request ids runs of this process wait on (the poll pass reads their states)."""
+        return self._waiters.keys()
+
+    def changed(self, due: int | None = None) -> None:
+        """A queue changed: wake the loop if it sleeps with nothing to do, or past ``due`` (the
+        queue's next due instant)."""
+        deadline = self._deadline
+        if deadline is None or (due is not None and due < deadline):
+            self._changed.set()
+
+    def look_again(self) -> None:
+        """Wake the loop now (a change elsewhere, a reconnection)."""
+        self._changed.set()
+
+    async def grant_loop(self) -> None:
+        """Grant each queue's head at its due instant and time out waiters at theirs; a safety pass
+        every 15 s while a run of this process waits, for anything missed (a crash, a lost notice)."""
+        store = self._gateway.store
+        while True:
+            self._changed.clear()
+            now = self._clock.now_ms()
+            rates = self._workspace.rates
+            try:
+                self.notify(await self._gateway.call(store.rates_due, rates, now))
+                next_due = await self._gateway.call(store.next_rate_due, list(rates))
+            except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
+                store_trouble("the rates pass", err)
+                next_due = now + 1000
+            deadline = None
+            if next_due is not None or self._waiters:
+                deadline = now + SWEEP_MS if next_due is None else min(next_due, now + SWEEP_MS)
+            self._deadline = deadline
+            await self._wakeups.wait_for(self._changed.wait(), deadline)
