@@ -21,7 +21,7 @@ from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import DuroError, NonDeterminismError, raise_user_exit, retried, user_exit
+from ._errors import DuroError, NonDeterminismError, RateLimited, raise_user_exit, retried, user_exit
 from ._replay import History
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -210,14 +210,20 @@ class RunContext(SlotCalls):
         if rec is not None and rec.status == "failed":
             raise restore_error(rec.error)
         started = self._now()
-        attempt = 0
-        if rec is not None and rec.status == "waiting" and rec.wake_at is not None:
-            started, attempt = rec.started_at, int(json.loads(rec.detail or "{}").get("attempts", 0))
-            await self._retry_wait(rec)  # a retry's delay, recorded before the run left memory
+        attempt = tries = 0  # attempts counted against retries; tries: every attempt (see RateLimited)
+        if rec is not None and rec.status == "waiting":
+            detail = json.loads(rec.detail or "{}")
+            started, attempt = rec.started_at, int(detail.get("attempts", 0))
+            tries = int(detail.get("tries", attempt))
+            if rec.wake_at is not None:
+                await self._retry_wait(rec)  # a retry's delay, recorded before the run left memory
         while True:
             attempt += 1
+            tries += 1
             await self.resume()
             try:
+                if spec.rate is not None:  # each attempt takes a grant first (see duro.rates)
+                    await self._step_grant(spec, seq, started, attempt, tries)
                 result = await (
                     self._traced_step(spec, args, kwargs, attempt)
                     if tracing()
@@ -227,6 +233,11 @@ class RunContext(SlotCalls):
                 text = spec.dump_result(result)
                 value = spec.output.load(text)
             except Exception as err:
+                if isinstance(err, RateLimited) and await self._rate_limited(
+                    spec, seq, started, err, attempt, tries
+                ):
+                    attempt -= 1  # the pause's retry spends none of the step's retries
+                    continue
                 if attempt <= spec.retries and retried(err):
                     delay = spec.retry_delay_ms * 2 ** (attempt - 1)
                     if delay < RECORDED_RETRY_MS or self.cancel is not None:  # (cancelled: grace bounds it)
@@ -240,7 +251,7 @@ class RunContext(SlotCalls):
                         "waiting",
                         started,
                         wake_at=due,
-                        detail=dump_json({"attempts": attempt}),
+                        detail=dump_json(_attempts(attempt, tries)),
                     )
                     await self.write(waiting, "suspended", due)
                     await self._retry_wait(waiting)
@@ -275,6 +286,45 @@ class RunContext(SlotCalls):
             if self.cancel is not None and self.cancel.pending:  # it came while the body ran
                 await _cancel.after_call(self)
             return value
+
+    async def _step_grant(self, spec: StepSpec, seq: int, started: int, attempt: int, tries: int) -> None:
+        """A grant of the step's rate for this attempt: while it waits, the step is recorded
+        ``waiting`` with the attempts made so far."""
+        assert spec.rate is not None
+        waiting = StepRecord(
+            seq,
+            "step",
+            spec.name,
+            "waiting",
+            started,
+            detail=dump_json(_attempts(attempt - 1, tries - 1, spec.rate)),
+        )
+        await self.runtime.rates.for_step(self, spec.rate, f"{self.run_id}.{seq}.{tries}", waiting)
+
+    async def _rate_limited(
+        self, spec: StepSpec, seq: int, started: int, err: RateLimited, attempt: int, tries: int
+    ) -> bool:
+        """The step said the downstream refused for now: the rate (or its key) is paused for
+        everyone until ``retry_after`` has passed, durably, and the step waits as long, recorded
+        ``waiting`` (the run may leave memory), before its next attempt. ``False``: the pause was
+        refused (its reason noted on ``err``), and the step fails."""
+        try:
+            until = await self.runtime.rates.pause_for(self, err)
+        except DuroError as refused:  # an unknown rate, a bad retry_after: the step fails with it
+            err.add_note(str(refused))
+            return False
+        waiting = StepRecord(
+            seq,
+            "step",
+            spec.name,
+            "waiting",
+            started,
+            wake_at=until,
+            detail=dump_json(_attempts(attempt - 1, tries)),
+        )
+        await self.write(waiting, "suspended", until)
+        await self._retry_wait(waiting)
+        return True
 
     async def _retry_wait(self, waiting: StepRecord) -> None:
         """A retry's delay, recorded as the step ``waiting`` until its time with the attempts made
@@ -467,3 +517,14 @@ class RunContext(SlotCalls):
     ) -> Any:
         """Start a child run without waiting; returns its :class:`RunHandle`."""
         return await _children.start_child(self, wf, inp, run_id, concurrency)
+
+
+def _attempts(attempts: int, tries: int, rate: str | None = None) -> dict[str, Any]:
+    """A step's record of its attempts: ``tries`` too when a pause's retry made it differ, and the
+    rate it waits for a grant of."""
+    detail: dict[str, Any] = {"attempts": attempts}
+    if tries != attempts:
+        detail["tries"] = tries
+    if rate is not None:
+        detail["rate"] = rate
+    return detail

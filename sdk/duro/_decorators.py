@@ -192,20 +192,29 @@ class StepFunction:
 def step(fn: Callable[..., Any], /) -> StepFunction: ...
 @overload
 def step(
-    *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s"
+    *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s", rate: str | None = None
 ) -> Callable[[Any], StepFunction]: ...
 
 
 def step(
-    fn: Any = None, /, *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s"
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    retry_delay: Duration = "1s",
+    rate: str | None = None,
 ) -> Any:
     """Declare a step (sync or async): inside a workflow its result is recorded and never recomputed.
 
     ``retries`` extra attempts follow a failure, waiting ``retry_delay`` and doubling each time.
+    ``rate``: every attempt first takes one grant of that (unkeyed) rate, waiting durably in its
+    queue. A step that raises :class:`RateLimited` pauses that rate for everyone until its
+    ``retry_after`` and is retried then, without spending one of its ``retries``.
     """
 
     def build(target: Callable[..., Any]) -> StepFunction:
-        return StepFunction(make_step_spec(target, name, retries, retry_delay))
+        return StepFunction(make_step_spec(target, name, retries, retry_delay, rate))
 
     if fn is not None:
         return build(fn)

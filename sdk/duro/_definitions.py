@@ -151,6 +151,7 @@ class StepSpec:
     # good: this many positional arguments and no keywords; -1 when the signature has defaults,
     # keyword-only or variadic parameters
     arity: int = -1
+    rate: str | None = None  # each attempt first takes a grant of this (unkeyed) rate
 
     def dump_result(self, result: Any) -> str:
         """The step's result as stored JSON, or a DuroError saying what to return instead."""
@@ -165,11 +166,15 @@ def _plain_arity(signature: inspect.Signature) -> int:
     return -1
 
 
-def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry_delay: Duration) -> StepSpec:
+def make_step_spec(
+    fn: Callable[..., Any], name: str | None, retries: int, retry_delay: Duration, rate: str | None = None
+) -> StepSpec:
     if not callable(fn):
         raise ConfigError(f"@step needs a function, got {fn!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"step {fn.__qualname__!r}: retries must be an int >= 0, got {retries!r}")
+    if rate is not None and not isinstance(rate, str):
+        raise ConfigError(f"step {fn.__qualname__!r}: rate must be a rate's name (a str), got {rate!r}")
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # noqa: BLE001 - unresolvable hints fall back to plain JSON
@@ -183,6 +188,7 @@ def make_step_spec(fn: Callable[..., Any], name: str | None, retries: int, retry
         signature=inspect.signature(fn),
         output=Codec(hints.get("return", inspect.Parameter.empty)),
         arity=_plain_arity(inspect.signature(fn)),
+        rate=rate,
     )
 
 

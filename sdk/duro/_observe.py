@@ -2,9 +2,11 @@
 
 - ``duro.limits``: a slot granted (with its wait), expired by ``max_hold`` (a ``release_slot`` that
   never happened: a warning), a request timed out, a reservation lapsed;
-- ``duro.quota``: a start refused by a concurrency quota.
+- ``duro.quota``: a start refused by a concurrency quota;
+- ``duro.rates``: a rate paused (by a step's ``RateLimited`` or an operator) and resumed, a wait
+  timed out.
 
-Each line names the limit or the workflow, never a quota key, a slot label, a run id or a payload,
+Each line names the limit, the rate or the workflow, never a quota key, a rate key, a slot label, a run id or a payload,
 and carries the same facts as attributes of the log record (``event``, ``limit`` or ``workflow``,
 ``wait_ms`` or ``held_ms``), which ``duro dev --log-format json`` prints as fields (see
 ``duro_devserver.logs``). The lines cost one check each while their logger is off.
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 limits_log = logging.getLogger("duro.limits")
 quota_log = logging.getLogger("duro.quota")
+rates_log = logging.getLogger("duro.rates")
 
 _LINES = {
     "held": (logging.INFO, "slot.granted", "slot of limit %s granted after waiting %d ms", "wait_ms"),
@@ -73,3 +76,19 @@ def attach_logs(store: SqlStore) -> None:
     listeners = store.slot_listeners
     if log_slot_events not in listeners:
         listeners.append(log_slot_events)
+
+
+def log_rate(event: str, rate: str, pause_ms: int | None = None, by: str | None = None) -> None:
+    """One line for a rate: ``rate.paused`` (for ``pause_ms``, ``by`` a step or an operator, of the
+    whole rate or of one key: the key is never written), ``rate.resumed`` or ``rate.timed_out``."""
+    log = rates_log
+    if not log.isEnabledFor(logging.INFO):
+        return
+    extra: dict[str, object] = {"event": event, "rate": rate}
+    if event == "rate.paused":
+        extra |= {"pause_ms": pause_ms or 0, "by": by or "operator"}
+        log.info("rate %s paused for %d ms by %s", rate, pause_ms or 0, by or "operator", extra=extra)
+    elif event == "rate.resumed":
+        log.info("rate %s resumed", rate, extra=extra)
+    else:
+        log.info("a wait for rate %s timed out in the queue", rate, extra=extra)

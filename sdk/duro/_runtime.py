@@ -102,6 +102,10 @@ class RatePort(Protocol):
         self, ctx: Any, name: str, key: str | None = None, cost: int = 1, timeout: Duration | None = "24h"
     ) -> Any: ...
 
+    async def for_step(self, ctx: Any, name: str, wait_id: str, waiting: Any) -> None: ...
+
+    async def pause_for(self, ctx: Any, limited: Any) -> int: ...
+
 
 @dataclass(frozen=True)
 class Runtime:

@@ -10,7 +10,9 @@ from duro import (
     ConfigError,
     DuroError,
     Rate,
+    RateLimited,
     RateTimeoutError,
+    RunCancelled,
     RunFailedError,
     acquire_rate,
     define_workspace,
@@ -60,6 +62,36 @@ async def granted_then_waits(job: str) -> str:
     grant = await acquire_rate("partner-api")
     await wait_for_signal("go")
     return f"{grant.granted_at:%H:%M:%S}"
+
+
+ATTEMPTS: list[str] = []
+REFUSALS: list[str] = []  # what the downstream answers next: "429" (limited) or "500" (an error)
+
+
+@step(retries=2, retry_delay="1s", rate="partner-api")
+async def fetch(page: int) -> int:
+    ATTEMPTS.append(f"page{page}")
+    answer = REFUSALS.pop(0) if REFUSALS else "200"
+    if answer == "429":
+        raise RateLimited("partner-api", retry_after="30s")
+    if answer == "500":
+        raise RuntimeError("the partner API failed")
+    return page
+
+
+@workflow(name="rates.pages")
+async def pages(count: int) -> list[int]:
+    return [await fetch(n) for n in range(count)]
+
+
+@workflow(name="rates.cancellable")
+async def cancellable(job: str) -> str:
+    try:
+        await acquire_rate("partner-api")
+    except RunCancelled:
+        CALLS.append(f"{job} cancelled")
+        raise
+    return "granted"
 
 
 @workflow(name="rates.bad")
@@ -172,3 +204,107 @@ def test_a_rate_is_checked_when_the_config_loads():
     with pytest.raises(ConfigError, match="rate 'r': unknown field"):
         define_workspace(rates={"r": {"limit": 1, "per": "1m", "burst": 3}})
     assert define_workspace(rates={"r": Rate(limit=5, per="2s")}).rates["r"].per_ms == 2000
+
+
+async def test_each_attempt_of_a_rated_step_takes_a_grant(duro_env):
+    ATTEMPTS.clear()
+    REFUSALS[:] = ["500", "500"]  # page 0 fails twice, then succeeds on its third attempt
+    run = await duro_env.start(pages, 2)
+    await duro_env.run_until_idle()
+    await duro_env.advance("3s")  # the retries' delays: 1 s, then 2 s
+    assert ATTEMPTS == ["page0", "page0", "page0"]  # three grants taken: the rate is spent
+    await duro_env.assert_rate("partner-api", granted=3, waiting=1)
+    await duro_env.advance("57s")  # page 1 waits for the first grant to leave the window
+    assert await run.result() == [0, 1]
+    assert ATTEMPTS == ["page0", "page0", "page0", "page1"]
+    (first, second) = await run.steps()
+    assert (first.name, first.status, second.status) == ("fetch", "completed", "completed")
+
+
+async def test_a_429_pauses_the_rate_for_everyone_and_spends_no_retry(duro_env):
+    ATTEMPTS.clear()
+    CALLS.clear()
+    REFUSALS[:] = ["429"]
+    limited = await duro_env.start(pages, 1)
+    await duro_env.run_until_idle()
+    await duro_env.assert_rate("partner-api", paused=True, granted=1)
+    other = await duro_env.start(caller, "other")  # another workflow's grant waits for the pause
+    await duro_env.run_until_idle()
+    assert CALLS == []
+    await duro_env.assert_rate("partner-api", waiting=1)
+    await duro_env.advance("29s")
+    assert CALLS == [] and ATTEMPTS == ["page0"]
+    await duro_env.advance("1s")  # the pause is over: both are granted, in the order they asked
+    assert await limited.result() == [0]
+    assert (await other.result()).startswith("00:00:30")
+    assert ATTEMPTS == ["page0", "page0"]
+    (fetched,) = await limited.steps()
+    assert fetched.status == "completed"
+    await duro_env.assert_rate("partner-api", paused=False)
+
+
+async def test_three_429s_in_a_row_spend_none_of_the_two_retries(duro_env):
+    ATTEMPTS.clear()
+    REFUSALS[:] = ["429", "429", "429"]
+    run = await duro_env.start(pages, 1)
+    for _ in range(3):
+        await duro_env.run_until_idle()
+        await duro_env.advance("30s")
+        await duro_env.advance("1m")  # the grants of the retries leave the window
+    assert await run.result() == [0]
+    assert len(ATTEMPTS) == 4
+
+
+async def test_operators_override_pause_and_resume_a_rate(duro_env):
+    CALLS.clear()
+    runs = [await duro_env.start(caller, f"job{n}") for n in range(5)]
+    await duro_env.run_until_idle()
+    assert len(CALLS) == 3
+    rates = duro_env.engine.rates
+    info = await rates.set_limit("partner-api", 4)
+    assert (info.limit, info.effective_limit, info.limit_override) == (3, 4, 4)
+    await duro_env.run_until_idle()
+    assert len(CALLS) == 4  # a raised limit grants at once
+    paused = await rates.pause("partner-api", "5m")
+    assert paused.paused_until is not None
+    await duro_env.advance("2m")
+    assert len(CALLS) == 4  # the window allows it, the pause does not
+    waiters = await rates.waiters("partner-api")
+    assert [(w.position, w.cost) for w in waiters] == [(1, 1)]
+    await rates.resume("partner-api")
+    await duro_env.run_until_idle()
+    assert len(CALLS) == 5
+    assert (await runs[4].result()).startswith("00:02:00")
+    info = await rates.set_limit("partner-api", None)
+    assert (info.effective_limit, info.limit_override) == (3, None)
+    (listed,) = [i for i in await rates.list() if i.name == "partner-api"]
+    assert (listed.per, listed.per_key, listed.waiting) == ("1m", False, 0)
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_the_next_goes_in_its_place(duro_env):
+    CALLS.clear()
+    for n in range(3):
+        await duro_env.start(caller, f"job{n}")
+    gone = await duro_env.start(cancellable, "gone")
+    after = await duro_env.start(caller, "after")
+    await duro_env.run_until_idle()
+    await duro_env.assert_rate("partner-api", waiting=2)
+    await gone.cancel()
+    await duro_env.run_until_idle()
+    assert await gone.status() == "cancelled"
+    await duro_env.assert_rate("partner-api", waiting=1)
+    await duro_env.advance("1m")
+    assert (await after.result()).startswith("00:01:00")
+    (hook,) = [s for s in await gone.steps() if s.name == "rate · partner-api"]
+    assert hook.status == "cancelled"
+
+
+async def test_operator_calls_refuse_unknown_rates_and_bad_values(duro_env):
+    rates = duro_env.engine.rates
+    with pytest.raises(DuroError, match="unknown rate 'nope'"):
+        await rates.pause("nope", "1m")
+    with pytest.raises(ConfigError, match="rate 'partner-api': limit must be an integer"):
+        await rates.set_limit("partner-api", 0)
+    with pytest.raises(DuroError, match="rate 'partner-api' has no keys"):
+        await rates.waiters("partner-api", key="x")
+    await duro_env.assert_rate("partner-api", paused=False, waiting=0)

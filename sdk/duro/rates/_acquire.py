@@ -16,15 +16,18 @@ from .._cancel import cancelled
 from .._config import RateConfig, Workspace
 from .._context import RunContext
 from .._durations import Duration, to_ms
-from .._errors import DuroError, RateTimeoutError, RunCancelled
+from .._errors import DuroError, RateLimited, RateTimeoutError, RunCancelled
 from .._events import EventBus
 from .._gateway import StoreGateway
+from .._observe import log_rate
 from .._serde import describe_error, restore_error
 from .._wakeups import Wakeups
-from ..store import RateOutcome, StepRecord
+from ..store import RateOutcome, RateWaitRow, StepRecord
 from ..store._rates import grant_json
 from ._local import LocalRates
 from ._types import HOOK_PREFIX, RateGrant, check_cost, check_rate_key, grant_of, rate_config
+
+STEP_TIMEOUT_MS = 86_400_000  # a step's grant waits as acquire_rate's default: 24 h
 
 
 class RunRates:
@@ -97,6 +100,73 @@ class RunRates:
             local.changed(requested.next_due)
         else:  # a replay: the request is in the store, in its place
             row = await self._gateway.call(store.get_rate_wait, wait_id)
+        if row is not None and row.state == "granted" and rec.status == "completed":
+            return self._granted(ctx, grant_of(rec.result))  # at once: the request closed its hook step
+        row = await self._until_granted(ctx, config, wait_id, row, rec.wake_at, timeout, rec)
+        if rec.status != "completed":  # granted by a pass: its hook step is ours to write
+            rec = rec._replace(status="completed", ended_at=ctx.now_ms(), result=grant_json(row))
+            await ctx.write(rec)
+        await ctx.resume()
+        return self._granted(ctx, grant_of(rec.result))
+
+    async def for_step(self, ctx: RunContext, name: str, wait_id: str, waiting: StepRecord) -> None:
+        """One grant of rate ``name`` before an attempt of a ``@step(rate=...)`` (``wait_id`` names
+        the attempt). Granted at once, nothing more is written; else the step is recorded
+        ``waiting`` (``waiting``, its record) while the run waits in the queue, up to 24 h."""
+        config = rate_config(self._workspace, name)
+        if config.per_key:
+            raise DuroError(
+                f"step {waiting.name!r}: rate {name!r} is keyed, and a step's rate= takes an unkeyed "
+                f"grant; call acquire_rate({name!r}, key=...) in the workflow before the step instead"
+            )
+        now = ctx.now_ms()
+        requested: RateOutcome = await ctx.decide(
+            self._gateway.store.request_rate, config, wait_id, ctx.run_id, None, 1, None, now, None
+        )
+        self._local.notify(g for g in requested.granted if g.id != wait_id)
+        self._local.changed(requested.next_due)
+        row = requested.wait
+        if row is None or row.state != "granted":
+            await ctx.write(waiting)
+            row = await self._until_granted(ctx, config, wait_id, row, now + STEP_TIMEOUT_MS, "24h", None)
+            await ctx.resume()
+        self._granted(ctx, grant_of(grant_json(row)))
+
+    async def pause_for(self, ctx: RunContext, limited: RateLimited) -> int:
+        """A step raised ``limited``: pause its rate (or key) for everyone until its ``retry_after``
+        has passed (a longer pause already set stands). Returns when the pause ends."""
+        config = rate_config(self._workspace, limited.rate)
+        key = None if limited.key is None else check_rate_key(config, limited.key)  # None: the whole rate
+        pause_ms = to_ms(limited.retry_after, f"RateLimited({config.name!r}) retry_after")
+        now = ctx.now_ms()
+        store = self._gateway.store
+        until = await self._gateway.call(store.pause_rate, config.name, key, now + pause_ms, now, True)
+        assert until is not None  # a pause, not a resume
+        log_rate("rate.paused", config.name, pause_ms, "a step")
+        self._local.look_again()
+        return until
+
+    def _granted(self, ctx: RunContext, grant: RateGrant) -> RateGrant:
+        self._events.publish(
+            "rate.granted", ctx.run_id, ctx.now_ms(), ctx.workflow, rate=grant.rate, waited_ms=grant.waited_ms
+        )
+        return grant
+
+    async def _until_granted(
+        self,
+        ctx: RunContext,
+        config: RateConfig,
+        wait_id: str,
+        row: RateWaitRow | None,
+        wake_at: int | None,
+        timeout: Duration | None,
+        hook: StepRecord | None,
+    ) -> RateWaitRow:
+        """Wait for request ``wait_id`` (``row``, as last read) to be granted, parked (the run may
+        leave memory), until ``wake_at``: then :class:`RateTimeoutError`, its ``hook`` step (if any)
+        written failed as the request leaves the queue. A cancel leaves the queue too."""
+        store, local = self._gateway.store, self._local
+        name = config.name
         waiter = local.wait(wait_id)
         try:
             while True:
@@ -105,61 +175,59 @@ class RunRates:
                         f"rate request {wait_id!r} of run {ctx.run_id!r} is missing from the store"
                     )
                 if row.state == "granted":
-                    if rec.status != "completed":  # granted by a pass: its hook step is ours to write
-                        rec = rec._replace(status="completed", ended_at=ctx.now_ms(), result=grant_json(row))
-                        await ctx.write(rec)
-                    grant = grant_of(rec.result)
-                    self._events.publish(
-                        "rate.granted",
-                        ctx.run_id,
-                        ctx.now_ms(),
-                        ctx.workflow,
-                        rate=name,
-                        waited_ms=grant.waited_ms,
-                    )
-                    await ctx.resume()
-                    return grant
+                    return row
                 if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
                     raise DuroError(
                         f"run {ctx.run_id!r} no longer waits for a grant of rate {name!r}: its request "
                         f"{wait_id!r} left the queue ({row.state})"
                     )
-                if row.state == "timed_out" or (rec.wake_at is not None and ctx.now_ms() >= rec.wake_at):
+                if row.state == "timed_out" or (wake_at is not None and ctx.now_ms() >= wake_at):
                     error = RateTimeoutError(name, timeout)
-                    failed = rec._replace(status="failed", ended_at=ctx.now_ms(), error=describe_error(error))
+                    failed = None
+                    if hook is not None:
+                        failed = hook._replace(
+                            status="failed", ended_at=ctx.now_ms(), error=describe_error(error)
+                        )
                     gave_up: RateOutcome = await ctx.decide(
-                        store.give_up_rate, config, wait_id, ctx.now_ms(), ctx.own(failed)
+                        store.give_up_rate,
+                        config,
+                        wait_id,
+                        ctx.now_ms(),
+                        None if failed is None else ctx.own(failed),
                     )
                     local.notify(gave_up.granted)
                     if gave_up.wait is not None and gave_up.wait.state == "granted":
                         row = gave_up.wait  # the grant came in time after all: take it
                         continue
-                    ctx.recorded(failed)
+                    if failed is not None:
+                        ctx.recorded(failed)
                     self._events.publish("rate.timed_out", ctx.run_id, ctx.now_ms(), ctx.workflow, rate=name)
+                    log_rate("rate.timed_out", name)
                     await ctx.resume()
                     raise error
                 try:
                     await ctx.park(
-                        self._wakeups.wait_for(waiter.wait(), rec.wake_at), "rate", wait_id, rec.wake_at, None
+                        self._wakeups.wait_for(waiter.wait(), wake_at), "rate", wait_id, wake_at, None
                     )
                 except RunCancelled:
                     local.drop(wait_id, waiter)
-                    await self._leave_cancelled(ctx, config, wait_id, rec)
+                    await self._leave_cancelled(ctx, config, wait_id, hook)
                 waiter.clear()
                 row = await self._gateway.call(store.get_rate_wait, wait_id)
         finally:
             local.drop(wait_id, waiter)
 
     async def _leave_cancelled(
-        self, ctx: RunContext, config: RateConfig, wait_id: str, rec: StepRecord
+        self, ctx: RunContext, config: RateConfig, wait_id: str, rec: StepRecord | None
     ) -> NoReturn:
-        """The run was cancelled while it waited: its request leaves the queue and its hook step is
-        closed ``cancelled``, in one transaction."""
-        step = rec._replace(status="cancelled", ended_at=ctx.now_ms())
-        left: RateOutcome = await ctx.decide(
-            self._gateway.store.give_up_rate, config, wait_id, ctx.now_ms(), ctx.own(step), True
-        )
-        ctx.recorded(step)
+        """The run was cancelled while it waited: its request leaves the queue and its hook step (if
+        any: a step's grant has none) is closed ``cancelled``, in one transaction."""
+        step = None if rec is None else rec._replace(status="cancelled", ended_at=ctx.now_ms())
+        hook = None if step is None else ctx.own(step)
+        store = self._gateway.store
+        left: RateOutcome = await ctx.decide(store.give_up_rate, config, wait_id, ctx.now_ms(), hook, True)
+        if step is not None:
+            ctx.recorded(step)
         self._local.notify(left.granted)
         assert ctx.cancel is not None
         ctx.cancel.delivered = True

@@ -264,6 +264,12 @@ RATE_QUERIES: dict[str, str] = {
     "rate_pause": "UPDATE duro_rates SET paused_until = :until, updated_at = :now WHERE name = :name",
     "rate_key_pause": "UPDATE duro_rate_keys SET paused_until = :until, updated_at = :now "
     "WHERE rate_name = :name AND rate_key = :key",
+    # a downstream's 429: a longer pause already set stands
+    "rate_pause_extend": "UPDATE duro_rates SET paused_until = CASE WHEN paused_until > :until "
+    "THEN paused_until ELSE :until END, updated_at = :now WHERE name = :name RETURNING paused_until",
+    "rate_key_pause_extend": "UPDATE duro_rate_keys SET paused_until = CASE WHEN paused_until > :until "
+    "THEN paused_until ELSE :until END, updated_at = :now WHERE rate_name = :name AND rate_key = :key "
+    "RETURNING paused_until",
     # every waiting queue of the rate decided by the next pass (a raised limit, a resume)
     "rate_queues_due_now": "UPDATE duro_rate_keys SET next_due = :now WHERE rate_name = :name AND waiting > 0",
     "rate_wait_states": "SELECT id, state FROM duro_rate_waits WHERE id IN (:ids)",

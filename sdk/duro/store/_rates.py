@@ -315,20 +315,26 @@ class RateRows(StorePart):
             self.db.run(conn, "rate_queues_due_now", {"name": config.name, "now": now})
             self.db.notify(conn, ["rates"])
 
-    def pause_rate(self, name: str, key: str | None, until: int | None, now: int) -> None:
-        """Pause a rate (``key``: one key of it) until ``until``; ``None`` resumes it. A resume makes
-        its queues due now; a pause holds every grant until it ends (each decision reads it)."""
+    def pause_rate(
+        self, name: str, key: str | None, until: int | None, now: int, extend: bool = False
+    ) -> int | None:
+        """Pause a rate (``key``: one key of it) until ``until``; ``None`` resumes it; ``extend``: a
+        longer pause already set stands (a downstream's 429). A resume makes its queues due now; a
+        pause holds every grant until it ends (each decision reads it). Returns the pause's end."""
         params = {"name": name, "key": key or "", "until": until, "now": now}
         with self.db.write() as conn:
             self.db.run(conn, "rate_insert", params)
-            if key is None:
-                self.db.run(conn, "rate_pause", params)
-            else:
+            if key is not None:
                 self.db.run(conn, "rate_key_insert", params)
-                self.db.run(conn, "rate_key_pause", params)
+            query = "rate_pause" if key is None else "rate_key_pause"
+            if extend and until is not None:
+                until = int(self.db.run(conn, f"{query}_extend", params).fetchone()[0])
+            else:
+                self.db.run(conn, query, params)
             if until is None:
                 self.db.run(conn, "rate_queues_due_now", params)
             self.db.notify(conn, ["rates"])
+        return until
 
     def get_rate_wait(self, wait_id: str) -> RateWaitRow | None:
         with self.db.single_read() as conn:
