@@ -104,3 +104,67 @@ def test_a_grant_and_its_hook_step_are_one_write_fenced_on_the_run(database_url)
         assert store.get_rate_wait("run-a.1") is None
     finally:
         store.close()
+
+
+def test_a_pause_holds_every_grant_until_it_ends_and_a_resume_lets_them_go(database_url):
+    store = _store(database_url)
+    try:
+        store.declare_rates([RATE], T0)
+        assert store.pause_rate("partner-api", None, T0 + 30_000, T0) == T0 + 30_000
+        # a 429's shorter pause never shortens the one set
+        assert store.pause_rate("partner-api", None, T0 + 10_000, T0, True) == T0 + 30_000
+        held = store.request_rate(RATE, "r0", None, None, 1, None, T0 + 1)
+        assert held.wait.state == "waiting" and held.next_due == T0 + 30_000
+        assert store.rates_due({"partner-api": RATE}, T0 + 29_999) == []
+        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 30_000)] == ["r0"]
+        store.pause_rate("partner-api", None, T0 + 90_000, T0 + 30_000)
+        assert store.request_rate(RATE, "r1", None, None, 1, None, T0 + 30_001).wait.state == "waiting"
+        store.pause_rate("partner-api", None, None, T0 + 40_000)  # resumed: due at once
+        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 40_000)] == ["r1"]
+        (state,) = store.rate_states(T0 + 40_000)
+        assert (state.limit, state.per_ms, state.paused_until, state.granted, state.waiting) == (
+            3,
+            60_000,
+            None,
+            2,
+            0,
+        )
+    finally:
+        store.close()
+
+
+def test_a_key_paused_holds_only_its_own_queue(database_url):
+    store = _store(database_url)
+    try:
+        store.pause_rate("llm-tokens", "tenant:a", T0 + 60_000, T0, True)
+        assert store.request_rate(TOKENS, "a1", None, "tenant:a", 1, None, T0).wait.state == "waiting"
+        assert store.request_rate(TOKENS, "b1", None, "tenant:b", 1, None, T0).wait.state == "granted"
+        assert store.rate_key_state("llm-tokens", "tenant:a", TOKENS.per_ms, T0) == (0, 1, T0 + 60_000)
+        assert [w.id for w in store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000)] == ["a1"]
+    finally:
+        store.close()
+
+
+def test_a_waiter_that_gives_up_or_whose_run_ends_lets_the_next_go(database_url):
+    store = _store(database_url)
+    try:
+        store.request_rate(RATE, "r0", "run-0", None, 3, None, T0)
+        store.request_rate(RATE, "big", "run-big", None, 3, None, T0)
+        store.request_rate(RATE, "r2", "run-2", None, 1, None, T0)
+        store.request_rate(RATE, "r3", "run-3", None, 1, None, T0)
+        assert store.set_rate_limit(RATE, 4, T0) is None  # big (3) still does not fit beside r0 (3)
+        assert store.rates_due({"partner-api": RATE}, T0) == []
+        gave_up = store.give_up_rate(RATE, "big", T0 + 1)
+        assert gave_up.wait.state == "timed_out"
+        assert [w.id for w in gave_up.granted] == ["r2"]  # 3 + 1 fit the override of 4
+        store.set_rate_limit(RATE, 5, T0 + 2)
+        assert [w.id for w in store.rates_leave({"partner-api": RATE}, ["run-x"], T0 + 2)] == []
+        assert store.rates_due({"partner-api": RATE}, T0 + 2)[0].id == "r3"
+        store.request_rate(RATE, "r4", "run-4", None, 1, None, T0 + 3)
+        store.request_rate(RATE, "r5", "run-5", None, 1, None, T0 + 3)
+        assert store.rates_leave({"partner-api": RATE}, ["run-4"], T0 + 4) == []  # r5 still over 5
+        assert store.get_rate_wait("r4").state == "left"
+        assert [w.id for w in store.rate_waiters("partner-api", None, 10)] == ["r5"]
+        assert store.give_up_rate(RATE, "r3", T0 + 5).wait.state == "granted"  # granted: kept
+    finally:
+        store.close()
