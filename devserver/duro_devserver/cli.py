@@ -164,9 +164,9 @@ def run_command(
 
 def _add_command_groups() -> None:
     """Each family of commands lives in its own module and adds itself to ``main``."""
-    from . import cli_api, cli_init, cli_replay, cli_server
+    from . import cli_api, cli_init, cli_rates, cli_replay, cli_server
 
-    for module in (cli_init, cli_server, cli_api, cli_replay):
+    for module in (cli_init, cli_server, cli_api, cli_rates, cli_replay):
         module.add_commands(main)
 
 

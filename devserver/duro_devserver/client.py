@@ -294,6 +294,30 @@ class DuroClient:
 
     # -- schedules ---------------------------------------------------------------------------------
 
+    def rates(self) -> dict[str, Any]:
+        """``GET /api/rates``: ``{"rates": [Rate...]}``."""
+        return self._request("GET", "/api/rates")
+
+    def rate_waiters(self, name: str, key: str | None = None) -> dict[str, Any]:
+        """``GET /api/rates/{name}/waiters``: ``{"rate": Rate, "waiters": [RateWaiter...]}``."""
+        params = None if key is None else {"key": key}
+        return self._request("GET", f"/api/rates/{_segment(name)}/waiters", params=params)
+
+    def set_rate_limit(self, name: str, limit: int | None) -> dict[str, Any]:
+        """``PUT /api/rates/{name}/limit``: override the limit (``None`` resets to the config)."""
+        return self._request("PUT", f"/api/rates/{_segment(name)}/limit", json={"limit": limit})
+
+    def pause_rate(self, name: str, duration: str, key: str | None = None) -> dict[str, Any]:
+        """``POST /api/rates/{name}/pause``: no grant of the rate (or of ``key``) for ``duration``."""
+        body: dict[str, Any] = {"duration": duration} if key is None else {"duration": duration, "key": key}
+        return self._request("POST", f"/api/rates/{_segment(name)}/pause", json=body)
+
+    def resume_rate(self, name: str, key: str | None = None) -> dict[str, Any]:
+        """``POST /api/rates/{name}/resume``: end a pause of the rate (or of ``key``) now."""
+        return self._request(
+            "POST", f"/api/rates/{_segment(name)}/resume", json={} if key is None else {"key": key}
+        )
+
     def schedules(self) -> dict[str, Any]:
         """``GET /api/schedules``: ``{"schedules": [Schedule...]}``."""
         return self._request("GET", "/api/schedules")

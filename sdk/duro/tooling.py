@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._text import check_run_id
     from .limits import LimitInfo, LimitKey, SlotInfo
     from .limits._types import check_key
+    from .rates import RateInfo, RateWaiter
 
 __all__ = [
     "lazy_names",
@@ -49,6 +50,8 @@ __all__ = [
     "LimitInfo",
     "LimitKey",
     "SlotInfo",
+    "RateInfo",
+    "RateWaiter",
     "ScheduleInfo",
     "datetime_to_ms",
     "ms_to_datetime",
@@ -100,5 +103,9 @@ __getattr__, __dir__ = lazy_names(
             "SlotInfo",
         ),
         ".limits._types": ("check_key",),
+        ".rates": (
+            "RateInfo",
+            "RateWaiter",
+        ),
     },
 )

@@ -442,3 +442,39 @@ def test_the_client_covers_every_read_endpoint_and_raises_typed_errors(dev_serve
     with DuroClient(f"http://127.0.0.1:{free_port()}") as nobody, pytest.raises(ServerUnreachable) as down:
         nobody.health()
     assert down.value.reason == "connection refused" and isinstance(down.value, DuroError)
+
+
+def test_the_rates_verbs(dev_server: DevServer):
+    project = dev_server.project
+    listed = cli(project, "rates", "list")
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.splitlines()[0].split()[:3] == ["NAME", "LIMIT", "PER"]
+    assert listed.stdout.splitlines()[1].split()[:4] == ["partner-calls", "2", "1m", "no"]
+    runs = [run_id_of(ok_json(project, "start", "call", "--input", f'"job{n}"')) for n in range(3)]
+    for run_id in runs[:2]:
+        wait_run(project, run_id, "completed")
+
+    def one_waiter() -> dict | None:
+        answer = ok_json(project, "rates", "waiters", "partner-calls")
+        return answer if len(answer["waiters"]) == 1 else None
+
+    waiting = wait_until(one_waiter, 15, "a waiter of partner-calls")
+    assert waiting["waiters"][0]["run_id"] == runs[2] and waiting["rate"]["granted"] == 2
+    shown = cli(project, "rates", "waiters", "partner-calls")
+    assert "granted 2 in the current window, waiting 1" in shown.stdout and runs[2] in shown.stdout
+    paused = ok_json(project, "rates", "pause", "partner-calls", "10m")
+    assert paused["rate"]["paused_until"] is not None
+    raised = cli(project, "rates", "limit", "partner-calls", "3")
+    assert raised.exit_code == 0 and "3 (config 2) per 1m" in raised.stdout
+    assert ok_json(project, "runs", "show", runs[2])["run"]["status"] != "completed"  # paused
+    resumed = cli(project, "rates", "resume", "partner-calls")
+    assert resumed.exit_code == 0, resumed.output
+    wait_run(project, runs[2], "completed")
+    reset = ok_json(project, "rates", "reset", "partner-calls")
+    assert reset["rate"]["limit_override"] is None and reset["rate"]["effective_limit"] == 2
+    unknown = cli(project, "rates", "pause", "nope", "1m")
+    assert unknown.exit_code == 1 and "rate 'nope' does not exist" in unknown.output
+    bad = cli(project, "rates", "limit", "partner-calls", "lots")
+    assert bad.exit_code == 2 and "duro rates limit partner-calls 150" in bad.output
+    bad_duration = cli(project, "rates", "pause", "partner-calls", "soon")
+    assert bad_duration.exit_code == 1 and "soon" in bad_duration.output

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from . import events, limits, meta, runs, schedules, workflows
+from . import events, limits, meta, rates, runs, schedules, workflows
 
 
 def api_routes() -> list[BaseRoute]:
-    return [*meta.routes, *workflows.routes, *runs.routes, *limits.routes, *schedules.routes, *events.routes]
+    return [
+        *meta.routes,
+        *workflows.routes,
+        *runs.routes,
+        *limits.routes,
+        *rates.routes,
+        *schedules.routes,
+        *events.routes,
+    ]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model
 
 from duro import RunStatus
-from duro.tooling import LimitInfo, RunInfo, ScheduleInfo, SlotInfo, StepInfo
+from duro.tooling import LimitInfo, RateInfo, RateWaiter, RunInfo, ScheduleInfo, SlotInfo, StepInfo
 
 
 class Body(BaseModel):
@@ -57,6 +57,28 @@ class CapacityBody(Body):
     capacity: StrictInt | None = Field(
         ge=1, le=100_000, description="an integer; null resets to duro.config.py"
     )
+
+
+class RateLimitBody(Body):
+    """Strict: a JSON integer (never ``true`` or ``"3"``), or null."""
+
+    limit: StrictInt | None = Field(
+        ge=1, le=1_000_000, description="an integer; null resets to duro.config.py"
+    )
+
+
+class PauseBody(Body):
+    """How long to pause, and optionally one key of a keyed rate."""
+
+    duration: StrictStr | StrictInt = Field(
+        description="a duration such as '30s' or '5m' (units ms, s, m, h, d in lowercase, no spaces), "
+        "or a JSON integer of milliseconds"
+    )
+    key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ResumeBody(Body):
+    key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class MaxHoldBody(Body):
@@ -146,6 +168,8 @@ if TYPE_CHECKING:  # the fields are the records' (answer_of); a type checker see
     _StepFields = BaseModel
     _LimitFields = BaseModel
     _SlotFields = BaseModel
+    _RateFields = BaseModel
+    _RateWaiterFields = BaseModel
     _ScheduleFields = BaseModel
 else:
     _RunFields = answer_of(
@@ -158,6 +182,8 @@ else:
     _LimitFields = answer_of(LimitInfo)
     _SlotFields = answer_of(SlotInfo, state=(Literal["busy", "reserved", "waiting"], ...), waited=None)
     _ScheduleFields = answer_of(ScheduleInfo)
+    _RateFields = answer_of(RateInfo)
+    _RateWaiterFields = answer_of(RateWaiter)
 
 
 class RunOut(_RunFields):
@@ -291,6 +317,32 @@ class LimitKeysOut(BaseModel):
 class LimitKeyOnlyOut(BaseModel):
     limit: str
     key: LimitKeyOut
+
+
+class RateOut(_RateFields):
+    # A rate: duro.rates.RateInfo's fields.
+
+    @classmethod
+    def of(cls, info: RateInfo) -> RateOut:
+        return cls.model_validate(vars(info))
+
+
+class RatesOut(BaseModel):
+    rates: list[RateOut]
+
+
+class RateOnlyOut(BaseModel):
+    rate: RateOut
+
+
+class RateWaiterOut(_RateWaiterFields):
+    # A waiter of a rate: duro.rates.RateWaiter's fields.
+    pass
+
+
+class RateWaitersOut(BaseModel):
+    rate: RateOut
+    waiters: list[RateWaiterOut]
 
 
 class SlotsOut(BaseModel):

@@ -2,7 +2,7 @@
 
 from pydantic import BaseModel
 
-from duro import Concurrency, acquire_slot, release_slot, step, wait_for_signal, workflow
+from duro import Concurrency, acquire_rate, acquire_slot, release_slot, step, wait_for_signal, workflow
 
 
 class Greeting(BaseModel):
@@ -27,3 +27,10 @@ async def hold(inp: dict) -> str:
     await wait_for_signal("done")
     await release_slot(slot.id)
     return f"job {inp['job']} done"
+
+
+@workflow(name="call")
+async def call(job: str) -> str:
+    """One call to the partner API: at most 2 a minute."""
+    await acquire_rate("partner-calls", timeout="1h")
+    return f"called {job}"
