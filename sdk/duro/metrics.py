@@ -1,4 +1,4 @@
-"""Prometheus metrics of limits, quotas and runs (``prometheus_client``).
+"""Prometheus metrics of limits, rates, quotas and runs (``prometheus_client``).
 
 ``collector(engine)`` returns a collector to register on an app's own registry::
 
@@ -10,15 +10,17 @@ Two kinds of figures, with different sources:
 - **Gauges** of each limit declared in the engine's workspace (``duro_limit_capacity``,
   ``duro_limit_busy``, ``duro_limit_reserved``, ``duro_limit_waiting``) are read from the store at
   scrape time, in one query for all four: every process that shares a database reports the same
-  truth, whichever process took or freed the slots.
+  truth, whichever process took or freed the slots. The same for each declared rate
+  (``duro_rate_limit``, ``duro_rate_waiting``, ``duro_rate_paused``).
 - **Counters and histograms** count what this process did from the moment its engine was given a
   collector (or, in ``duro dev`` and ``duro serve``, since the server started): slot waits and holds,
   expiries (a ``release_slot`` that never happened), timeouts, lapsed reservations, refused starts,
-  started and finished runs. Sum them across processes in PromQL. Those of each declared limit and
+  started and finished runs, rate grants (``duro_rate_granted_total``, ``duro_rate_wait_seconds``)
+  and rate timeouts. Sum them across processes in PromQL. Those of each declared limit and
   registered workflow are exported at 0 from the first scrape, so ``increase()`` sees the first event.
 
-No label carries a quota key, a slot label or a run id: only a limit's or a workflow's name, and a
-run's final status. The metric list, with a PromQL line for the common questions: docs/observability.md.
+No label carries a quota key, a rate key, a slot label or a run id: only a limit's, a rate's or a
+workflow's name, and a run's final status. The metric list, with a PromQL line for the common questions: docs/observability.md.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._clock import Clock
 from ._config import Workspace
 from ._events import EventBus, RunEvent
 from ._slots import SlotEvent
@@ -50,6 +53,7 @@ class Engine(Protocol):
     events: EventBus
     store: SqlStore
     workspace: Workspace
+    clock: Clock
     meter: Any
 
     @property
@@ -66,7 +70,13 @@ HOLD_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, float("i
 RUN_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 5, 15, 60, 300, 3600, 86_400, float("inf"))
 
 _FINISHED = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
-COUNTED = ("run.created", *_FINISHED, "quota.refused")  # the bus builds no other event for the meter
+COUNTED = (
+    "run.created",
+    *_FINISHED,
+    "quota.refused",
+    "rate.granted",
+    "rate.timed_out",
+)  # the bus builds no other event for the meter
 
 
 class Meter:
@@ -113,6 +123,13 @@ class Meter:
         self.duration = histogram(
             "duro_run_duration_seconds", "Runs: from start (creation) to end.", "workflow", RUN_BUCKETS
         )
+        self.rate_granted = counter("duro_rate_granted_total", "Grants of a rate made to runs.", "rate")
+        self.rate_timeouts = counter(
+            "duro_rate_timeouts_total", "Waits for a rate's grant that timed out in the queue.", "rate"
+        )
+        self.rate_wait = histogram(
+            "duro_rate_wait_seconds", "Grants of a rate: from request to grant.", "rate", WAIT_BUCKETS
+        )
         # each label's child, kept: ``labels()`` takes a lock and builds a key at every call
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._metrics = (
@@ -126,6 +143,9 @@ class Meter:
             self.finished,
             self.set_aside,
             self.duration,
+            self.rate_granted,
+            self.rate_timeouts,
+            self.rate_wait,
         )
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -153,6 +173,8 @@ class Meter:
     def on_run_event(self, event: RunEvent) -> None:
         kind = event.kind
         if kind[:4] != "run." and kind != "quota.refused":
+            if kind[:5] == "rate.":
+                self._on_rate_event(event)
             return  # a step's or a signal's: most events, and none of them counted
         child = self._child
         if kind == "run.created":
@@ -167,6 +189,14 @@ class Meter:
                 child(self.duration, workflow).observe(max(0, event.at - created) / 1000)
         elif kind == "quota.refused":
             child(self.refused, event.workflow or "").inc()
+
+    def _on_rate_event(self, event: RunEvent) -> None:
+        rate = str(event.detail.get("rate", ""))
+        if event.kind == "rate.granted":
+            self._child(self.rate_granted, rate).inc()
+            self._child(self.rate_wait, rate).observe(max(0, int(event.detail.get("waited_ms") or 0)) / 1000)
+        elif event.kind == "rate.timed_out":
+            self._child(self.rate_timeouts, rate).inc()
 
     def on_slot_events(self, events: Sequence[SlotEvent]) -> None:
         child = self._child
@@ -183,10 +213,13 @@ class Meter:
             elif kind == "lapsed":
                 child(self.lapsed, limit).inc()
 
-    def declare(self, limits: Iterable[str], workflows: Iterable[str]) -> None:
-        """Export every series of these limits and workflows from now on, at 0 until its first
+    def declare(self, limits: Iterable[str], workflows: Iterable[str], rates: Iterable[str] = ()) -> None:
+        """Export every series of these limits, workflows and rates from now on, at 0 until its first
         event: ``increase()`` over a series that appears with its first event misses that event."""
         child = self._child
+        for rate in rates:
+            for metric in (self.rate_granted, self.rate_timeouts, self.rate_wait):
+                child(metric, rate)
         for limit in limits:
             for metric in (self.slot_wait, self.slot_hold, self.expired, self.timeouts, self.lapsed):
                 child(metric, limit)
@@ -213,6 +246,11 @@ GAUGES = (
     ("duro_limit_reserved", "A limit's slots reserved for a waiting run, not yet taken."),
     ("duro_limit_waiting", "Runs waiting in a limit's queue now."),
 )
+RATE_GAUGES = (
+    ("duro_rate_limit", "A rate's effective limit per window (its operator override, else duro.config.py)."),
+    ("duro_rate_waiting", "Runs waiting for a rate's grant now."),
+    ("duro_rate_paused", "1 while a rate is paused (by a step's RateLimited or an operator), else 0."),
+)
 KEY_GAUGES = (
     ("duro_limit_keys", "A keyed limit's keys with a busy, reserved or waiting slot now."),
     ("duro_limit_keys_full", "A keyed limit's keys at their capacity now."),
@@ -229,7 +267,8 @@ class DuroCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in (*GAUGES, *KEY_GAUGES)]
-        return [*gauges, *self.meter.describe()]
+        rate_gauges = [GaugeMetricFamily(name, doc, labels=["rate"]) for name, doc in RATE_GAUGES]
+        return [*gauges, *rate_gauges, *self.meter.describe()]
 
     def collect(self) -> Iterable[Metric]:
         gauges = [GaugeMetricFamily(name, doc, labels=["limit"]) for name, doc in GAUGES]
@@ -237,7 +276,7 @@ class DuroCollector(Collector):
         try:
             engine = self._engine()
             declared = engine.workspace.limits
-            self.meter.declare(declared, engine.workflows)  # cached: free after the first scrape
+            self.meter.declare(declared, engine.workflows, engine.workspace.rates)  # cached after the first
             states = engine.store.limit_states() if declared else {}
         except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
             log.warning("duro metrics: the limits' gauges are missing from this scrape: %s", err)
@@ -266,7 +305,27 @@ class DuroCollector(Collector):
                 continue
             key_gauges[0].add_metric([name], active)
             key_gauges[1].add_metric([name], full)
-        return [*gauges, *key_gauges, *self.meter.collect()]
+        return [*gauges, *key_gauges, *self._rate_gauges(), *self.meter.collect()]
+
+    def _rate_gauges(self) -> list[GaugeMetricFamily]:
+        """The declared rates' limit, waiters and pause, read from the store in one query."""
+        gauges = [GaugeMetricFamily(name, doc, labels=["rate"]) for name, doc in RATE_GAUGES]
+        try:
+            engine = self._engine()
+            declared = engine.workspace.rates
+            now = engine.clock.now_ms()
+            states = {s.name: s for s in engine.store.rate_states(now)} if declared else {}
+        except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
+            log.warning("duro metrics: the rates' gauges are missing from this scrape: %s", err)
+            return gauges
+        for name, config in sorted(declared.items()):
+            state = states.get(name)
+            override = None if state is None else state.limit_override
+            paused = state is not None and state.paused_until is not None and state.paused_until > now
+            values = (override or config.limit, 0 if state is None else state.waiting, int(paused))
+            for gauge, value in zip(gauges, values, strict=True):
+                gauge.add_metric([name], value)
+        return gauges
 
 
 def meter_of(engine: Engine) -> Meter:

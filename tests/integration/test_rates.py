@@ -4,6 +4,8 @@ keyed costs, and a grant recorded so that a replay takes nothing again."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from duro import (
@@ -308,3 +310,42 @@ async def test_operator_calls_refuse_unknown_rates_and_bad_values(duro_env):
     with pytest.raises(DuroError, match="rate 'partner-api' has no keys"):
         await rates.waiters("partner-api", key="x")
     await duro_env.assert_rate("partner-api", paused=False, waiting=0)
+
+
+async def test_metrics_and_log_lines_name_the_rate_never_a_key(duro_env, caplog):
+    from prometheus_client import CollectorRegistry
+
+    from duro.metrics import collector
+
+    registry = CollectorRegistry()
+    registry.register(collector(duro_env.engine))
+
+    def sample(name: str) -> float | None:
+        return registry.get_sample_value(name, {"rate": "partner-api"})
+
+    assert (sample("duro_rate_granted_total"), sample("duro_rate_limit")) == (0, 3)  # at 0 from the first scrape
+    caplog.set_level(logging.INFO, logger="duro.rates")
+    ATTEMPTS.clear()
+    REFUSALS[:] = ["429"]
+    await duro_env.start(tokens, {"tenant": "secret-tenant", "cost": 1})
+    limited = await duro_env.start(pages, 1)
+    await duro_env.run_until_idle()
+    late = await duro_env.start(patient, "10s")
+    waits = await duro_env.start(caller, "waits")  # 30 s, for the pause
+    await duro_env.run_until_idle()
+    assert (sample("duro_rate_paused"), sample("duro_rate_waiting")) == (1, 2)
+    await duro_env.advance("10s")
+    assert await late.result() == "timed out: partner-api"
+    assert sample("duro_rate_timeouts_total") == 1
+    await duro_env.advance("20s")
+    assert await limited.result() == [0]
+    assert (await waits.result()).startswith("00:00:30 waited 30000")
+    assert sample("duro_rate_granted_total") == 3  # fetch's two attempts, and the caller's
+    assert sample("duro_rate_wait_seconds_count") == 3
+    assert sample("duro_rate_wait_seconds_sum") == 30
+    assert sample("duro_rate_paused") == 0
+    lines = [(r.getMessage(), getattr(r, "event", None)) for r in caplog.records if r.name == "duro.rates"]
+    assert ("rate partner-api paused for 30000 ms by a step", "rate.paused") in lines
+    assert ("a wait for rate partner-api timed out in the queue", "rate.timed_out") in lines
+    assert not any("secret-tenant" in text for text, _ in lines)
+    assert registry.get_sample_value("duro_rate_granted_total", {"rate": "llm-tokens"}) == 1
