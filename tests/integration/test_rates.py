@@ -323,7 +323,10 @@ async def test_metrics_and_log_lines_name_the_rate_never_a_key(duro_env, caplog)
     def sample(name: str) -> float | None:
         return registry.get_sample_value(name, {"rate": "partner-api"})
 
-    assert (sample("duro_rate_granted_total"), sample("duro_rate_limit")) == (0, 3)  # at 0 from the first scrape
+    assert (sample("duro_rate_granted_total"), sample("duro_rate_limit")) == (
+        0,
+        3,
+    )  # at 0 from the first scrape
     caplog.set_level(logging.INFO, logger="duro.rates")
     ATTEMPTS.clear()
     REFUSALS[:] = ["429"]
