@@ -168,3 +168,17 @@ def test_a_waiter_that_gives_up_or_whose_run_ends_lets_the_next_go(database_url)
         assert store.give_up_rate(RATE, "r3", T0 + 5).wait.state == "granted"  # granted: kept
     finally:
         store.close()
+
+
+def test_a_decision_judged_at_an_instant_before_the_last_grant_still_counts_it(database_url):
+    """A transaction that read its clock, then waited for the queue's lock while another committed
+    grants, judges at the queue's last decision: the grants it waited behind stay in its window."""
+    store = _store(database_url)
+    try:
+        for n in range(3):
+            assert store.request_rate(RATE, f"r{n}", None, None, 1, None, T0 + 10).wait.state == "granted"
+        late = store.request_rate(RATE, "stale", None, None, 1, None, T0)  # its clock read before them
+        assert late.wait.state == "waiting" and late.next_due == T0 + 10 + 60_000
+        assert late.wait.enqueued_at == T0 + 10
+    finally:
+        store.close()

@@ -12,6 +12,7 @@ from .._config import RateConfig, Workspace, check_rate
 from .._durations import Duration, format_ms, to_ms
 from .._errors import DuroError
 from .._gateway import StoreGateway, store_trouble
+from .._observe import log_rate
 from ..store import RateWaitRow
 from ..store._rates import RateState
 from ._local import LocalRates
@@ -138,6 +139,7 @@ class Rates:
         ms = to_ms(duration, f"pause of rate {config.name!r}")
         now = self._clock.now_ms()
         await self._gateway.call(self._gateway.store.pause_rate, config.name, checked, now + ms, now)
+        log_rate("rate.paused", config.name, ms, "an operator")
         self._look_again()
         return await self.info(config.name)
 
@@ -148,6 +150,7 @@ class Rates:
         checked = None if key is None else check_rate_key(config, key)
         now = self._clock.now_ms()
         await self._gateway.call(self._gateway.store.pause_rate, config.name, checked, None, now)
+        log_rate("rate.resumed", config.name)
         self._look_again()
         return await self.info(config.name)
 

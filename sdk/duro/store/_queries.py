@@ -231,7 +231,7 @@ RATE_QUERIES: dict[str, str] = {
     "rate_key_insert": "INSERT INTO duro_rate_keys (rate_name, rate_key, waiting, updated_at) "
     "VALUES (:name, :key, 0, :now) ON CONFLICT (rate_name, rate_key) DO NOTHING",
     # the queue's row, locked for the transaction (FOR UPDATE on PostgreSQL), and the instant
-    "rate_key_lock": "SELECT paused_until, waiting, {clock} FROM duro_rate_keys "
+    "rate_key_lock": "SELECT paused_until, waiting, {clock}, updated_at FROM duro_rate_keys "
     "WHERE rate_name = :name AND rate_key = :key",
     "rate_key_update": "UPDATE duro_rate_keys SET waiting = :waiting, next_due = :next_due, "
     "updated_at = :now WHERE rate_name = :name AND rate_key = :key",

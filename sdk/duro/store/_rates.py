@@ -88,15 +88,19 @@ class RateRows(StorePart):
     """The rates' queues: each call locks one queue's row, decides (``duro._rates``) and writes."""
 
     def _lock_queue(self, conn: Connection, name: str, key: str, now: int) -> tuple[int | None, int, int]:
-        """The queue's row, made on first use and locked: (its own pause, waiting, judged instant)."""
+        """The queue's row, made on first use and locked: (its own pause, waiting, judged instant:
+        the clock, and never earlier than the queue's last decision)."""
         params = {"name": name, "key": key, "now": now}
         row = self.db.run(conn, "rate_key_lock", params).fetchone()
         if row is None:
             self.db.run(conn, "rate_insert", params)
             self.db.run(conn, "rate_key_insert", params)
             row = self.db.run(conn, "rate_key_lock", params).fetchone()
-        paused_until, waiting, judged = row
-        return paused_until, int(waiting), int(judged)
+        paused_until, waiting, clock, last = row
+        # never before the queue's last decision: a transaction that read the clock (its caller's,
+        # or the server's at its start) and then waited for this lock must not judge a window
+        # from before grants already committed, or it would not count them
+        return paused_until, int(waiting), max(int(clock), int(last))
 
     def _read_wait(self, conn: Connection, wait_id: str) -> RateWaitRow | None:
         found = self.db.run(conn, "rate_wait_select", {"id": wait_id}).fetchone()
