@@ -182,3 +182,22 @@ def test_a_decision_judged_at_an_instant_before_the_last_grant_still_counts_it(d
         assert late.wait.enqueued_at == T0 + 10
     finally:
         store.close()
+
+
+def test_ended_waits_past_every_window_are_pruned_and_an_unfinished_runs_kept(database_url):
+    from duro.store import NewRun
+
+    store = _store(database_url)
+    try:
+        store.insert_run(NewRun("live", "default", "wf", "1", "{}", "w1", T0), None)
+        store.request_rate(RATE, "live.0", "live", None, 1, None, T0)
+        store.request_rate(RATE, "gone.0", None, None, 1, None, T0)
+        store.request_rate(RATE, "late", None, None, 1, T0 + 1_000, T0)
+        store.give_up_rate(RATE, "late", T0 + 1_000)  # timed out
+        assert store.prune_rates({"partner-api": RATE}, T0 + 60_000) == 0  # within the margin yet
+        assert store.prune_rates({"partner-api": RATE}, T0 + 121_001) == 2
+        assert store.get_rate_wait("gone.0") is None and store.get_rate_wait("late") is None
+        assert store.get_rate_wait("live.0").state == "granted"  # its run may still replay it
+        assert store.request_rate(RATE, "next", None, None, 1, None, T0 + 121_001).wait.state == "granted"
+    finally:
+        store.close()

@@ -19,6 +19,8 @@ from .._slots import SWEEP_MS
 from .._wakeups import Waiters, Wakeups
 from ..store import RateWaitRow
 
+PRUNE_EVERY_MS = 60_000
+
 
 class LocalRates:
     """The rate waiters of one worker, by request id, and the loop that grants on time."""
@@ -39,6 +41,7 @@ class LocalRates:
         self._waiters: Waiters[str] = Waiters()
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
+        self._pruned = -PRUNE_EVERY_MS  # when the loop last pruned the ended waits
         # a grant for a run not waiting in this process's memory: it was unloaded, and the store
         # has it due now (its worker's claim pass)
         self._on_absent = on_absent
@@ -79,7 +82,8 @@ class LocalRates:
 
     async def grant_loop(self) -> None:
         """Grant each queue's head at its due instant and time out waiters at theirs; a safety pass
-        every 15 s while a run of this process waits, for anything missed (a crash, a lost notice)."""
+        every 15 s while a run of this process waits, for anything missed (a crash, a lost notice);
+        once a minute at most, the ended waits past every window are pruned."""
         store = self._gateway.store
         while True:
             self._changed.clear()
@@ -87,6 +91,9 @@ class LocalRates:
             rates = self._workspace.rates
             try:
                 self.notify(await self._gateway.call(store.rates_due, rates, now))
+                if now >= self._pruned + PRUNE_EVERY_MS:  # the ended waits past every window
+                    self._pruned = now
+                    await self._gateway.call(store.prune_rates, rates, now)
                 next_due = await self._gateway.call(store.next_rate_due, list(rates))
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
                 store_trouble("the rates pass", err)

@@ -242,8 +242,8 @@ RATE_QUERIES: dict[str, str] = {
     "AND state = 'waiting' ORDER BY pos LIMIT :n",
     "rate_window": f"SELECT granted_at, cost FROM duro_rate_waits WHERE {_QUEUE} "
     "AND state = 'granted' AND granted_at > :since",
-    "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now WHERE id = :id "
-    "AND state = 'waiting'",
+    "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now, ended_at = :now "
+    "WHERE id = :id AND state = 'waiting'",
     "rate_declare": "INSERT INTO duro_rates (name, rate_limit, per_ms, per_key, next_pos, updated_at) "
     "VALUES (:name, :limit, :per_ms, :per_key, 0, :now) ON CONFLICT (name) DO UPDATE SET "
     "rate_limit = excluded.rate_limit, per_ms = excluded.per_ms, per_key = excluded.per_key, "
@@ -251,7 +251,14 @@ RATE_QUERIES: dict[str, str] = {
     "rate_states": "SELECT name, rate_limit, per_ms, per_key, limit_override, paused_until, "
     "(SELECT COALESCE(sum(waiting), 0) FROM duro_rate_keys AS k WHERE k.rate_name = r.name), "
     "(SELECT COALESCE(sum(cost), 0) FROM duro_rate_waits AS w WHERE w.rate_name = r.name "
-    "AND w.state = 'granted' AND w.granted_at > :now - COALESCE(r.per_ms, 0)) FROM duro_rates AS r ORDER BY name",
+    "AND w.state <> 'waiting' AND w.state = 'granted' AND w.ended_at > :now - COALESCE(r.per_ms, 0)) "
+    "FROM duro_rates AS r ORDER BY name",
+    # the ended waits past every window of the rate, oldest first, in a bounded batch; a wait of a
+    # run still unfinished is kept (its replay may read it: a grant its hook step has not recorded)
+    "rate_prune": "DELETE FROM duro_rate_waits WHERE id IN (SELECT w.id FROM duro_rate_waits AS w "
+    "WHERE w.rate_name = :name AND w.state <> 'waiting' AND w.ended_at < :before AND (w.run_id IS NULL "
+    f"OR NOT EXISTS (SELECT 1 FROM duro_runs AS r WHERE r.id = w.run_id AND r.status IN {ACTIVE_SQL})) "
+    "ORDER BY w.ended_at LIMIT :n)",
     "rate_key_state": "SELECT (SELECT COALESCE(sum(cost), 0) FROM duro_rate_waits WHERE "
     f"{_QUEUE} AND state = 'granted' AND granted_at > :since), "
     "(SELECT COALESCE(sum(waiting), 0) FROM duro_rate_keys WHERE rate_name = :name AND rate_key = :key), "

@@ -29,6 +29,8 @@ from ._records import Fenced, StepRecord
 from ._rows import write_step
 
 HEADS = 1000  # waiters a decision reads at the most (a grant costs at least 1: limit bounds it too)
+PRUNE_BATCH = 1000  # ended waits a prune deletes per rate and transaction
+PRUNE_MARGIN_MS = 60_000  # kept past a window: the processes' clocks may differ that much
 
 
 class RateWaitRow(NamedTuple):
@@ -259,6 +261,17 @@ class RateRows(StorePart):
                 paused, waiting, judged = self._lock_queue(conn, name, key, now)
                 granted += self._decide(conn, configs[name], key, paused, waiting, judged)[0]
         return granted
+
+    def prune_rates(self, configs: Mapping[str, RateConfig], now: int, batch: int = PRUNE_BATCH) -> int:
+        """Delete the ended waits of these rates past every window (``per_ms``, and a minute more
+        for clocks that differ), a bounded batch per rate in a transaction of its own; a wait of an
+        unfinished run stays. Returns how many went."""
+        pruned = 0
+        for name, config in sorted(configs.items()):
+            params = {"name": name, "before": now - config.per_ms - PRUNE_MARGIN_MS, "n": batch}
+            with self.db.write() as conn:
+                pruned += self.db.run(conn, "rate_prune", params).rowcount
+        return pruned
 
     def next_rate_due(self, names: Iterable[str]) -> int | None:
         """The earliest instant a queue of these rates is due (a head's grant or a timeout)."""

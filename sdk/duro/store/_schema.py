@@ -67,6 +67,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     8: lambda conn, dialect: _schema_9(conn),
     # 9 -> 10 adds rates (duro_rates, duro_rate_keys, duro_rate_waits): new tables, made by create_all
     9: lambda conn, dialect: None,
+    # 10 -> 11: a rate's ended waits indexed by their end (a grant's end is its grant)
+    10: lambda conn, dialect: _schema_11(conn),
 }
 
 
@@ -123,6 +125,15 @@ def _add_due_at(conn: Connection) -> None:
         )
     )
     _recreate_indexes(conn, "duro_runs_due", "duro_runs_owner")
+
+
+def _schema_11(conn: Connection) -> None:
+    conn.execute(
+        sa.text(
+            "UPDATE duro_rate_waits SET ended_at = granted_at WHERE state = 'granted' AND ended_at IS NULL"
+        )
+    )
+    _recreate_indexes(conn, "duro_rate_waits_ended")
 
 
 def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:

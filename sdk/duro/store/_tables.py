@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -320,7 +320,8 @@ class RateKeyRow(DuroTable, table=True):
 
 class RateWait(DuroTable, table=True):
     """One ``acquire_rate`` (schema version 10): ``waiting`` in its queue (``pos`` orders it), then
-    ``granted`` (``granted_at``: what the windows count), ``timed_out`` or ``cancelled``."""
+    ``granted`` (``granted_at``: what the windows count), ``timed_out``, or ``left`` (its run ended
+    or was cancelled while it waited); ``ended_at`` when it stopped waiting, whichever way."""
 
     __tablename__ = "duro_rate_waits"
     __table_args__ = (
@@ -336,6 +337,9 @@ class RateWait(DuroTable, table=True):
             **_where("state = 'waiting' AND timeout_at IS NOT NULL"),
         ),
         Index("duro_rate_waits_run", "run_id", **_where("state = 'waiting'")),
+        # a rate's ended waits by their end (schema version 11): its window's grants for operators,
+        # and the prune of those past every window
+        Index("duro_rate_waits_ended", "rate_name", "ended_at", **_where("state <> 'waiting'")),
     )
     id: str = Field(primary_key=True, max_length=220)
     rate_name: str = Field(max_length=64)
