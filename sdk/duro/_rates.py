@@ -52,18 +52,8 @@ def in_window(grants: Iterable[Grant], per_ms: int, at: int) -> list[Grant]:
 def earliest(view: RateView, grants: Sequence[Grant], cost: int, now: int) -> int | None:
     """The earliest instant from ``now`` at which ``cost`` may be granted, given the grants made so
     far (none after ``now``); ``None`` if it never fits (``cost`` above the limit in effect)."""
-    if cost > view.limit:
-        return None
-    start = now if view.paused_until is None else max(now, view.paused_until)
-    recent = in_window(grants, view.per_ms, start)
-    used = sum(g.cost for g in recent)
-    at = start
-    for oldest in recent:  # each grant leaves the window per_ms after it was made
-        if used + cost <= view.limit:
-            break
-        used -= oldest.cost
-        at = max(at, oldest.at + view.per_ms)
-    return at
+    window = in_window(grants, view.per_ms, now)
+    return due(view, sum(g.cost for g in window), window, cost, now)
 
 
 class Decision(NamedTuple):
@@ -73,19 +63,60 @@ class Decision(NamedTuple):
     next_due: int | None  # when the head left waiting may be granted (None: no head, or never fits)
 
 
+def take_heads(view: RateView, used: int, queue: Sequence[Waiter], now: int) -> list[Waiter]:
+    """The heads granted at ``now``, in order: each while ``used`` (the costs granted in the window
+    ending ``now``) plus its own cost stays within the limit; none while a pause holds. A head that
+    does not fit stops the queue: nobody behind it passes."""
+    if view.paused_until is not None and view.paused_until > now:
+        return []
+    granted = []
+    for waiter in queue:
+        if used + waiter.cost > view.limit:
+            break
+        granted.append(waiter)
+        used += waiter.cost
+    return granted
+
+
+def room_needed(view: RateView, used: int, cost: int) -> int:
+    """How much must leave the window before ``cost`` fits beside ``used``: so many of the window's
+    oldest grants, at the most (each costs at least 1), are all :func:`due` needs to read."""
+    return max(0, used + cost - view.limit)
+
+
+def due(view: RateView, used: int, oldest: Sequence[Grant], cost: int, now: int) -> int | None:
+    """The earliest instant from ``now`` at which ``cost`` fits: ``used`` is the costs granted in
+    the window ending ``now``, ``oldest`` that window's grants oldest first, at least
+    :func:`room_needed` of them. ``None``: it never fits (``cost`` above the limit in effect)."""
+    if cost > view.limit:
+        return None
+    at = now if view.paused_until is None else max(now, view.paused_until)
+    for grant in oldest:
+        if grant.at > at - view.per_ms and used + cost <= view.limit:
+            break
+        used -= grant.cost  # out of the window by ``at``, or the next to leave
+        at = max(at, grant.at + view.per_ms)
+    if used + cost > view.limit:
+        raise ValueError(f"rate {view.name!r}: {len(oldest)} grants read are not enough to make room")
+    return at
+
+
 def grant_due(view: RateView, grants: Sequence[Grant], queue: Sequence[Waiter], now: int) -> Decision:
     """Grant the queue's heads, in order, while the window allows each one now; then say when the
     next head is due. ``queue`` is the (rate, key)'s waiters in ``pos`` order; ``grants`` its grants
-    so far (only those of the last ``per_ms`` matter)."""
-    made = list(grants)
-    granted: list[tuple[Waiter, int]] = []
-    for waiter in queue:
-        due = earliest(view, made, waiter.cost, now)
-        if due is None or due > now:
-            return Decision(granted, due)
-        granted.append((waiter, now))
-        made.append(Grant(now, waiter.cost))
-    return Decision(granted, None)
+    so far (only those of the last ``per_ms`` matter). The store makes the same decision from what
+    it reads of the window: its use (:func:`window_use`) and its oldest grants."""
+    used = window_use(grants, view.per_ms, now)
+    granted = take_heads(view, used, queue, now)
+    if len(granted) == len(queue):
+        return Decision([(waiter, now) for waiter in granted], None)
+    made = [*grants, *(Grant(now, waiter.cost) for waiter in granted)]
+    head = queue[len(granted)]
+    used += sum(waiter.cost for waiter in granted)
+    return Decision(
+        [(waiter, now) for waiter in granted],
+        due(view, used, in_window(made, view.per_ms, now), head.cost, now),
+    )
 
 
 def window_use(grants: Iterable[Grant], per_ms: int, now: int) -> int:

@@ -32,14 +32,14 @@ def test_seven_requests_on_three_a_minute_are_granted_three_three_and_one(databa
         assert [o.wait.state for o in outcomes] == ["granted"] * 3 + ["waiting"] * 4
         assert outcomes[-1].next_due == T0 + 60_000  # the first grant leaves the window
         assert store.next_rate_due(["partner-api"]) == T0 + 60_000
-        assert store.rates_due({"partner-api": RATE}, T0 + 59_999) == []  # not a millisecond early
-        second = store.rates_due({"partner-api": RATE}, T0 + 60_000)
+        assert store.rates_due({"partner-api": RATE}, T0 + 59_999).granted == []  # not a millisecond early
+        second = store.rates_due({"partner-api": RATE}, T0 + 60_000).granted
         assert [(w.id, w.granted_at) for w in second] == [("r3", T0 + 60_000)]
         assert store.next_rate_due(["partner-api"]) == T0 + 60_001  # r1's grant leaves next
         store.rates_due({"partner-api": RATE}, T0 + 60_001)
         store.rates_due({"partner-api": RATE}, T0 + 60_002)
         assert store.next_rate_due(["partner-api"]) == T0 + 120_000
-        last = store.rates_due({"partner-api": RATE}, T0 + 120_000)
+        last = store.rates_due({"partner-api": RATE}, T0 + 120_000).granted
         assert [w.id for w in last] == ["r6"]
         assert store.next_rate_due(["partner-api"]) is None
         granted = sorted((store.get_rate_wait(f"r{n}").granted_at, n) for n in range(7))
@@ -60,7 +60,7 @@ def test_a_request_is_idempotent_and_a_timeout_leaves_the_queue(database_url):
         again = store.request_rate(RATE, "late", None, None, 1, T0 + 10_000, T0 + 5)
         assert again.wait == waiting.wait and again.granted == ()
         assert store.next_rate_due(["partner-api"]) == T0 + 10_000  # its timeout comes first
-        assert store.rates_due({"partner-api": RATE}, T0 + 10_000) == []
+        assert store.rates_due({"partner-api": RATE}, T0 + 10_000).granted == []
         assert store.get_rate_wait("late").state == "timed_out"
         assert store.next_rate_due(["partner-api"]) is None
         assert store.request_rate(RATE, "next", None, None, 1, None, T0 + 60_000).wait.state == "granted"
@@ -76,7 +76,7 @@ def test_keys_have_windows_of_their_own_and_costs_add_up(database_url):
         small = store.request_rate(TOKENS, "a3", None, "tenant:a", 1, None, T0 + 2)
         assert (big.wait.state, small.wait.state) == ("waiting", "waiting")  # 1 would fit: FIFO
         assert store.request_rate(TOKENS, "b1", None, "tenant:b", 10, None, T0 + 3).wait.state == "granted"
-        granted = store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000)
+        granted = store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000).granted
         assert [w.id for w in granted] == ["a2", "a3"]
     finally:
         store.close()
@@ -115,12 +115,12 @@ def test_a_pause_holds_every_grant_until_it_ends_and_a_resume_lets_them_go(datab
         assert store.pause_rate("partner-api", None, T0 + 10_000, T0, True) == T0 + 30_000
         held = store.request_rate(RATE, "r0", None, None, 1, None, T0 + 1)
         assert held.wait.state == "waiting" and held.next_due == T0 + 30_000
-        assert store.rates_due({"partner-api": RATE}, T0 + 29_999) == []
-        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 30_000)] == ["r0"]
+        assert store.rates_due({"partner-api": RATE}, T0 + 29_999).granted == []
+        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 30_000).granted] == ["r0"]
         store.pause_rate("partner-api", None, T0 + 90_000, T0 + 30_000)
         assert store.request_rate(RATE, "r1", None, None, 1, None, T0 + 30_001).wait.state == "waiting"
         store.pause_rate("partner-api", None, None, T0 + 40_000)  # resumed: due at once
-        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 40_000)] == ["r1"]
+        assert [w.id for w in store.rates_due({"partner-api": RATE}, T0 + 40_000).granted] == ["r1"]
         (state,) = store.rate_states(T0 + 40_000)
         assert (state.limit, state.per_ms, state.paused_until, state.granted, state.waiting) == (
             3,
@@ -140,7 +140,7 @@ def test_a_key_paused_holds_only_its_own_queue(database_url):
         assert store.request_rate(TOKENS, "a1", None, "tenant:a", 1, None, T0).wait.state == "waiting"
         assert store.request_rate(TOKENS, "b1", None, "tenant:b", 1, None, T0).wait.state == "granted"
         assert store.rate_key_state("llm-tokens", "tenant:a", TOKENS.per_ms, T0) == (0, 1, T0 + 60_000)
-        assert [w.id for w in store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000)] == ["a1"]
+        assert [w.id for w in store.rates_due({"llm-tokens": TOKENS}, T0 + 60_000).granted] == ["a1"]
     finally:
         store.close()
 
@@ -153,13 +153,13 @@ def test_a_waiter_that_gives_up_or_whose_run_ends_lets_the_next_go(database_url)
         store.request_rate(RATE, "r2", "run-2", None, 1, None, T0)
         store.request_rate(RATE, "r3", "run-3", None, 1, None, T0)
         assert store.set_rate_limit(RATE, 4, T0) is None  # big (3) still does not fit beside r0 (3)
-        assert store.rates_due({"partner-api": RATE}, T0) == []
+        assert store.rates_due({"partner-api": RATE}, T0).granted == []
         gave_up = store.give_up_rate(RATE, "big", T0 + 1)
         assert gave_up.wait.state == "timed_out"
         assert [w.id for w in gave_up.granted] == ["r2"]  # 3 + 1 fit the override of 4
         store.set_rate_limit(RATE, 5, T0 + 2)
         assert [w.id for w in store.rates_leave({"partner-api": RATE}, ["run-x"], T0 + 2)] == []
-        assert store.rates_due({"partner-api": RATE}, T0 + 2)[0].id == "r3"
+        assert store.rates_due({"partner-api": RATE}, T0 + 2).granted[0].id == "r3"
         store.request_rate(RATE, "r4", "run-4", None, 1, None, T0 + 3)
         store.request_rate(RATE, "r5", "run-5", None, 1, None, T0 + 3)
         assert store.rates_leave({"partner-api": RATE}, ["run-4"], T0 + 4) == []  # r5 still over 5

@@ -363,9 +363,20 @@ def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url)
     first.create_schema()
     first.declare_rates([rate], 1000)
     first.request_rate(rate, "w0", None, None, 1, None, 1000)
-    with first._engine.begin() as conn:  # back to schema 10: no end on a grant, no index by end
-        conn.execute(sa.text("UPDATE duro_rate_waits SET ended_at = NULL"))
-        conn.execute(sa.text("DROP INDEX duro_rate_waits_ended"))
+    first.request_rate(rate, "w1", None, None, 1, None, 1001)
+    first.request_rate(rate, "w2", None, None, 1, None, 1002)  # waits: the window is full
+    with first._engine.begin() as conn:  # back to schema 10: no counts, no end on a grant
+        conn.execute(sa.text("UPDATE duro_rate_waits SET ended_at = NULL WHERE state = 'granted'"))
+        for index in ("duro_rate_waits_ended", "duro_rate_waits_granted"):
+            conn.execute(sa.text(f"DROP INDEX {index}"))
+        conn.execute(sa.text("ALTER TABLE duro_rate_waits DROP COLUMN cum"))
+        conn.execute(sa.text("ALTER TABLE duro_rate_keys DROP COLUMN next_pos"))
+        conn.execute(sa.text("ALTER TABLE duro_rate_keys DROP COLUMN granted_cum"))
+        conn.execute(
+            sa.text(
+                "CREATE INDEX duro_rate_waits_granted ON duro_rate_waits (rate_key, granted_at, rate_name)"
+            )
+        )
         conn.execute(sa.text("UPDATE duro_meta SET value = '10' WHERE key = 'schema_version'"))
     first.close()
     second = SqlStore(database_url, decisions_clock="caller")
@@ -373,7 +384,10 @@ def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url)
     assert second.schema_version() == SCHEMA_VERSION == 11
     assert second.get_rate_wait("w0").ended_at == 1000
     (state,) = second.rate_states(2000)
-    assert state.granted == 1
+    assert (state.granted, state.waiting) == (2, 1)
+    assert second.request_rate(rate, "w3", None, None, 1, None, 2000).wait.pos == 3  # after w2
+    assert second.rates_due({"api": rate}, 60_999).granted == []  # w0 and w1 still in the window
+    assert [w.id for w in second.rates_due({"api": rate}, 61_000).granted] == ["w2"]
     with second._engine.begin() as conn:
         names = {name for (name,) in conn.execute(sa.text(_INDEX_NAMES[second.dialect]))}
     assert "duro_rate_waits_ended" in names

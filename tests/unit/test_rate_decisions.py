@@ -135,3 +135,33 @@ def test_the_rule_grants_each_waiter_at_the_earliest_instant_the_window_allows(l
     assert order == sorted(arrived, key=lambda w: (arrived[w], int(w[1:])))  # FIFO
     for first in grants:  # every window [first.at, first.at + PER) holds at most the limit
         assert sum(g.cost for g in grants if first.at <= g.at < first.at + PER) <= limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(min_value=1, max_value=8),
+    gaps=st.lists(st.tuples(st.integers(0, 15), st.integers(1, 8)), min_size=0, max_size=20),
+    cost=st.integers(1, 8),
+    later=st.integers(0, 30),
+    pause=st.one_of(st.none(), st.integers(0, 60)),
+)
+def test_the_oldest_grants_room_needed_names_are_all_due_reads(limit, gaps, cost, later, pause):
+    """The store reads the window's use and only its oldest ``room_needed`` grants (each costs at
+    least 1): ``due`` answers from them what it answers from the whole window."""
+    from duro._rates import due, room_needed
+
+    view = RateView("r", limit=limit, per_ms=PER, paused_until=pause)
+    grants, at = [], 0
+    for gap, grant_cost in gaps:  # a history the rule could have made: each grant fits when made
+        at += gap
+        if sum(g.cost for g in in_window(grants, PER, at)) + min(grant_cost, limit) <= limit:
+            grants.append(Grant(at, min(grant_cost, limit)))
+    now = at + later
+    window = in_window(grants, PER, now)
+    used = sum(g.cost for g in window)
+    cost = min(cost, limit)
+    whole = due(view, used, window, cost, now)
+    assert due(view, used, window[: room_needed(view, used, cost)], cost, now) == whole
+    start = now if pause is None else max(now, pause)
+    assert whole is not None and whole >= start and _fits(grants, limit, cost, whole)
+    assert not any(_fits(grants, limit, cost, t) for t in range(start, whole))  # none earlier

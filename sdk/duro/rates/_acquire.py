@@ -92,18 +92,28 @@ class RunRates:
                 detail=json.dumps(detail if key is None else {**detail, "key": key}),
             )
             requested: RateOutcome = await ctx.decide(
-                store.request_rate, config, wait_id, ctx.run_id, key, cost, rec.wake_at, now, ctx.own(rec)
+                store.request_rate,
+                config,
+                wait_id,
+                ctx.run_id,
+                key,
+                cost,
+                rec.wake_at,
+                now,
+                ctx.own(rec),
+                local.hand_over(),
             )
             row, rec = requested.wait, requested.step or rec
             ctx.recorded(rec)
-            local.notify(g for g in requested.granted if g.id != wait_id)
+            local.notify((g for g in requested.granted if g.id != wait_id), requested.handed)
             local.changed(requested.next_due)
         else:  # a replay: the request is in the store, in its place
             row = await self._gateway.call(store.get_rate_wait, wait_id)
         if row is not None and row.state == "granted" and rec.status == "completed":
             return self._granted(ctx, grant_of(rec.result))  # at once: the request closed its hook step
-        row = await self._until_granted(ctx, config, wait_id, row, rec.wake_at, timeout, rec)
-        if rec.status != "completed":  # granted by a pass: its hook step is ours to write
+        row, hooked = await self._until_granted(ctx, config, wait_id, row, rec.wake_at, timeout, rec)
+        rec = hooked or rec
+        if rec.status != "completed":  # granted elsewhere: its hook step is ours to write
             rec = rec._replace(status="completed", ended_at=ctx.now_ms(), result=grant_json(row))
             await ctx.write(rec)
         await ctx.resume()
@@ -120,15 +130,25 @@ class RunRates:
                 f"grant; call acquire_rate({name!r}, key=...) in the workflow before the step instead"
             )
         now = ctx.now_ms()
+        local = self._local
         requested: RateOutcome = await ctx.decide(
-            self._gateway.store.request_rate, config, wait_id, ctx.run_id, None, 1, None, now, None
+            self._gateway.store.request_rate,
+            config,
+            wait_id,
+            ctx.run_id,
+            None,
+            1,
+            None,
+            now,
+            None,
+            local.hand_over(),
         )
-        self._local.notify(g for g in requested.granted if g.id != wait_id)
+        local.notify((g for g in requested.granted if g.id != wait_id), requested.handed)
         self._local.changed(requested.next_due)
         row = requested.wait
         if row is None or row.state != "granted":
             await ctx.write(waiting)
-            row = await self._until_granted(ctx, config, wait_id, row, now + STEP_TIMEOUT_MS, "24h", None)
+            row, _ = await self._until_granted(ctx, config, wait_id, row, now + STEP_TIMEOUT_MS, "24h", None)
             await ctx.resume()
         self._granted(ctx, grant_of(grant_json(row)))
 
@@ -161,13 +181,14 @@ class RunRates:
         wake_at: int | None,
         timeout: Duration | None,
         hook: StepRecord | None,
-    ) -> RateWaitRow:
+    ) -> tuple[RateWaitRow, StepRecord | None]:
         """Wait for request ``wait_id`` (``row``, as last read) to be granted, parked (the run may
         leave memory), until ``wake_at``: then :class:`RateTimeoutError`, its ``hook`` step (if any)
-        written failed as the request leaves the queue. A cancel leaves the queue too."""
+        written failed as the request leaves the queue. A cancel leaves the queue too. Returns the
+        granted request and the hook step as it stands (completed if the grant wrote it)."""
         store, local = self._gateway.store, self._local
         name = config.name
-        waiter = local.wait(wait_id)
+        waiter = local.wait(wait_id, None if hook is None else ctx.own(hook))
         try:
             while True:
                 if row is None:
@@ -175,7 +196,7 @@ class RunRates:
                         f"rate request {wait_id!r} of run {ctx.run_id!r} is missing from the store"
                     )
                 if row.state == "granted":
-                    return row
+                    return row, hook
                 if row.state not in ("waiting", "timed_out"):  # taken off the queue: the run ended meanwhile
                     raise DuroError(
                         f"run {ctx.run_id!r} no longer waits for a grant of rate {name!r}: its request "
@@ -194,8 +215,10 @@ class RunRates:
                         wait_id,
                         ctx.now_ms(),
                         None if failed is None else ctx.own(failed),
+                        False,
+                        local.hand_over(),
                     )
-                    local.notify(gave_up.granted)
+                    local.notify(gave_up.granted, gave_up.handed)
                     if gave_up.wait is not None and gave_up.wait.state == "granted":
                         row = gave_up.wait  # the grant came in time after all: take it
                         continue
@@ -213,7 +236,11 @@ class RunRates:
                     local.drop(wait_id, waiter)
                     await self._leave_cancelled(ctx, config, wait_id, hook)
                 waiter.clear()
-                row = await self._gateway.call(store.get_rate_wait, wait_id)
+                delivered = local.delivered(wait_id)
+                if delivered is None:
+                    row = await self._gateway.call(store.get_rate_wait, wait_id)
+                else:  # a grant of this process: the request as committed, and the hook step it wrote
+                    row, hook = delivered[0], delivered[1] or hook
         finally:
             local.drop(wait_id, waiter)
 
@@ -225,10 +252,13 @@ class RunRates:
         step = None if rec is None else rec._replace(status="cancelled", ended_at=ctx.now_ms())
         hook = None if step is None else ctx.own(step)
         store = self._gateway.store
-        left: RateOutcome = await ctx.decide(store.give_up_rate, config, wait_id, ctx.now_ms(), hook, True)
+        local = self._local
+        left: RateOutcome = await ctx.decide(
+            store.give_up_rate, config, wait_id, ctx.now_ms(), hook, True, local.hand_over()
+        )
         if step is not None:
             ctx.recorded(step)
-        self._local.notify(left.granted)
+        local.notify(left.granted, left.handed)
         assert ctx.cancel is not None
         ctx.cancel.delivered = True
         raise cancelled(ctx.run_id)

@@ -1,8 +1,9 @@
 """The runs of this process waiting for a rate's grant, and the pass that grants on time.
 
 A run waiting for a grant waits on an event keyed by its request's id. It is woken by a grant made
-here (its own request's decision, or this process's pass), by another process's notice, or by the
-worker's poll pass. The pass decides every queue whose head is due: one timer per process, at the
+here (its own request's decision, or this process's pass: the request as committed comes with the
+wake-up, and the pass writes its hook step completed in the grant's transaction), by another
+process's notice, or by the worker's poll pass. The pass decides every queue whose head is due: one timer per process, at the
 earliest ``next_due`` of the rates it declares (a queue's next due is written with each decision,
 so the timer never polls), and a safety pass every 15 s while a run of this process waits.
 """
@@ -10,14 +11,14 @@ so the timer never polls), and a safety pass every 15 s while a run of this proc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from .._clock import Clock
 from .._config import Workspace
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SWEEP_MS
 from .._wakeups import Waiters, Wakeups
-from ..store import RateWaitRow
+from ..store import OwnStep, RateWaitRow, StepRecord
 
 PRUNE_EVERY_MS = 60_000
 
@@ -39,6 +40,8 @@ class LocalRates:
         self._clock = clock
         self._wakeups = wakeups
         self._waiters: Waiters[str] = Waiters()
+        self._takers: dict[str, OwnStep] = {}  # the waiters' hook steps, by request id
+        self._delivered: dict[str, tuple[RateWaitRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
         self._pruned = -PRUNE_EVERY_MS  # when the loop last pruned the ended waits
@@ -46,24 +49,44 @@ class LocalRates:
         # has it due now (its worker's claim pass)
         self._on_absent = on_absent
 
-    def wait(self, wait_id: str) -> asyncio.Event:
+    def wait(self, wait_id: str, taker: OwnStep | None = None) -> asyncio.Event:
+        """Park a run on its request; ``taker``, its hook step, lets a grant made in this process
+        write it completed in the grant's own transaction (see ``store.RatePass``)."""
         event = self._waiters.add(wait_id)
+        if taker is not None:
+            self._takers[wait_id] = taker
         self.changed()  # the safety pass runs while anyone waits
         return event
 
     def drop(self, wait_id: str, event: asyncio.Event) -> None:
         self._waiters.drop(wait_id, event)
+        self._takers.pop(wait_id, None)
+        self._delivered.pop(wait_id, None)
 
-    def notify_wait(self, wait_id: str) -> None:
-        """The request ``wait_id`` changed (granted, timed out): wake its run if it waits here."""
+    def hand_over(self) -> Mapping[str, OwnStep]:
+        """The runs waiting here with their hook steps, for a grant to write completed."""
+        return self._takers
+
+    def notify_wait(
+        self, wait_id: str, row: RateWaitRow | None = None, step: StepRecord | None = None
+    ) -> None:
+        """The request ``wait_id`` changed (granted, timed out): wake its run if it waits here;
+        ``row``, when given, is the request as just committed and ``step`` its hook step if the
+        grant wrote it (the run reads neither again)."""
         if wait_id in self._waiters:
+            if row is not None:
+                self._delivered[wait_id] = (row, step)
             self._waiters.notify(wait_id)
         else:
             self._on_absent()
 
-    def notify(self, rows: Iterable[RateWaitRow]) -> None:
+    def notify(self, rows: Iterable[RateWaitRow], handed: Mapping[str, StepRecord] | None = None) -> None:
         for row in rows:
-            self.notify_wait(row.id)
+            self.notify_wait(row.id, row, handed.get(row.id) if handed else None)
+
+    def delivered(self, wait_id: str) -> tuple[RateWaitRow, StepRecord | None] | None:
+        """The request as the grant that woke its run committed it (and the hook step it wrote), once."""
+        return self._delivered.pop(wait_id, None)
 
     def waiting(self) -> list[str]:
         """The request ids runs of this process wait on (the poll pass reads their states)."""
@@ -90,7 +113,8 @@ class LocalRates:
             now = self._clock.now_ms()
             rates = self._workspace.rates
             try:
-                self.notify(await self._gateway.call(store.rates_due, rates, now))
+                made = await self._gateway.call(store.rates_due, rates, now, self.hand_over())
+                self.notify(made.granted, made.handed)
                 if now >= self._pruned + PRUNE_EVERY_MS:  # the ended waits past every window
                     self._pruned = now
                     await self._gateway.call(store.prune_rates, rates, now)

@@ -226,23 +226,27 @@ _QUEUE = "rate_key = :key AND (rate_name || '') = CAST(:name AS TEXT)"
 RATE_QUERIES: dict[str, str] = {
     "rate_insert": "INSERT INTO duro_rates (name, per_key, next_pos, updated_at) "
     "VALUES (:name, FALSE, 0, :now) ON CONFLICT (name) DO NOTHING",
-    "rate_read": "SELECT limit_override, paused_until, next_pos FROM duro_rates WHERE name = :name",
-    "rate_next_pos": "UPDATE duro_rates SET next_pos = :next_pos, updated_at = :now WHERE name = :name",
-    "rate_key_insert": "INSERT INTO duro_rate_keys (rate_name, rate_key, waiting, updated_at) "
-    "VALUES (:name, :key, 0, :now) ON CONFLICT (rate_name, rate_key) DO NOTHING",
-    # the queue's row, locked for the transaction (FOR UPDATE on PostgreSQL), and the instant
-    "rate_key_lock": "SELECT paused_until, waiting, {clock}, updated_at FROM duro_rate_keys "
-    "WHERE rate_name = :name AND rate_key = :key",
-    "rate_key_update": "UPDATE duro_rate_keys SET waiting = :waiting, next_due = :next_due, "
-    "updated_at = :now WHERE rate_name = :name AND rate_key = :key",
+    "rate_key_insert": "INSERT INTO duro_rate_keys (rate_name, rate_key, waiting, next_pos, granted_cum, "
+    "updated_at) VALUES (:name, :key, 0, 0, 0, :now) ON CONFLICT (rate_name, rate_key) DO NOTHING",
+    # the queue's row, locked for the transaction (FOR UPDATE OF k on PostgreSQL), the instant, and
+    # its rate's override and pause
+    "rate_key_lock": "SELECT k.paused_until, k.waiting, {clock}, k.updated_at, k.next_pos, k.granted_cum, "
+    "r.limit_override, r.paused_until FROM duro_rate_keys AS k JOIN duro_rates AS r ON r.name = k.rate_name "
+    "WHERE k.rate_name = :name AND k.rate_key = :key",
+    "rate_key_update": "UPDATE duro_rate_keys SET waiting = :waiting, next_due = :next_due, next_pos = :next_pos, "
+    "granted_cum = :cum, updated_at = :now WHERE rate_name = :name AND rate_key = :key",
     "rate_wait_select": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE id = :id",
     "rate_wait_insert": f"INSERT INTO duro_rate_waits ({_list(RATE_WAIT_COLUMNS)}) "
-    f"VALUES ({_list(RATE_WAIT_COLUMNS, ':')})",
+    f"VALUES ({_list(RATE_WAIT_COLUMNS, ':')}) ON CONFLICT (id) DO NOTHING",
     "rate_heads": f"SELECT {_list(RATE_WAIT_COLUMNS)} FROM duro_rate_waits WHERE {_QUEUE} "
     "AND state = 'waiting' ORDER BY pos LIMIT :n",
-    "rate_window": f"SELECT granted_at, cost FROM duro_rate_waits WHERE {_QUEUE} "
-    "AND state = 'granted' AND granted_at > :since",
-    "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now, ended_at = :now "
+    # the window's first grant (its cum, less its cost, is what the queue granted before the
+    # window), and its oldest grants: index range scans of duro_rate_waits_granted
+    "rate_window_start": f"SELECT cum, cost FROM duro_rate_waits WHERE {_QUEUE} AND state = 'granted' "
+    "AND granted_at > :since ORDER BY granted_at, cum LIMIT 1",
+    "rate_oldest": f"SELECT granted_at, cost FROM duro_rate_waits WHERE {_QUEUE} AND state = 'granted' "
+    "AND granted_at > :since ORDER BY granted_at, cum LIMIT :n",
+    "rate_grant": "UPDATE duro_rate_waits SET state = 'granted', granted_at = :now, ended_at = :now, cum = :cum "
     "WHERE id = :id AND state = 'waiting'",
     "rate_declare": "INSERT INTO duro_rates (name, rate_limit, per_ms, per_key, next_pos, updated_at) "
     "VALUES (:name, :limit, :per_ms, :per_key, 0, :now) ON CONFLICT (name) DO UPDATE SET "
@@ -286,8 +290,10 @@ RATE_QUERIES: dict[str, str] = {
     "WHERE state = 'waiting' AND run_id IN (:ids)",
     "rate_leave_runs": f"UPDATE duro_rate_waits SET state = 'left', ended_at = :now WHERE {_QUEUE} "
     "AND state = 'waiting' AND run_id IN (:ids)",
-    "rate_time_out": f"UPDATE duro_rate_waits SET state = 'timed_out', ended_at = :now WHERE {_QUEUE} "
-    "AND state = 'waiting' AND timeout_at <= :now",
+    # through duro_rate_waits_timeout alone: the queue's keys are filters, not an index's range
+    "rate_time_out": "UPDATE duro_rate_waits SET state = 'timed_out', ended_at = :now WHERE state = 'waiting' "
+    "AND timeout_at IS NOT NULL AND timeout_at <= :now AND (rate_key || '') = CAST(:key AS TEXT) "
+    "AND (rate_name || '') = CAST(:name AS TEXT)",
     "rates_due": "SELECT rate_name, rate_key FROM duro_rate_keys WHERE next_due <= :now "
     "AND (rate_name || '') IN (:names) ORDER BY next_due LIMIT :n",
     "rate_timeouts_due": "SELECT DISTINCT rate_name, rate_key FROM duro_rate_waits WHERE state = 'waiting' "
@@ -510,7 +516,7 @@ POSTGRESQL: dict[str, str] = {
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', :notice) FROM ins",
     "keys_page_search": _KEYS_PAGE.format(search="AND strpos(limit_key, :search) > 0 "),
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
-    "rate_key_lock": QUERIES["rate_key_lock"] + " FOR UPDATE",
+    "rate_key_lock": QUERIES["rate_key_lock"] + " FOR UPDATE OF k",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
     # a slot read beside its run's fence (see _rows.send_slot_read): the count the fence
     # touched, then the slot's columns (NULL when there is no such slot)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Connection
@@ -28,6 +29,8 @@ from ._queries import RATE_WAIT_COLUMNS
 from ._records import Fenced, StepRecord
 from ._rows import write_step
 
+_NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
+_NOBODY: Mapping[str, OwnStep] = MappingProxyType({})
 HEADS = 1000  # waiters a decision reads at the most (a grant costs at least 1: limit bounds it too)
 PRUNE_BATCH = 1000  # ended waits a prune deletes per rate and transaction
 PRUNE_MARGIN_MS = 60_000  # kept past a window: the processes' clocks may differ that much
@@ -66,12 +69,23 @@ class RateState(NamedTuple):
 
 class RateOutcome(NamedTuple):
     """What a rate transaction did: the request as it stands (``None`` if unknown), its hook step
-    as written, the waiters it granted (this request's included), and the queue's next due."""
+    as written, the waiters it granted (this request's included), the queue's next due, and the
+    hook steps it wrote for the local waiters it granted (see :class:`RatePass`)."""
 
     wait: RateWaitRow | None
     step: StepRecord | None = None
     granted: tuple[RateWaitRow, ...] = ()
     next_due: int | None = None
+    handed: Mapping[str, StepRecord] = _NO_STEPS
+
+
+class RatePass(NamedTuple):
+    """What a pass granted, and the hook steps it wrote completed for the granted waiters of the
+    calling process (``hand_over``: by request id, each fenced on its run), so that they resume
+    with nothing more to write."""
+
+    granted: list[RateWaitRow]
+    handed: Mapping[str, StepRecord] = _NO_STEPS
 
 
 def grant_json(row: RateWaitRow) -> str:
@@ -86,64 +100,121 @@ def grant_json(row: RateWaitRow) -> str:
     )
 
 
+class Queue(NamedTuple):
+    """One queue's row as a decision reads it, locked: its waiters and next place, the costs it ever
+    granted (``granted_cum``: what a grant's ``cum`` counts up to), the pauses that hold it (its own
+    and its rate's), the rate's limit override, and the instant the decision is judged at."""
+
+    name: str
+    key: str
+    waiting: int
+    next_pos: int
+    granted_cum: int
+    paused_until: int | None
+    limit_override: int | None
+    now: int
+
+
 class RateRows(StorePart):
     """The rates' queues: each call locks one queue's row, decides (``duro._rates``) and writes."""
 
-    def _lock_queue(self, conn: Connection, name: str, key: str, now: int) -> tuple[int | None, int, int]:
-        """The queue's row, made on first use and locked: (its own pause, waiting, judged instant:
-        the clock, and never earlier than the queue's last decision)."""
+    def _lock_queue(self, conn: Connection, name: str, key: str, now: int) -> Queue:
+        """The queue's row, made on first use and locked, and its rate's override and pause. The
+        instant is the clock's, and never earlier than the queue's last decision: a transaction
+        that read the clock (its caller's, or the server's at its start) and then waited for this
+        lock must not judge a window from before grants already committed, or it would not count
+        them."""
         params = {"name": name, "key": key, "now": now}
         row = self.db.run(conn, "rate_key_lock", params).fetchone()
         if row is None:
             self.db.run(conn, "rate_insert", params)
             self.db.run(conn, "rate_key_insert", params)
             row = self.db.run(conn, "rate_key_lock", params).fetchone()
-        paused_until, waiting, clock, last = row
-        # never before the queue's last decision: a transaction that read the clock (its caller's,
-        # or the server's at its start) and then waited for this lock must not judge a window
-        # from before grants already committed, or it would not count them
-        return paused_until, int(waiting), max(int(clock), int(last))
+        paused, waiting, clock, last, next_pos, cum, override, rate_paused = row
+        pauses = [p for p in (paused, rate_paused) if p is not None]
+        judged = max(int(clock), int(last))
+        return Queue(
+            name, key, int(waiting), int(next_pos), int(cum), max(pauses, default=None), override, judged
+        )
 
     def _read_wait(self, conn: Connection, wait_id: str) -> RateWaitRow | None:
         found = self.db.run(conn, "rate_wait_select", {"id": wait_id}).fetchone()
         return None if found is None else RateWaitRow(*found)
 
     def _decide(
-        self, conn: Connection, config: RateConfig, key: str, paused: int | None, waiting: int, now: int
-    ) -> tuple[list[RateWaitRow], int | None, int]:
+        self,
+        conn: Connection,
+        config: RateConfig,
+        queue: Queue,
+        heads: list[RateWaitRow] | None = None,
+        own: str | None = None,
+        hand_over: Mapping[str, OwnStep] = _NOBODY,
+    ) -> tuple[list[RateWaitRow], int | None, dict[str, StepRecord]]:
         """Time out the queue's waiters past their timeout, then grant its heads while the window
-        allows; write the grants and the queue's row. Returns (granted, next due, waiting)."""
-        params: dict[str, Any] = {"name": config.name, "key": key, "now": now}
-        waiting -= self.db.run(conn, "rate_time_out", params).rowcount
-        limit_override, rate_paused, _ = self.db.run(conn, "rate_read", params).fetchone()
-        pauses = [p for p in (paused, rate_paused) if p is not None and p > now]
-        view = rules.RateView(
-            config.name, limit_override or config.limit, config.per_ms, max(pauses, default=None)
-        )
-        heads = [
-            RateWaitRow(*row)
-            for row in self.db.run(conn, "rate_heads", {**params, "n": min(HEADS, view.limit)})
-        ]
-        window = [
-            rules.Grant(int(at), int(cost))
-            for at, cost in self.db.run(conn, "rate_window", {**params, "since": now - config.per_ms})
-        ]
-        queue = [rules.Waiter(row.id, row.pos, row.cost, row.timeout_at) for row in heads]
-        decision = rules.grant_due(view, window, queue, now)
-        granted = [heads[i]._replace(state="granted", granted_at=now) for i in range(len(decision.granted))]
-        for row in granted:
-            self.db.run(conn, "rate_grant", {"id": row.id, "now": now})
+        allows (``duro._rates``: from the window's use and, for a head that does not fit, its oldest
+        grants); write the grants and the queue's row. ``heads``: the queue's waiters when the caller
+        knows them all (a request to an empty queue); ``own``: the caller's request (its run is not
+        nudged: it is executing); ``hand_over``: waiters of the calling process with their hook
+        steps, written completed when granted (a waiter whose run is not its owner's any more is
+        left to its run). Returns (granted, next due, the hook steps written)."""
+        now = queue.now
+        params: dict[str, Any] = {"name": queue.name, "key": queue.key, "now": now}
+        timed_out = self.db.run(conn, "rate_time_out", params).rowcount
+        waiting = queue.waiting - timed_out
+        paused = queue.paused_until if queue.paused_until is not None and queue.paused_until > now else None
+        view = rules.RateView(config.name, queue.limit_override or config.limit, config.per_ms, paused)
+        if heads is None or timed_out:
+            n = min(HEADS, view.limit)
+            heads = [RateWaitRow(*row) for row in self.db.run(conn, "rate_heads", {**params, "n": n})]
+        since = now - config.per_ms
+        used = self._window_use(conn, params, queue.granted_cum, since)
+        waiters = [rules.Waiter(row.id, row.pos, row.cost, row.timeout_at) for row in heads]
+        cum, granted = queue.granted_cum, []
+        for waiter, row in zip(rules.take_heads(view, used, waiters, now), heads, strict=False):
+            cum += waiter.cost
+            used += waiter.cost
+            granted.append(row._replace(state="granted", granted_at=now, ended_at=now))
+            self.db.run(conn, "rate_grant", {"id": row.id, "now": now, "cum": cum})
         waiting -= len(granted)
-        next_due = decision.next_due
-        if next_due is None and len(granted) == len(heads) == min(HEADS, view.limit) and waiting > 0:
+        next_due = None
+        if len(granted) < len(heads):  # a head that does not fit: when it will
+            cost = heads[len(granted)].cost
+            room = rules.room_needed(view, used, cost)
+            oldest = []
+            if room > 0 and cost <= view.limit:
+                found = self.db.run(conn, "rate_oldest", {**params, "since": since, "n": room})
+                oldest = [rules.Grant(int(at), int(c)) for at, c in found]
+            next_due = rules.due(view, used, oldest, cost, now)
+        elif waiting > 0:
             next_due = now  # more heads than one decision reads: the next pass goes on at once
-        update = {**params, "waiting": waiting, "next_due": next_due if waiting > 0 else None}
+        update = {
+            **params,
+            "waiting": waiting,
+            "next_due": next_due if waiting > 0 else None,
+            "next_pos": queue.next_pos,
+            "cum": cum,
+        }
         self.db.run(conn, "rate_key_update", update)
+        handed: dict[str, StepRecord] = {}
         for row in granted:
-            if row.run_id is not None:
+            taker = hand_over.get(row.id)
+            if taker is not None:
+                step = taker.step._replace(status="completed", ended_at=now, result=grant_json(row))
+                if write_step(self.db, conn, taker.run_id, taker.owner, step, None, None, now):
+                    handed[row.id] = step
+                    continue  # its run waits in the caller's memory: no nudge, no notice
+            if row.run_id is not None and row.id != own:
                 self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
-        self.db.notify(conn, *(["rate", row.id] for row in granted))
-        return granted, update["next_due"], waiting
+        self.db.notify(conn, *(["rate", row.id] for row in granted if row.id not in handed))
+        return granted, update["next_due"], handed
+
+    def _window_use(self, conn: Connection, params: dict[str, Any], cum: int, since: int) -> int:
+        """The costs the queue granted in the window after ``since``: all it ever granted (``cum``),
+        less what it had granted before the window's first grant (one index lookup)."""
+        if cum == 0:
+            return 0
+        first = self.db.run(conn, "rate_window_start", {**params, "since": since}).fetchone()
+        return 0 if first is None else cum - (int(first[0]) - int(first[1]))
 
     def request_rate(
         self,
@@ -155,31 +226,34 @@ class RateRows(StorePart):
         timeout_at: int | None,
         now: int,
         hook: OwnStep | None = None,
+        hand_over: Mapping[str, OwnStep] = _NOBODY,
     ) -> RateOutcome:
         """Queue a request for ``cost`` of rate ``config`` (idempotent by ``wait_id``) and decide its
         queue at once. ``hook``, the run's hook step, is written alongside: completed with the grant
-        when it was granted now, else as given (waiting). ``timeout_at`` is on the caller's clock."""
-        queue = key or ""
+        when it was granted now, else as given (waiting). ``timeout_at`` is on the caller's clock;
+        ``hand_over`` as for :meth:`rates_due`."""
         with self.db.write() as conn:
-            paused, waiting, judged = self._lock_queue(conn, config.name, queue, now)
-            existing = self._read_wait(conn, wait_id)
-            if existing is not None:
-                return RateOutcome(existing)
-            pos = int(self.db.run(conn, "rate_read", {"name": config.name}).fetchone()[2])
-            self.db.run(conn, "rate_next_pos", {"name": config.name, "next_pos": pos + 1, "now": judged})
+            queue = self._lock_queue(conn, config.name, key or "", now)
+            judged = queue.now
             row = RateWaitRow(
                 wait_id,
                 config.name,
-                queue,
+                queue.key,
                 run_id,
                 cost,
-                pos,
+                queue.next_pos,
                 "waiting",
                 judged,
                 None if timeout_at is None else timeout_at + judged - now,
             )
-            self.db.run(conn, "rate_wait_insert", dict(zip(RATE_WAIT_COLUMNS, row, strict=True)))
-            granted, next_due, _ = self._decide(conn, config, queue, paused, waiting + 1, judged)
+            if (
+                self.db.run(conn, "rate_wait_insert", dict(zip(RATE_WAIT_COLUMNS, row, strict=True))).rowcount
+                == 0
+            ):
+                return RateOutcome(self._read_wait(conn, wait_id))  # made before: it stands as it is
+            queue = queue._replace(waiting=queue.waiting + 1, next_pos=queue.next_pos + 1)
+            heads = [row] if queue.waiting == 1 else None  # alone in its queue: the only head
+            granted, next_due, handed = self._decide(conn, config, queue, heads, wait_id, hand_over)
             mine = next((g for g in granted if g.id == wait_id), row)
             step = None
             if hook is not None:
@@ -188,10 +262,16 @@ class RateRows(StorePart):
                     step = step._replace(status="completed", ended_at=judged, result=grant_json(mine))
                 if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
                     raise Fenced(hook.run_id)
-        return RateOutcome(mine, step, tuple(granted), next_due)
+        return RateOutcome(mine, step, tuple(granted), next_due, handed)
 
     def give_up_rate(
-        self, config: RateConfig, wait_id: str, now: int, hook: OwnStep | None = None, cancelled: bool = False
+        self,
+        config: RateConfig,
+        wait_id: str,
+        now: int,
+        hook: OwnStep | None = None,
+        cancelled: bool = False,
+        hand_over: Mapping[str, OwnStep] = _NOBODY,
     ) -> RateOutcome:
         """The waiter's timeout passed (``cancelled``: its run was cancelled instead): a waiting
         request leaves its queue (``timed_out``, or ``left``), the queue decided again (the heads
@@ -201,15 +281,18 @@ class RateRows(StorePart):
             found = self._read_wait(conn, wait_id)
             if found is None:
                 return RateOutcome(None)
-            paused, waiting, judged = self._lock_queue(conn, config.name, found.key, now)
+            queue = self._lock_queue(conn, config.name, found.key, now)
+            judged = queue.now
             mine = self._read_wait(conn, wait_id)  # as it stands under the queue's lock
             assert mine is not None
             granted: list[RateWaitRow] = []
+            handed: dict[str, StepRecord] = {}
             if mine.state == "waiting":
                 state = "left" if cancelled else "timed_out"
                 self.db.run(conn, "rate_wait_end", {"id": wait_id, "state": state, "now": judged})
                 mine = mine._replace(state=state, ended_at=judged)
-                granted = self._decide(conn, config, found.key, paused, waiting - 1, judged)[0]
+                left = queue._replace(waiting=queue.waiting - 1)
+                granted, _, handed = self._decide(conn, config, left, hand_over=hand_over)
             elif mine.state == "granted" and not cancelled:
                 return RateOutcome(mine)
             step = None
@@ -217,7 +300,7 @@ class RateRows(StorePart):
                 step = hook.step
                 if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
                     raise Fenced(hook.run_id)
-        return RateOutcome(mine, step, tuple(granted))
+        return RateOutcome(mine, step, tuple(granted), None, handed)
 
     def rates_leave(
         self, configs: Mapping[str, RateConfig], run_ids: Iterable[str], now: int
@@ -233,34 +316,40 @@ class RateRows(StorePart):
         for name, key in queues:
             config = configs.get(name)
             with self.db.write() as conn:
-                paused, waiting, judged = self._lock_queue(conn, name, key, now)
-                params = {"name": name, "key": key, "ids": ids, "now": judged}
+                queue = self._lock_queue(conn, name, key, now)
+                params = {"name": name, "key": key, "ids": ids, "now": queue.now}
                 left = self.db.run_in(conn, "rate_leave_runs", params).rowcount
+                queue = queue._replace(waiting=queue.waiting - left)
                 if config is None:  # a rate no longer declared: its queue keeps its count right
-                    self.db.run(
-                        conn, "rate_key_update", {**params, "waiting": waiting - left, "next_due": None}
-                    )
+                    update = {"waiting": queue.waiting, "next_due": None, "next_pos": queue.next_pos}
+                    self.db.run(conn, "rate_key_update", {**params, **update, "cum": queue.granted_cum})
                     continue
-                granted += self._decide(conn, config, key, paused, waiting - left, judged)[0]
+                granted += self._decide(conn, config, queue)[0]
         return granted
 
-    def rates_due(self, configs: Mapping[str, RateConfig], now: int) -> list[RateWaitRow]:
+    def rates_due(
+        self, configs: Mapping[str, RateConfig], now: int, hand_over: Mapping[str, OwnStep] = _NOBODY
+    ) -> RatePass:
         """Decide every queue of ``configs`` whose head is due or that has a waiter past its timeout,
-        a transaction each; returns the waiters granted."""
+        a transaction each; the granted waiters in ``hand_over`` have their hook steps written
+        completed in the same transaction (see :class:`RatePass`)."""
         names = sorted(configs)
         if not names:
-            return []
+            return RatePass([])
         with self.db.single_read() as conn:
             due = {
                 tuple(r) for r in self.db.run_in(conn, "rates_due", {"now": now, "names": names, "n": 1000})
             }
             due |= {tuple(r) for r in self.db.run_in(conn, "rate_timeouts_due", {"now": now, "names": names})}
         granted: list[RateWaitRow] = []
+        handed: dict[str, StepRecord] = {}
         for name, key in sorted(due):
             with self.db.write() as conn:
-                paused, waiting, judged = self._lock_queue(conn, name, key, now)
-                granted += self._decide(conn, configs[name], key, paused, waiting, judged)[0]
-        return granted
+                queue = self._lock_queue(conn, name, key, now)
+                made, _, wrote = self._decide(conn, configs[name], queue, hand_over=hand_over)
+            granted += made
+            handed |= wrote
+        return RatePass(granted, handed)
 
     def prune_rates(self, configs: Mapping[str, RateConfig], now: int, batch: int = PRUNE_BATCH) -> int:
         """Delete the ended waits of these rates past every window (``per_ms``, and a minute more

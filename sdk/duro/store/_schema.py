@@ -67,7 +67,8 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     8: lambda conn, dialect: _schema_9(conn),
     # 9 -> 10 adds rates (duro_rates, duro_rate_keys, duro_rate_waits): new tables, made by create_all
     9: lambda conn, dialect: None,
-    # 10 -> 11: a rate's ended waits indexed by their end (a grant's end is its grant)
+    # 10 -> 11: a rate's queue numbers its waiters and counts its grants (see _schema_11); its ended
+    # waits indexed by their end
     10: lambda conn, dialect: _schema_11(conn),
 }
 
@@ -128,12 +129,24 @@ def _add_due_at(conn: Connection) -> None:
 
 
 def _schema_11(conn: Connection) -> None:
-    conn.execute(
-        sa.text(
-            "UPDATE duro_rate_waits SET ended_at = granted_at WHERE state = 'granted' AND ended_at IS NULL"
-        )
-    )
-    _recreate_indexes(conn, "duro_rate_waits_ended")
+    """A queue numbers its own waiters and counts what it granted; a grant carries that count, and
+    ends when it is granted: the windows' costs become index lookups."""
+    _add_column(conn, "duro_rate_keys", "next_pos", "BIGINT NOT NULL DEFAULT 0")
+    _add_column(conn, "duro_rate_keys", "granted_cum", "BIGINT NOT NULL DEFAULT 0")
+    _add_column(conn, "duro_rate_waits", "cum", "BIGINT")
+    for statement in (
+        "UPDATE duro_rate_waits SET ended_at = granted_at WHERE state = 'granted' AND ended_at IS NULL",
+        "UPDATE duro_rate_waits SET cum = (SELECT sum(g.cost) FROM duro_rate_waits AS g WHERE g.state = "
+        "'granted' AND g.rate_name = duro_rate_waits.rate_name AND g.rate_key = duro_rate_waits.rate_key "
+        "AND (g.granted_at < duro_rate_waits.granted_at OR (g.granted_at = duro_rate_waits.granted_at "
+        "AND g.id <= duro_rate_waits.id))) WHERE state = 'granted'",
+        "UPDATE duro_rate_keys SET granted_cum = COALESCE((SELECT max(w.cum) FROM duro_rate_waits AS w "
+        "WHERE w.rate_name = duro_rate_keys.rate_name AND w.rate_key = duro_rate_keys.rate_key), 0), "
+        "next_pos = COALESCE((SELECT max(w.pos) + 1 FROM duro_rate_waits AS w "
+        "WHERE w.rate_name = duro_rate_keys.rate_name AND w.rate_key = duro_rate_keys.rate_key), 0)",
+    ):
+        conn.execute(sa.text(statement))
+    _recreate_indexes(conn, "duro_rate_waits_ended", "duro_rate_waits_granted")
 
 
 def _recreate_indexes(conn: Connection, *names: str, dropped: Iterable[str] = ()) -> None:

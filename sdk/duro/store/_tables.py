@@ -298,7 +298,7 @@ class RateRow(DuroTable, table=True):
     per_key: bool = Field(default=False)
     limit_override: int | None = Field(default=None, nullable=True)
     paused_until: int | None = _ms(nullable=True)  # the whole rate, every key
-    next_pos: int = _ms(nullable=False, default=0)
+    next_pos: int = _ms(nullable=False, default=0)  # unused: each queue numbers its own waiters
     updated_at: int = _ms(nullable=False)
 
 
@@ -315,7 +315,9 @@ class RateKeyRow(DuroTable, table=True):
     paused_until: int | None = _ms(nullable=True)  # this key only (a 429 for one tenant)
     waiting: int = Field(default=0)
     next_due: int | None = _ms(nullable=True)
-    updated_at: int = _ms(nullable=False)
+    updated_at: int = _ms(nullable=False)  # its last decision's instant: the next is never earlier
+    next_pos: int = _ms(nullable=False, default=0)  # the place of its next waiter (schema version 11)
+    granted_cum: int = _ms(nullable=False, default=0)  # the costs it ever granted (schema version 11)
 
 
 class RateWait(DuroTable, table=True):
@@ -329,7 +331,12 @@ class RateWait(DuroTable, table=True):
         # lesson of duro_slots_key_queue: no plan reads a queue through another one's index)
         Index("duro_rate_waits_queue", "rate_key", "pos", "rate_name", **_where("state = 'waiting'")),
         Index(
-            "duro_rate_waits_granted", "rate_key", "granted_at", "rate_name", **_where("state = 'granted'")
+            "duro_rate_waits_granted",
+            "rate_key",
+            "granted_at",
+            "cum",
+            "rate_name",
+            **_where("state = 'granted'"),
         ),
         Index(
             "duro_rate_waits_timeout",
@@ -352,6 +359,9 @@ class RateWait(DuroTable, table=True):
     timeout_at: int | None = _ms(nullable=True)
     granted_at: int | None = _ms(nullable=True)
     ended_at: int | None = _ms(nullable=True)
+    # a grant: its queue's granted_cum with it (schema version 11), so that the costs in a window
+    # are one lookup (the queue's total less what it had granted before the window's first grant)
+    cum: int | None = _ms(nullable=True)
 
 
 metadata = DuroTable.metadata
