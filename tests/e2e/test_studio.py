@@ -22,6 +22,7 @@ import pytest
 from playwright import sync_api
 
 from tests.support.devserver import DevServer, running_dev_server
+from tests.support.waiting import wait_until
 
 expect = sync_api.expect
 
@@ -942,3 +943,46 @@ def test_a_keyed_limits_page_lists_its_keys_and_edits_one_keys_capacity(browser:
             ("account:acme", False, 2),  # lowering takes no slot back
             ("account:globex", False, 1),
         ]
+
+
+def test_the_rates_screens_show_the_window_and_pause_raise_and_resume_a_rate(
+    page: Any, dev_server: DevServer
+) -> None:
+    """partner-calls allows 2 a minute: three calls leave one waiting. Studio shows the window's
+    use, pauses the rate, raises its limit (the waiter stays held by the pause), then resumes it:
+    the waiter is granted."""
+    runs = [start(dev_server, "call", f"job{n}") for n in range(3)]
+    page.goto("/#/rates")
+    row = page.get_by_test_id("rate-row-partner-calls")
+    expect(row.get_by_test_id("rate-use")).to_contain_text("2 / 2")
+    expect(row.get_by_test_id("rate-waiting")).to_have_text("1")
+    screenshot(page, "rates")
+    row.get_by_test_id("rate-link").click()
+    expect(page.get_by_test_id("rate-detail")).to_be_visible()
+    expect(page.get_by_test_id("stat-granted")).to_contain_text("2 / 2")
+    waiter = page.get_by_test_id("waiter-row")
+    expect(waiter).to_have_count(1)
+    expect(waiter.get_by_test_id("waiter-run-link")).to_have_text(runs[2])
+    expect(page.get_by_test_id("limit-chart-svg")).to_have_attribute("data-waiting", "1")
+
+    page.get_by_test_id("pause-input").fill("soon")
+    page.get_by_test_id("pause").click()
+    expect(page.get_by_test_id("pause-error")).to_contain_text("soon")
+    page.get_by_test_id("pause-input").fill("10m")
+    page.get_by_test_id("pause").click()
+    expect(page.get_by_test_id("paused-badge")).to_be_visible()
+    page.get_by_test_id("rate-limit-input").fill("3")
+    page.get_by_test_id("rate-limit-save").click()
+    expect(page.get_by_test_id("limit-override-badge")).to_be_visible()
+    expect(page.get_by_test_id("stat-waiting")).to_contain_text("1")  # the pause holds it
+    screenshot(page, "rate-detail")
+    page.get_by_test_id("resume").click()
+    expect(page.get_by_test_id("waiters-empty")).to_be_visible()
+    expect(page.get_by_test_id("stat-granted")).to_contain_text("3 / 3")
+    wait_until(
+        lambda: api(dev_server, "GET", f"/api/runs/{runs[2]}")["run"]["status"] == "completed",
+        15,
+        "the granted run to complete",
+    )
+    page.get_by_test_id("rate-limit-reset").click()
+    expect(page.get_by_test_id("limit-override-badge")).to_have_count(0)

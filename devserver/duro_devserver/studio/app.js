@@ -6,6 +6,8 @@
  *   #/workflows                      workflows, each with a start form       (workflows.js)
  *   #/limits                         every limit's numbers, live             (limits.js)
  *   #/limits/{name}                  one limit: chart, slots, queue, edits   (limits.js)
+ *   #/rates                          every rate's use of its window, live    (rates.js)
+ *   #/rates/{name}                   one rate: chart, waiters, limit, pause  (rates.js)
  *
  * data-testid values (the browser tests use them; scripts of yours may too):
  *
@@ -40,10 +42,20 @@
  *               data-position), queue-run-link, queue-empty, capacity-form, capacity-input,
  *               capacity-save, capacity-reset, capacity-error, max-hold-form, max-hold-input,
  *               max-hold-save, max-hold-reset, max-hold-error
+ *   #/rates     rates-table, rate-row-<name> (data-rate), rate-link, rate-limit, rate-use,
+ *               rate-waiting, rate-paused, paused-badge, limit-override-badge, rates-empty,
+ *               rates-error
+ *   #/rates/n   rate-detail, rate-error, rate-not-found, stat-limit, stat-per, stat-granted,
+ *               stat-waiting, stat-paused, rate-chart (limit-chart-svg inside: data-busy is the
+ *               granted count), waiters-table, waiter-row (data-position), waiter-run-link,
+ *               waiters-empty, rate-limit-form, rate-limit-input, rate-limit-save,
+ *               rate-limit-reset, rate-limit-error, pause-form, pause-input, pause, resume,
+ *               pause-error
  */
 
 import {api, connectEvents, events, Scope, tick, toast} from './lib.js';
 import {renderLimit, renderLimits} from './limits.js';
+import {renderRate, renderRates} from './rates.js';
 import {renderRun, renderRuns} from './runs.js';
 import {renderWorkflows} from './workflows.js';
 
@@ -53,6 +65,8 @@ const ROUTES = [
   [/^workflows$/, renderWorkflows],
   [/^limits$/, renderLimits],
   [/^limits\/(.+)$/, renderLimit],
+  [/^rates$/, renderRates],
+  [/^rates\/(.+)$/, renderRate],
 ];
 
 let scope = null;
