@@ -93,10 +93,14 @@ class LocalRates:
         return self._waiters.keys()
 
     def changed(self, due: int | None = None) -> None:
-        """A queue changed: wake the loop if it sleeps with nothing to do, or past ``due`` (the
-        queue's next due instant)."""
+        """A queue changed: wake the loop when ``due`` (a queue's next due instant) comes before its
+        deadline; without one, only to begin the safety pass for a run that now waits here (a
+        request granted at once changes nothing the loop must look at)."""
         deadline = self._deadline
-        if deadline is None or (due is not None and due < deadline):
+        if due is None:
+            if deadline is None and self._waiters:
+                self._changed.set()
+        elif deadline is None or due < deadline:
             self._changed.set()
 
     def look_again(self) -> None:

@@ -149,6 +149,7 @@ class RateRows(StorePart):
         heads: list[RateWaitRow] | None = None,
         own: str | None = None,
         hand_over: Mapping[str, OwnStep] = _NOBODY,
+        read: tuple[int, int] | None = None,
     ) -> tuple[list[RateWaitRow], int | None, dict[str, StepRecord]]:
         """Time out the queue's waiters past their timeout, then grant its heads while the window
         allows (``duro._rates``: from the window's use and, for a head that does not fit, its oldest
@@ -156,35 +157,40 @@ class RateRows(StorePart):
         knows them all (a request to an empty queue); ``own``: the caller's request (its run is not
         nudged: it is executing); ``hand_over``: waiters of the calling process with their hook
         steps, written completed when granted (a waiter whose run is not its owner's any more is
-        left to its run). Returns (granted, next due, the hook steps written)."""
+        left to its run); ``read``: the waiters the caller timed out and the window's use, when it
+        read them already. Returns (granted, next due, the hook steps written)."""
         now = queue.now
         params: dict[str, Any] = {"name": queue.name, "key": queue.key, "now": now}
-        timed_out = self.db.run(conn, "rate_time_out", params).rowcount
+        since = now - config.per_ms
+        if read is None:
+            with self.db.pipeline(conn):  # on PostgreSQL one round trip for both
+                timing_out = self.db.run(conn, "rate_time_out", params)
+                first = self._send_window_start(conn, params, queue.granted_cum, since)
+            read = (timing_out.rowcount, self._window_use(queue.granted_cum, first))
+        timed_out, used = read
         waiting = queue.waiting - timed_out
         paused = queue.paused_until if queue.paused_until is not None and queue.paused_until > now else None
         view = rules.RateView(config.name, queue.limit_override or config.limit, config.per_ms, paused)
         if heads is None or timed_out:
             n = min(HEADS, view.limit)
             heads = [RateWaitRow(*row) for row in self.db.run(conn, "rate_heads", {**params, "n": n})]
-        since = now - config.per_ms
-        used = self._window_use(conn, params, queue.granted_cum, since)
         waiters = [rules.Waiter(row.id, row.pos, row.cost, row.timeout_at) for row in heads]
-        cum, granted = queue.granted_cum, []
+        cum, granted, made = queue.granted_cum, [], []
         for waiter, row in zip(rules.take_heads(view, used, waiters, now), heads, strict=False):
             cum += waiter.cost
             used += waiter.cost
             granted.append(row._replace(state="granted", granted_at=now, ended_at=now))
-            self.db.run(conn, "rate_grant", {"id": row.id, "now": now, "cum": cum})
+            made.append((row.id, cum, rules.Grant(now, waiter.cost)))
         waiting -= len(granted)
         next_due = None
         if len(granted) < len(heads):  # a head that does not fit: when it will
             cost = heads[len(granted)].cost
             room = rules.room_needed(view, used, cost)
             oldest = []
-            if room > 0 and cost <= view.limit:
+            if room > 0 and cost <= view.limit:  # the window's oldest grants, this decision's last
                 found = self.db.run(conn, "rate_oldest", {**params, "since": since, "n": room})
-                oldest = [rules.Grant(int(at), int(c)) for at, c in found]
-            next_due = rules.due(view, used, oldest, cost, now)
+                oldest = [rules.Grant(int(at), int(c)) for at, c in found] + [grant for *_, grant in made]
+            next_due = rules.due(view, used, oldest[:room], cost, now)
         elif waiting > 0:
             next_due = now  # more heads than one decision reads: the next pass goes on at once
         update = {
@@ -194,27 +200,39 @@ class RateRows(StorePart):
             "next_pos": queue.next_pos,
             "cum": cum,
         }
-        self.db.run(conn, "rate_key_update", update)
+        with self.db.pipeline(conn):  # writes whose answers decide nothing: one round trip
+            for wait_id, grant_cum, _ in made:
+                self.db.run(conn, "rate_grant", {"id": wait_id, "now": now, "cum": grant_cum})
+            self.db.run(conn, "rate_key_update", update)
         handed: dict[str, StepRecord] = {}
-        for row in granted:
+        for row in granted:  # each fenced on its run: its answer is read
             taker = hand_over.get(row.id)
-            if taker is not None:
-                step = taker.step._replace(status="completed", ended_at=now, result=grant_json(row))
-                if write_step(self.db, conn, taker.run_id, taker.owner, step, None, None, now):
-                    handed[row.id] = step
-                    continue  # its run waits in the caller's memory: no nudge, no notice
-            if row.run_id is not None and row.id != own:
-                self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
-        self.db.notify(conn, *(["rate", row.id] for row in granted if row.id not in handed))
+            if taker is None:
+                continue
+            step = taker.step._replace(status="completed", ended_at=now, result=grant_json(row))
+            if write_step(self.db, conn, taker.run_id, taker.owner, step, None, None, now):
+                handed[row.id] = step  # its run waits in the caller's memory: no nudge, no notice
+        told = [row for row in granted if row.id not in handed and row.id != own]
+        if told:
+            with self.db.pipeline(conn):
+                for row in told:
+                    if row.run_id is not None:
+                        self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
+                self.db.notify(conn, *(["rate", row.id] for row in told))
         return granted, update["next_due"], handed
 
-    def _window_use(self, conn: Connection, params: dict[str, Any], cum: int, since: int) -> int:
-        """The costs the queue granted in the window after ``since``: all it ever granted (``cum``),
-        less what it had granted before the window's first grant (one index lookup)."""
+    def _send_window_start(self, conn: Connection, params: dict[str, Any], cum: int, since: int) -> Any:
+        """The window's first grant, sent (``None``: the queue never granted, nothing to read)."""
         if cum == 0:
-            return 0
-        first = self.db.run(conn, "rate_window_start", {**params, "since": since}).fetchone()
-        return 0 if first is None else cum - (int(first[0]) - int(first[1]))
+            return None
+        return self.db.run(conn, "rate_window_start", {**params, "since": since})
+
+    @staticmethod
+    def _window_use(cum: int, first: Any) -> int:
+        """The costs the queue granted in the window: all it ever granted (``cum``), less what it
+        had granted before the window's first grant (``first``'s answer: one index lookup)."""
+        row = None if first is None else first.fetchone()
+        return 0 if row is None else cum - (int(row[0]) - int(row[1]))
 
     def request_rate(
         self,
@@ -246,14 +264,23 @@ class RateRows(StorePart):
                 judged,
                 None if timeout_at is None else timeout_at + judged - now,
             )
-            if (
-                self.db.run(conn, "rate_wait_insert", dict(zip(RATE_WAIT_COLUMNS, row, strict=True))).rowcount
-                == 0
-            ):
-                return RateOutcome(self._read_wait(conn, wait_id))  # made before: it stands as it is
+            params = {"name": queue.name, "key": queue.key, "now": judged}
+            with self.db.pipeline(conn):  # on PostgreSQL one round trip for the three
+                inserting = self.db.run(
+                    conn, "rate_wait_insert", dict(zip(RATE_WAIT_COLUMNS, row, strict=True))
+                )
+                timing_out = self.db.run(conn, "rate_time_out", params)
+                first = self._send_window_start(conn, params, queue.granted_cum, judged - config.per_ms)
+            read = (timing_out.rowcount, self._window_use(queue.granted_cum, first))
+            if inserting.rowcount == 0:  # made before: it stands as it is (its queue decided anew)
+                if read[0]:
+                    self._decide(
+                        conn, config, queue._replace(waiting=queue.waiting - read[0]), read=(0, read[1])
+                    )
+                return RateOutcome(self._read_wait(conn, wait_id))
             queue = queue._replace(waiting=queue.waiting + 1, next_pos=queue.next_pos + 1)
             heads = [row] if queue.waiting == 1 else None  # alone in its queue: the only head
-            granted, next_due, handed = self._decide(conn, config, queue, heads, wait_id, hand_over)
+            granted, next_due, handed = self._decide(conn, config, queue, heads, wait_id, hand_over, read)
             mine = next((g for g in granted if g.id == wait_id), row)
             step = None
             if hook is not None:
