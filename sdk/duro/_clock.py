@@ -36,8 +36,11 @@ class SystemClock:
 
     async def sleep_until(self, due_ms: int) -> None:
         """Sleep until ``due_ms`` on this clock (never less)."""
-        while (left := due_ms - self.now_ms()) > 0:
-            await asyncio.sleep(left / 1000)
+        # to the nanosecond, not the millisecond: a due time is not missed by most of a millisecond
+        # (the loop's own timer rounds up to one already); when it ends, now_ms() >= due_ms
+        due_ns = due_ms * 1_000_000
+        while (left := due_ns - time.time_ns()) > 0:
+            await asyncio.sleep(left / 1e9)
 
     def monotonic_ms(self) -> int:
         """Linux's CLOCK_BOOTTIME where there is one: unlike CLOCK_MONOTONIC it keeps counting while
