@@ -243,18 +243,9 @@ class RunContext(SlotCalls):
                     if delay < RECORDED_RETRY_MS or self.cancel is not None:  # (cancelled: grace bounds it)
                         await self._sleep_until(self._now() + delay)
                         continue
-                    due = self._now() + delay
-                    waiting = StepRecord(
-                        seq,
-                        "step",
-                        spec.name,
-                        "waiting",
-                        started,
-                        wake_at=due,
-                        detail=dump_json(_attempts(attempt, tries)),
+                    await self._wait_to_retry(
+                        spec, seq, started, self._now() + delay, _attempts(attempt, tries)
                     )
-                    await self.write(waiting, "suspended", due)
-                    await self._retry_wait(waiting)
                     continue
                 await self.write(
                     StepRecord(
@@ -313,18 +304,19 @@ class RunContext(SlotCalls):
         except DuroError as refused:  # an unknown rate, a bad retry_after: the step fails with it
             err.add_note(str(refused))
             return False
-        waiting = StepRecord(
-            seq,
-            "step",
-            spec.name,
-            "waiting",
-            started,
-            wake_at=until,
-            detail=dump_json(_attempts(attempt - 1, tries)),
-        )
-        await self.write(waiting, "suspended", until)
-        await self._retry_wait(waiting)
+        await self._wait_to_retry(spec, seq, started, until, _attempts(attempt - 1, tries))
         return True
+
+    async def _wait_to_retry(
+        self, spec: StepSpec, seq: int, started: int, due: int, attempts: dict[str, Any]
+    ) -> None:
+        """The step waits until ``due`` before its next attempt: recorded ``waiting`` with the
+        attempts made so far (``suspended``), then :meth:`_retry_wait`."""
+        waiting = StepRecord(
+            seq, "step", spec.name, "waiting", started, wake_at=due, detail=dump_json(attempts)
+        )
+        await self.write(waiting, "suspended", due)
+        await self._retry_wait(waiting)
 
     async def _retry_wait(self, waiting: StepRecord) -> None:
         """A retry's delay, recorded as the step ``waiting`` until its time with the attempts made

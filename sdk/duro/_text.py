@@ -9,6 +9,8 @@ stores keep as it is.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._errors import DuroError
 
 NUL = "\x00"
@@ -33,3 +35,18 @@ def refuse_nul(value: str, what: str) -> str:
             f"{what} contains a NUL character (\\x00); remove it: ids, names, keys and labels never hold one"
         )
     return value
+
+
+MAX_KEY = 200  # a keyed limit's or a keyed rate's key, at most
+
+
+def check_key_text(key: Any, owner: str, what: str) -> str:
+    """A key of a keyed limit or rate (``owner``, as messages name it: ``limit 'api'``): a non-empty
+    string of at most 200 characters without NUL (``what`` names it then). The key itself stays out
+    of the messages: it is often a tenant or an account."""
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise DuroError(
+            f"{owner}: key must be a non-empty string of at most {MAX_KEY} characters, got "
+            f"{type(key).__name__}" + (f" of {len(key)}" if isinstance(key, str) else "")
+        )
+    return refuse_nul(key, f"{owner}: {what}")

@@ -18,6 +18,7 @@ from duro._config import LimitConfig
 from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
 from tests.support.sampling import connect
+from tests.support.store_rows import run_statuses
 from tests.support.waiting import wait_until
 
 CAPACITY, PER_KEY, KEYS, RUNS = 6, 2, 4, 60
@@ -91,16 +92,8 @@ async def _start(project: Path, url: str) -> list[str]:
         await client.aclose()
 
 
-def _statuses(url: str, run_ids: list[str]) -> dict[str, str]:
-    store = SqlStore(url)
-    try:
-        return store.run_statuses(run_ids)
-    finally:
-        store.close()
-
-
 def _completed(url: str, run_ids: list[str]) -> int:
-    return sum(1 for status in _statuses(url, run_ids).values() if status == "completed")
+    return sum(1 for status in run_statuses(url, run_ids).values() if status == "completed")
 
 
 def test_three_workers_one_killed_never_put_a_key_or_the_limit_over_its_capacity(
@@ -122,7 +115,7 @@ def test_three_workers_one_killed_never_put_a_key_or_the_limit_over_its_capacity
             workers[0].wait(timeout=10)
             workers.append(stack.enter_context(worker_process(project, shared_url, "k3")))
             wait_until(
-                lambda: set(_statuses(shared_url, run_ids).values()) == {"completed"},
+                lambda: set(run_statuses(shared_url, run_ids).values()) == {"completed"},
                 120,
                 "every keyed run to complete",
             )

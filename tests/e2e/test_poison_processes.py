@@ -13,6 +13,7 @@ import pytest
 from duro import Engine
 from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
+from tests.support.store_rows import run_statuses
 from tests.support.waiting import wait_until
 
 FLOWS = """
@@ -52,14 +53,6 @@ async def healthy(n: int) -> int:
 POISONS = ["exit", "interrupt", "generator-exit", "cancelled", "sync-exit"]
 
 
-def _statuses(url: str, run_ids: list[str]) -> dict[str, str]:
-    store = SqlStore(url)
-    try:
-        return store.run_statuses(run_ids)
-    finally:
-        store.close()
-
-
 async def _start_all(project: Path, url: str) -> tuple[list[str], list[str]]:
     client = Engine.from_project(project, database_url=url)
     try:
@@ -78,11 +71,11 @@ def test_poison_steps_fail_their_runs_and_the_worker_stays_up(tmp_path: Path, sh
         wait_until(lambda: "w-poison" in registered(shared_url), 30, "the worker to register")
         bad, good = asyncio.run(_start_all(project, shared_url))
         wait_until(
-            lambda: set(_statuses(shared_url, bad + good).values()) <= {"failed", "completed"},
+            lambda: set(run_statuses(shared_url, bad + good).values()) <= {"failed", "completed"},
             30,
             "every run to end",
         )
-        statuses = _statuses(shared_url, bad + good)
+        statuses = run_statuses(shared_url, bad + good)
         assert [statuses[r] for r in bad] == ["failed"] * len(POISONS)
         assert [statuses[r] for r in good] == ["completed"] * 5
         assert worker.poll() is None, "the worker exited"
@@ -147,7 +140,7 @@ def test_a_step_that_kills_its_process_is_set_aside_after_max_recoveries(tmp_pat
             )
             if worker.poll() is None:  # set aside: this worker lives, and runs the rest
                 wait_until(
-                    lambda: set(_statuses(shared_url, good).values()) == {"completed"},
+                    lambda: set(run_statuses(shared_url, good).values()) == {"completed"},
                     30,
                     "the healthy runs to complete",
                 )
@@ -245,7 +238,7 @@ def test_a_run_that_kills_its_worker_after_any_wait_is_set_aside(tmp_path: Path,
             )
             if worker.poll() is None:  # set aside: this worker lives, and runs the rest
                 wait_until(
-                    lambda: set(_statuses(shared_url, good).values()) == {"completed"},
+                    lambda: set(run_statuses(shared_url, good).values()) == {"completed"},
                     30,
                     "the healthy runs to complete",
                 )

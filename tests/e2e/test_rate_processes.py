@@ -11,9 +11,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from duro import Engine
-from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
 from tests.support.sampling import connect
+from tests.support.store_rows import run_statuses
 from tests.support.waiting import wait_until
 
 LIMIT, PER_MS, RUNS = 5, 2_000, 30
@@ -46,14 +46,6 @@ async def _start(project: Path, url: str) -> list[str]:
         await client.aclose()
 
 
-def _statuses(url: str, run_ids: list[str]) -> dict[str, str]:
-    store = SqlStore(url)
-    try:
-        return store.run_statuses(run_ids)
-    finally:
-        store.close()
-
-
 def _grants(url: str) -> list[int]:
     conn = connect(url)
     try:
@@ -75,7 +67,7 @@ def test_three_workers_never_grant_more_than_five_in_any_two_seconds(tmp_path: P
         workers = [stack.enter_context(worker_process(project, shared_url, f"r{n}")) for n in range(3)]
         wait_until(lambda: {"r0", "r1", "r2"} <= registered(shared_url), 30, "the workers to register")
         wait_until(
-            lambda: set(_statuses(shared_url, run_ids).values()) == {"completed"},
+            lambda: set(run_statuses(shared_url, run_ids).values()) == {"completed"},
             120,
             "every rated run to complete",
         )

@@ -22,3 +22,14 @@ def store_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
             }
     finally:
         db.dispose()
+
+
+def run_statuses(url: str, run_ids: list[str]) -> dict[str, str]:
+    """Each run's status, through a store of its own (what a test watching worker processes reads)."""
+    from duro.store import SqlStore
+
+    store = SqlStore(url)
+    try:
+        return store.run_statuses(run_ids)
+    finally:
+        store.close()

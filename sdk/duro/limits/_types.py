@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from .._config import LimitConfig, Workspace
 from .._errors import DuroError
-from .._text import refuse_nul
+from .._text import check_key_text, refuse_nul
 
 HOOK_PREFIX = "Esperando hueco · "
 MAX_LABEL = 200
@@ -95,9 +95,6 @@ def check_label(limit: str, label: Any) -> str | None:
     return refuse_nul(label, f"limit {limit!r}: the slot label")  # the label itself stays out of the message
 
 
-MAX_KEY = 200
-
-
 class _Named(Protocol):
     """A limit as declared (``LimitConfig``) or as listed (``LimitInfo``)."""
 
@@ -124,12 +121,7 @@ def check_key(config: _Named, key: Any) -> str | None:
             f"limit {name!r} is keyed (at most {config.per_key} slots per key): pass key=, "
             f'e.g. acquire_slot({name!r}, key=f"account:{{account_id}}")'
         )
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise DuroError(
-            f"limit {name!r}: key must be a non-empty string of at most {MAX_KEY} characters, got "
-            f"{type(key).__name__}" + (f" of {len(key)}" if isinstance(key, str) else "")
-        )
-    return refuse_nul(key, f"limit {name!r}: the slot key")
+    return check_key_text(key, f"limit {name!r}", "the slot key")
 
 
 def limit_config(workspace: Workspace, name: str) -> LimitConfig:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from .._clock import Clock
 from .._config import RateConfig, Workspace, check_rate
 from .._durations import Duration, format_ms, to_ms
-from .._errors import DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._observe import log_rate
 from ..store import RateWaitRow
 from ..store._rates import RateState
 from ._local import LocalRates
-from ._types import RateInfo, RateWaiter, aware, check_rate_key
+from ._types import RateInfo, RateWaiter, aware, check_rate_key, rate_config
 
 MAX_WAITERS = 1000
 
@@ -59,34 +59,36 @@ class Rates:
             return
         self._notify(granted)
 
+    async def _known(self) -> tuple[int, dict[str, RateState], dict[str, RateConfig]]:
+        """In one read: the instant, the store's rates, and every rate this engine knows (its
+        workspace's, and those the store knows as the last engine to start with them declared them)."""
+        now = self._clock.now_ms()
+        states = {s.name: s for s in await self._gateway.call(self._gateway.store.rate_states, now)}
+        return now, states, {**_declared(builtins.list(states.values())), **self._workspace.rates}
+
     async def _config(self, name: Any) -> RateConfig:
         """The rate ``name`` as this engine's workspace declares it, else as the store knows it (a
         client engine without the project), else a clear error listing both."""
         if isinstance(name, str) and name in self._workspace.rates:
             return self._workspace.rates[name]
-        stored = _declared(await self._gateway.call(self._gateway.store.rate_states, self._clock.now_ms()))
-        if isinstance(name, str) and name in stored:
-            return stored[name]
-        known = {**stored, **self._workspace.rates}
-        raise DuroError(
-            f"unknown rate {name!r} (declared: {', '.join(sorted(known)) or 'none'}); declare it with "
-            f'define_workspace(rates={{{name!r}: Rate(limit=..., per="1m")}})'
-        )
+        return self._pick((await self._known())[2], name)
+
+    def _pick(self, configs: dict[str, RateConfig], name: Any) -> RateConfig:
+        """The rate ``name`` among ``configs``, or the clear error :func:`rate_config` gives."""
+        return rate_config(replace(self._workspace, rates=configs), name)
 
     async def list(self) -> builtins.list[RateInfo]:
         """Every rate declared in this engine's workspace, and every other rate the store knows (as
         the last engine to start with it declared it): limits, the costs granted in the current
         window, waiters and a pause of the whole rate."""
-        now = self._clock.now_ms()
-        states = {s.name: s for s in await self._gateway.call(self._gateway.store.rate_states, now)}
-        configs = {**_declared(list(states.values())), **self._workspace.rates}
+        now, states, configs = await self._known()
         return [_info(configs[name], states.get(name), now) for name in sorted(configs)]
 
     async def info(self, name: str) -> RateInfo:
         """One rate, as :meth:`list` shows it."""
-        config = await self._config(name)
-        (found,) = [i for i in await self.list() if i.name == config.name]
-        return found
+        now, states, configs = await self._known()
+        config = self._pick(configs, name)
+        return _info(config, states.get(config.name), now)
 
     async def key_use(self, name: str, key: str) -> tuple[int, int, datetime | None]:
         """One key of a keyed rate: the costs granted in its current window, its waiters, and its

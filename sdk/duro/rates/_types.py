@@ -10,10 +10,9 @@ from typing import Any
 
 from .._config import RateConfig, Workspace
 from .._errors import DuroError
-from .._text import refuse_nul
+from .._text import check_key_text
 
 HOOK_PREFIX = "rate · "
-MAX_KEY = 200
 
 
 @dataclass(frozen=True)
@@ -93,12 +92,7 @@ def check_rate_key(config: RateConfig, key: Any) -> str | None:
         raise DuroError(
             f'rate {name!r} is keyed (a window per key): pass key=, e.g. acquire_rate({name!r}, key=f"tenant:{{tenant_id}}")'
         )
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise DuroError(
-            f"rate {name!r}: key must be a non-empty string of at most {MAX_KEY} characters, got "
-            f"{type(key).__name__}" + (f" of {len(key)}" if isinstance(key, str) else "")
-        )
-    return refuse_nul(key, f"rate {name!r}: the key")
+    return check_key_text(key, f"rate {name!r}", "the key")
 
 
 def check_cost(config: RateConfig, cost: Any) -> int:
