@@ -96,11 +96,11 @@ class DuroEnv:
         self.project_dir = None if project is None else Path(project).resolve()
         self.start_instant = _instant(start) if start is not None else DEFAULT_START
         self.config = dict(config or {})
-        unknown = set(self.config) - {"limits", "rates"}
+        unknown = set(self.config) - {"limits", "rates", "retention"}
         if unknown:
             raise ConfigError(
                 f"duro harness config: unknown key(s) {', '.join(sorted(unknown))}; "
-                f"only 'limits' and 'rates' can be overridden"
+                f"only 'limits', 'rates' and 'retention' can be overridden"
             )
         self._directory = None if directory is None else Path(directory)
         self.io_timeout = io_timeout  # seconds of real time a step awaiting real I/O may take
@@ -164,7 +164,7 @@ class DuroEnv:
     def _workspace(self) -> Any:
         base = self._project.workspace if self._project is not None else define_workspace()
         overrides, rate_overrides = self.config.get("limits"), self.config.get("rates")
-        if not overrides and not rate_overrides:
+        if not overrides and not rate_overrides and "retention" not in self.config:
             return base
         limits: dict[str, Any] = {
             name: {"capacity": lim.capacity, "max_hold": lim.max_hold_ms}
@@ -177,7 +177,10 @@ class DuroEnv:
             for name, rate in base.rates.items()
         }
         rates.update(rate_overrides or {})
-        return replace(define_workspace(limits=limits, rates=rates), workflows=base.workflows)
+        retention = self.config["retention"] if "retention" in self.config else base.retention_ms
+        return replace(
+            define_workspace(limits=limits, rates=rates, retention=retention), workflows=base.workflows
+        )
 
     def _database_url(self) -> str:
         """A fresh SQLite store: in memory (its rows never reach a file, which saves a third of their

@@ -45,8 +45,9 @@ if TYPE_CHECKING:
         SlotTimeoutError,
         UserExitError,
     )
-    from ._handle import RunHandle
+    from ._handle import RunHandle, RunsPage
     from ._options import WorkerOptions
+    from ._retention import PruneReport
     from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
     from .rates import RateGrant, acquire_rate
 
@@ -57,6 +58,8 @@ __all__ = [
     "Engine",
     "WorkerOptions",
     "RunHandle",
+    "RunsPage",
+    "PruneReport",
     "RunStatus",
     "Concurrency",
     "DEFAULT_CONCURRENCY_STATUSES",
@@ -153,7 +156,8 @@ __getattr__, __dir__ = lazy_names(
             "SlotTimeoutError",
             "UserExitError",
         ),
-        "._handle": ("RunHandle",),
+        "._handle": ("RunHandle", "RunsPage"),
+        "._retention": ("PruneReport",),
         "._options": ("WorkerOptions",),
         ".limits": (
             "Slot",

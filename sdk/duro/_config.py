@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._definitions import Limit, Rate
-from ._durations import to_ms
+from ._durations import Duration, to_ms
 from ._errors import ConfigError, DuroError
 
 LIMIT_NAME = re.compile(r"^[a-z0-9._-]{1,64}\Z")
@@ -54,6 +54,26 @@ class Workspace:
     limits: Mapping[str, LimitConfig] = field(default_factory=dict)
     workflows: tuple[WorkflowEntry, ...] | None = None
     rates: Mapping[str, RateConfig] = field(default_factory=dict)
+    retention_ms: int | None = None  # finished runs older than this are deleted (None: kept for ever)
+
+
+MIN_RETENTION_MS = 60_000
+
+
+def check_retention(retention: Any) -> int | None:
+    """``define_workspace(retention=...)``: a duration of at least a minute, or ``None``."""
+    if retention is None:
+        return None
+    try:
+        ms = to_ms(retention, "retention")
+    except DuroError as err:
+        raise ConfigError(f"{err}; or None to keep every run") from None
+    if ms < MIN_RETENTION_MS:
+        raise ConfigError(
+            f"retention {retention!r} is shorter than a minute: a run would go while its caller may "
+            f"still read its result; give a duration such as '30d', or None to keep every run"
+        )
+    return ms
 
 
 def check_limit_name(name: Any) -> str:
@@ -190,9 +210,13 @@ def define_workspace(
     limits: Mapping[str, Limit | Mapping[str, Any]] | None = None,
     workflows: Sequence[str | Mapping[str, Any]] | None = None,
     rates: Mapping[str, Rate | Mapping[str, Any]] | None = None,
+    retention: Duration | None = None,
 ) -> Workspace:
-    """Declare the project's limits, its rates and (optionally) its workflow files; validated here,
-    at load.
+    """Declare the project's limits, its rates, how long finished runs are kept and (optionally)
+    its workflow files; validated here, at load.
+
+    ``retention`` (e.g. ``"30d"``; ``None``, the default, keeps every run): finished runs whose end
+    is older are deleted in the background, with their steps, signals and ended slots.
 
     ``workflows=None`` scans ``workflows/``; a list replaces the scan. A :class:`ConfigError` names
     the limit, rate (or entry) and the field at fault.
@@ -208,4 +232,6 @@ def define_workspace(
         if isinstance(workflows, str) or not isinstance(workflows, Sequence):
             raise ConfigError("workflows must be a list of paths (or None to scan workflows/)")
         entries = tuple(_entry(item) for item in workflows)
-    return Workspace(limits=checked, workflows=entries, rates=rate_configs)
+    return Workspace(
+        limits=checked, workflows=entries, rates=rate_configs, retention_ms=check_retention(retention)
+    )

@@ -27,12 +27,13 @@ from ._durations import Duration
 from ._errors import DuroError
 from ._events import EventBus
 from ._gateway import StoreGateway
-from ._handle import RunHandle, RunInfo, StepInfo, StepsPage
+from ._handle import RunHandle, RunInfo, RunsPage, StepInfo, StepsPage
 from ._hooks import EngineHooks
 from ._observe import attach_logs
 from ._options import WorkerOptions
 from ._registry import Registry
 from ._replaycheck import ReplayOutcome, replay
+from ._retention import PruneReport, Retention
 from ._runs import Runs
 from ._schedules import Schedules
 from ._starts import Starter
@@ -122,6 +123,9 @@ class Engine:
             scope_reads=scope_reads,
             poll_ms=self.options.poll_interval_ms,
             local=lambda: self._worker,
+        )
+        self._retention = Retention(
+            gateway=self._gateway, clock=self.clock, events=self.events, namespace=namespace
         )
         self._context_token: Any = None
         self.meter: Any = None  # duro.metrics.Meter, once duro.metrics.collector(engine) asks
@@ -291,10 +295,25 @@ class Engine:
         tag: str | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
+        cursor: str | None = None,
     ) -> list[RunInfo]:
-        """Runs, newest first, filtered by workflow name, status (one or several) and tag.
-        ``before`` = (created_at in ms, run id) of the last run of a previous page: the next page."""
-        return await self._runs.list(workflow, status, tag, limit, before)
+        """Runs, newest first, filtered by workflow name, status (one or several) and tag, at most
+        ``limit``. ``cursor``: the ``next_cursor`` of a :meth:`runs_page`, for the runs after it
+        (``before`` = (created_at in ms, run id) of the last run seen says the same)."""
+        return await self._runs.list(workflow, status, tag, limit, before, cursor)
+
+    async def runs_page(
+        self,
+        workflow: str | None = None,
+        status: Any = None,
+        tag: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> RunsPage:
+        """A page of runs, newest first, with the filters of :meth:`list_runs`, after ``cursor``
+        (``None``: the newest), and the cursor of the next page (:class:`RunsPage`; ``None`` after
+        the oldest). Runs started while you page never shift a page: each run is listed once."""
+        return await self._runs.page(workflow, status, tag, cursor, limit)
 
     async def result(self, run_id: str, timeout: Duration | None = None) -> Any:
         """Wait for the run to end; its output, or :class:`RunFailedError` (:class:`RunNotFoundError`
@@ -309,6 +328,20 @@ class Engine:
     async def cancel(self, run_id: str) -> None:
         """Cancel a run and its unfinished children; a finished run is left as it is."""
         await self._runs.cancel(run_id)
+
+    async def prune(self, older_than: Duration | None = None, dry_run: bool = False) -> PruneReport:
+        """Delete the finished runs (completed, failed, cancelled) of this engine's namespace that ended
+        more than ``older_than`` ago (``None``: the workspace's ``retention``), with their steps,
+        signals and ended slots, a bounded batch per transaction; ``dry_run`` deletes nothing and
+        counts what would go. Never an unfinished run, a finished child an unfinished parent still
+        names, or a run whose slot is still held. Works on a client engine too."""
+        if older_than is None:
+            if self.workspace.retention_ms is None:
+                raise DuroError(
+                    "prune needs older_than (a duration such as '30d'): this workspace sets no retention"
+                )
+            older_than = self.workspace.retention_ms
+        return await self._retention.prune(older_than, dry_run)
 
     async def replay_history(self, run: RunRecord, steps: list[StepRecord]) -> ReplayOutcome:
         """Replay ``run``'s recorded ``steps`` on the code registered here, executing no step body
@@ -346,6 +379,7 @@ class Engine:
             workspace=self.workspace,
             limits=self.limits,
             rates=self.rates,
+            retention=self._retention,
             schedules=self.schedules,
             handle=self.handle,
             context_engine=self,

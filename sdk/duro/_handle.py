@@ -57,6 +57,17 @@ class StepsPage:
 
 
 @dataclass(frozen=True)
+class RunsPage:
+    """One page of runs, newest first (``engine.runs_page``), and ``next_cursor`` to pass for the
+    next page (``None``: no older run). A keyset cursor: runs started while you page never shift
+    a page, and none is listed twice."""
+
+    runs: list[RunInfo]
+    next_cursor: str | None
+    MAX_LIMIT: ClassVar[int] = 1000  # runs a page at the most
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """A run as stored: its workflow, status, input, output or error, tags and times.
 

@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ._clock import Clock
+from ._clock import Clock, datetime_to_ms
 from ._definitions import TERMINAL_STATUS_VALUES, RunStatus
 from ._durations import Duration, format_ms, to_ms
 from ._errors import DuroError, RunCancelled, RunEndedError, RunFailedError, RunNotFoundError
 from ._events import EventBus
 from ._gateway import StoreGateway
-from ._handle import RunInfo, StepInfo, StepsPage
+from ._handle import RunInfo, RunsPage, StepInfo, StepsPage
 from ._registry import Registry
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL, refuse_nul
@@ -34,6 +36,27 @@ def _after(cursor: str | None) -> int:
         f"steps cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
         f"or None for the first page"
     )
+
+
+def runs_cursor(info: RunInfo) -> str:
+    """The cursor of the page after ``info``: its creation instant and id (a keyset, opaque to users)."""
+    return base64.urlsafe_b64encode(f"{datetime_to_ms(info.created_at)}:{info.id}".encode()).decode()
+
+
+def _before(cursor: str | None) -> tuple[int, str] | None:
+    """The (created_at, id) a runs cursor stands for (the last run of the page before)."""
+    if cursor is None:
+        return None
+    try:
+        created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
+        if NUL in run_id or not run_id:
+            raise ValueError(run_id)
+        return int(created), run_id
+    except (AttributeError, binascii.Error, UnicodeError, ValueError):
+        raise DuroError(
+            f"runs cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
+            f"or None for the first page"
+        ) from None
 
 
 class LocalRuns(Protocol):
@@ -108,6 +131,17 @@ class Runs:
             [StepInfo.of(rec) for rec in settled], str(settled[-1].seq) if more and settled else None
         )
 
+    async def page(
+        self, workflow: str | None, status: Any, tag: str | None, cursor: str | None, limit: int
+    ) -> RunsPage:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= RunsPage.MAX_LIMIT:
+            raise DuroError(
+                f"limit {limit!r} is not a page size; give a whole number from 1 to {RunsPage.MAX_LIMIT}"
+            )
+        found = await self.list(workflow, status, tag, limit + 1, _before(cursor))
+        runs, more = found[:limit], len(found) > limit
+        return RunsPage(runs, runs_cursor(runs[-1]) if more else None)
+
     async def list(
         self,
         workflow: str | None = None,
@@ -115,7 +149,12 @@ class Runs:
         tag: str | None = None,
         limit: int = 100,
         before: tuple[int, str] | None = None,
+        cursor: str | None = None,
     ) -> builtins.list[RunInfo]:
+        if cursor is not None:
+            if before is not None:
+                raise DuroError("list_runs: give cursor or before, not both")
+            before = _before(cursor)
         statuses = None
         if status is not None:
             items = [status] if isinstance(status, str | RunStatus) else builtins.list(status)

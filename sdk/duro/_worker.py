@@ -41,6 +41,7 @@ from ._hooks import EngineHooks
 from ._options import WorkerOptions
 from ._registry import Registry
 from ._residents import Residents
+from ._retention import Retention
 from ._run_ends import RunEnds
 from ._runtime import LostRun, Runtime, Unloaded
 from ._schedules import Schedules, fire_schedules
@@ -74,6 +75,7 @@ class Worker:
         workspace: Workspace,
         limits: Limits,
         rates: Rates,
+        retention: Retention,
         schedules: Schedules,
         handle: Callable[[str], Any],
         context_engine: object,
@@ -89,6 +91,7 @@ class Worker:
         self.hooks = hooks
         self.limits = limits  # the operators' part: runs that end leave the queues through it
         self.schedules = schedules
+        self.retention = retention
         self.workspace = workspace
         self._context_engine = context_engine  # what user code in a run finds as the current engine
         self.host = socket.gethostname()
@@ -157,6 +160,7 @@ class Worker:
         )
         self._limits_task: asyncio.Task[None] | None = None
         self._rates_task: asyncio.Task[None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
         self._wakeup, self._schedules_changed = asyncio.Event(), asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._schedule_task: asyncio.Task[None] | None = None
@@ -294,6 +298,10 @@ class Worker:
             self._limits_task = loop.create_task(self.slots.expire_loop(), name=f"duro-limits-{self.id}")
         if self.workspace.rates:
             self._rates_task = loop.create_task(self.rates.grant_loop(), name=f"duro-rates-{self.id}")
+        if self.workspace.retention_ms is not None:
+            self._retention_task = loop.create_task(
+                self.retention.loop(self.workspace.retention_ms), name=f"duro-retention-{self.id}"
+            )
         if self.store.notifies and not (self.hooks.inline_store and self.store.dialect == "sqlite"):
             self._listening = threading.Event()
             self._listener = threading.Thread(
@@ -353,6 +361,7 @@ class Worker:
             self._schedule_task,
             self._limits_task,
             self._rates_task,
+            self._retention_task,
             self.heartbeat.task,
         )
         tasks += [task for task in background if task is not None]

@@ -15,7 +15,7 @@ Two kinds of figures, with different sources:
 - **Counters and histograms** count what this process did from the moment its engine was given a
   collector (or, in ``duro dev`` and ``duro serve``, since the server started): slot waits and holds,
   expiries (a ``release_slot`` that never happened), timeouts, lapsed reservations, refused starts,
-  started and finished runs, rate grants (``duro_rate_granted_total``, ``duro_rate_wait_seconds``)
+  started, finished and pruned runs, rate grants (``duro_rate_granted_total``, ``duro_rate_wait_seconds``)
   and rate timeouts. Sum them across processes in PromQL. Those of each declared limit and
   registered workflow are exported at 0 from the first scrape, so ``increase()`` sees the first event.
 
@@ -76,6 +76,7 @@ COUNTED = (
     "quota.refused",
     "rate.granted",
     "rate.timed_out",
+    "runs.pruned",
 )  # the bus builds no other event for the meter
 
 
@@ -120,6 +121,11 @@ class Meter:
             "Runs failed after their workers died executing them max_recoveries times in a row.",
             "workflow",
         )
+        self.pruned = Counter(
+            "duro_runs_pruned_total",
+            "Finished runs deleted by the retention or a prune, with their steps, signals and slots.",
+            registry=None,
+        )
         self.duration = histogram(
             "duro_run_duration_seconds", "Runs: from start (creation) to end.", "workflow", RUN_BUCKETS
         )
@@ -142,6 +148,7 @@ class Meter:
             self.started,
             self.finished,
             self.set_aside,
+            self.pruned,
             self.duration,
             self.rate_granted,
             self.rate_timeouts,
@@ -175,6 +182,8 @@ class Meter:
         if kind[:4] != "run." and kind != "quota.refused":
             if kind[:5] == "rate.":
                 self._on_rate_event(event)
+            elif kind == "runs.pruned":
+                self.pruned.inc(int(event.detail.get("runs") or 0))
             return  # a step's or a signal's: most events, and none of them counted
         child = self._child
         if kind == "run.created":

@@ -4,38 +4,17 @@ run of 300,000 steps costs the server one page per request, never the whole run 
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import DuroError, Engine, RunNotFoundError, RunStatus
-from duro.tooling import RunInfo, StepsPage, datetime_to_ms
+from duro.tooling import RunInfo, StepsPage
 
 from ._common import ApiError, answer, duro_error, engine, query_int, read_json
 from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut, StepPageOut
 
 _STATUSES = [s.value for s in RunStatus]
-
-
-def _cursor(info: RunInfo) -> str:
-    return base64.urlsafe_b64encode(f"{datetime_to_ms(info.created_at)}:{info.id}".encode()).decode()
-
-
-def _before(cursor: str) -> tuple[int, str]:
-    try:
-        created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
-        if "\x00" in run_id:
-            raise ValueError(run_id)
-        return int(created), run_id
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ApiError(
-            400,
-            f"cursor {cursor!r} is not one this server gave; pass next_cursor from the "
-            f"previous page, or leave it out for the first page",
-        ) from None
 
 
 async def _run(eng: Engine, run_id: str) -> RunInfo:
@@ -52,24 +31,23 @@ async def list_runs(request: Request) -> Response:
         if status not in _STATUSES:
             raise ApiError(400, f"status {status!r} is not a run status; use one of {', '.join(_STATUSES)}")
     limit = query_int(request, "limit", 50, 1, 500)
-    cursor = params.get("cursor")
     try:
-        runs = await engine(request).list_runs(
+        found = await engine(request).runs_page(
             workflow=params.get("workflow") or None,
             status=statuses or None,
             tag=params.get("tag") or None,
-            limit=limit + 1,
-            before=_before(cursor) if cursor else None,
+            cursor=params.get("cursor") or None,
+            limit=limit,
         )
-    except DuroError as err:  # a filter no run can match (a NUL character)
+    except DuroError as err:  # a cursor this server did not give, a filter no run can match (NUL)
         raise ApiError(400, f"query parameter refused: {err}") from None
-    page, more = runs[:limit], len(runs) > limit
+    page = found.runs
     # the runs waiting in a limit's queue, marked: one query for the page's unfinished runs
     queued = await engine(request).limits.queued_for(r.id for r in page if not r.status.terminal)
     return answer(
         RunPageOut(
             runs=[RunOut.of(r, queued.get(r.id)) for r in page],
-            next_cursor=_cursor(page[-1]) if more else None,
+            next_cursor=found.next_cursor,
         )
     )
 

@@ -21,7 +21,7 @@ from functools import cache
 from .._slots import SlotRow
 from ._notify import NOTIFY_CHANNEL
 from ._records import RunRecord, StepRecord
-from ._tables import ACTIVE_SQL
+from ._tables import ACTIVE_SQL, TERMINAL_SQL
 
 # A run's, a step's and a slot's columns are their records' fields, in order (the record is the
 # row's one shape; tests/unit checks both against the tables): a query selects them in that order,
@@ -494,8 +494,39 @@ QUERIES: dict[str, str] = {
 
 # a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
 # is announced in the same statement when it was inserted
+# -- retention ----------------------------------------------------------------------------------
+# Finished runs that ended before :cutoff, oldest end first, from after the last one of the batch
+# before (a keyset on duro_runs_ended: a pass never reads a run twice, nor an unfinished one). Kept: a
+# finished child its unfinished parent still names (the parent's replay reads it), and a run whose
+# slot has not ended yet (held past the run's end, until a release or its max_hold). A run's slots
+# are found through its hook steps (a slot's id is ``<run id>.<seq>``): by primary key, no index more.
+_RUN_SLOT_IDS = (
+    "SELECT st.run_id || '.' || st.seq FROM duro_steps AS st WHERE st.run_id IN (:ids) AND st.kind = 'hook'"
+)
+RETENTION_QUERIES = {
+    "prune_candidates": "SELECT r.id, r.ended_at FROM duro_runs AS r WHERE r.namespace = :namespace "
+    "AND r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND (r.ended_at, r.id) > (:after_at, :after_id) "
+    f"AND r.status IN {TERMINAL_SQL} AND (r.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM duro_runs AS p "
+    f"WHERE p.id = r.parent_id AND p.status IN {ACTIVE_SQL})) AND NOT EXISTS (SELECT 1 FROM duro_steps AS st "
+    "JOIN duro_slots AS sl ON sl.id = st.run_id || '.' || st.seq WHERE st.run_id = r.id AND st.kind = 'hook' "
+    "AND sl.ended_at IS NULL) ORDER BY r.ended_at, r.id LIMIT :n",
+    "prune_try_lock": "SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))",
+    "prune_count_steps": "SELECT count(*) FROM duro_steps WHERE run_id IN (:ids)",
+    "prune_count_slots": f"SELECT count(*) FROM duro_slots WHERE id IN ({_RUN_SLOT_IDS}) AND ended_at IS NOT NULL",
+    # the runs first, their status checked again: only what they return loses its rows
+    "prune_runs": f"DELETE FROM duro_runs WHERE id IN (:ids) AND status IN {TERMINAL_SQL} RETURNING id",
+    "prune_slots": f"DELETE FROM duro_slots WHERE id IN ({_RUN_SLOT_IDS}) AND ended_at IS NOT NULL",
+    "prune_steps": "DELETE FROM duro_steps WHERE run_id IN (:ids)",
+    "prune_signals": "DELETE FROM duro_signals WHERE run_id IN (:ids)",
+    # when the next finished run passes the cutoff: the earliest end not before it
+    "next_prune_due": "SELECT min(ended_at) FROM duro_runs WHERE namespace = :namespace "
+    "AND ended_at IS NOT NULL AND ended_at >= :cutoff",
+}
+
+
 QUERIES.update(KEY_QUERIES)
 QUERIES.update(RATE_QUERIES)
+QUERIES.update(RETENTION_QUERIES)
 
 _INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
 

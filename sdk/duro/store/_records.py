@@ -154,3 +154,26 @@ def settle_sleeps(steps: list[StepRecord], run: RunRecord) -> list[StepRecord]:
         if index + 1 < len(settled) or run.updated_at >= step.wake_at:
             settled[index] = step._replace(status="completed", ended_at=step.wake_at)
     return settled
+
+
+class Prune(NamedTuple):
+    """One batch of a prune: up to ``n`` runs of ``namespace`` that ended before ``cutoff``, after
+    ``after`` (the (ended_at, id) of the last run of the batch before). ``dry_run`` counts and deletes
+    nothing; ``wait``: on PostgreSQL wait for another worker's batch, else give way to it."""
+
+    namespace: str
+    cutoff: int
+    after: tuple[int, str]
+    n: int
+    dry_run: bool = False
+    wait: bool = True
+
+
+class PruneBatch(NamedTuple):
+    """What a batch deleted (or would); ``last`` is where the next batch starts (``None``: no run
+    was left to look at)."""
+
+    runs: int
+    steps: int
+    slots: int
+    last: tuple[int, str] | None

@@ -23,6 +23,7 @@ from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
 from ._limit_rows import LimitRows
 from ._rates import RateRows
+from ._retention import RetentionRows
 from ._runs import RunRows
 from ._schedules import ScheduleRows
 from ._signals import SignalRows
@@ -44,6 +45,7 @@ class SqlStore(
     SlotRows,
     SlotStatsRows,
     RateRows,
+    RetentionRows,
     ClaimRows,
     ScheduleRows,
     WorkerRows,
@@ -85,6 +87,7 @@ class SqlStore(
             "next_rate_due",
             "get_rate_wait",
             "unfinished_by_version",
+            "next_prune_due",
         }
     )
 

@@ -17,14 +17,15 @@ from sqlmodel import Field, SQLModel
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.12+; only annotations use it
 
-from .._definitions import ACTIVE_STATUS_VALUES
+from .._definitions import ACTIVE_STATUS_VALUES, TERMINAL_STATUS_VALUES
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
 # identically (SQLite matches a partial index's condition term for term, with literal values)
 ACTIVE_SQL = "(" + ", ".join(f"'{status}'" for status in ACTIVE_STATUS_VALUES) + ")"
+TERMINAL_SQL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_STATUS_VALUES) + ")"
 
 
 class _Where(TypedDict):
@@ -101,6 +102,9 @@ class Run(DuroTable, table=True):
         ),
         Index("duro_runs_parent", "parent_id", **_where("parent_id IS NOT NULL")),
         Index("duro_runs_list", "namespace", "created_at"),
+        # finished runs by their end (schema 12): what a retention pass or a prune deletes, oldest
+        # first, read without walking the unfinished runs or the runs that ended since
+        Index("duro_runs_ended", "namespace", "ended_at", "id", **_where("ended_at IS NOT NULL")),
     )
     id: str = Field(primary_key=True, max_length=200)
     namespace: str = Field(max_length=64)

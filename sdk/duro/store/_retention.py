@@ -1,0 +1,59 @@
+"""Retention: finished runs deleted with their steps, signals and ended slots, a bounded batch per
+transaction (see ``RETENTION_QUERIES`` for what a batch takes and what it keeps)."""
+
+from __future__ import annotations
+
+from ._connection import StorePart
+from ._records import Prune, PruneBatch
+
+PRUNE_LOCK = "duro:prune:"  # + namespace: on PostgreSQL one pruner of a namespace at a time
+
+
+class RetentionRows(StorePart):
+    """Deleting finished runs past a cutoff."""
+
+    def prune_runs(self, prune: Prune) -> PruneBatch | None:
+        """One batch in one transaction; ``None`` when another worker is pruning the namespace and
+        ``prune.wait`` is false (PostgreSQL)."""
+        params = {
+            "namespace": prune.namespace,
+            "cutoff": prune.cutoff,
+            "after_at": prune.after[0],
+            "after_id": prune.after[1],
+            "n": prune.n,
+        }
+        if prune.dry_run:
+            with self.db.read() as conn:
+                found = self.db.run(conn, "prune_candidates", params).fetchall()
+                if not found:
+                    return PruneBatch(0, 0, 0, None)
+                ids = {"ids": [run_id for run_id, _ in found]}
+                steps = int(self.db.run_in(conn, "prune_count_steps", ids).fetchone()[0])
+                slots = int(self.db.run_in(conn, "prune_count_slots", ids).fetchone()[0])
+            return PruneBatch(len(found), steps, slots, (int(found[-1][1]), found[-1][0]))
+        with self.db.write() as conn:
+            if self.db.dialect == "postgresql":
+                key = {"key": PRUNE_LOCK + prune.namespace}
+                if not prune.wait:
+                    if not self.db.run(conn, "prune_try_lock", key).fetchone()[0]:
+                        return None
+                else:
+                    self.db.run(conn, "lock_key", key)
+            found = self.db.run(conn, "prune_candidates", params).fetchall()
+            if not found:
+                return PruneBatch(0, 0, 0, None)
+            gone = [row[0] for row in self.db.run_in(conn, "prune_runs", {"ids": [r[0] for r in found]})]
+            if not gone:
+                return PruneBatch(0, 0, 0, (int(found[-1][1]), found[-1][0]))
+            ids = {"ids": gone}
+            slots = self.db.run_in(conn, "prune_slots", ids).rowcount
+            steps = self.db.run_in(conn, "prune_steps", ids).rowcount
+            self.db.run_in(conn, "prune_signals", ids)
+        return PruneBatch(len(gone), steps, slots, (int(found[-1][1]), found[-1][0]))
+
+    def next_prune_due(self, namespace: str, cutoff: int) -> int | None:
+        """The earliest end, not before ``cutoff``, of a finished run of ``namespace``: when a retention
+        of (now - cutoff) next has a run to delete."""
+        with self.db.read(transaction=False) as conn:
+            row = self.db.run(conn, "next_prune_due", {"namespace": namespace, "cutoff": cutoff}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
