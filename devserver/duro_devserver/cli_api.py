@@ -369,6 +369,17 @@ def render_cancelled(answer: dict[str, Any], before: str | None = None) -> str:
     return f"cancelling run {rid}: its code is told now, and the run ends cancelled when it has finished"
 
 
+def render_pruned(answer: dict[str, Any]) -> str:
+    """``duro runs prune``: what went (or, in a dry run, would go)."""
+    prune = answer.get("prune", {})
+    verb = "would delete" if prune.get("dry_run") else "deleted"
+    return (
+        f"{verb} {prune.get('runs', 0):,} finished run(s) that ended before "
+        f"{format_time(prune.get('before'))} UTC, with {prune.get('steps', 0):,} step(s) and "
+        f"{prune.get('slots', 0):,} slot(s)"
+    )
+
+
 def render_released(answer: dict[str, Any]) -> str:
     """``duro limits release``: whether a slot was freed."""
     slot_id = clean(answer.get("slot_id"))
@@ -615,7 +626,7 @@ def start_command(
 
 @click.group("runs")
 def runs_group() -> None:
-    """List, show and cancel runs."""
+    """List, show, cancel and prune runs."""
 
 
 @runs_group.command("list")
@@ -632,6 +643,9 @@ def runs_group() -> None:
     "--limit", type=click.IntRange(1, 500), default=None, help="At most this many runs (default 50)."
 )
 @click.option("--cursor", default=None, help="The next page: the cursor printed by the previous page.")
+@click.option(
+    "--all", "every", is_flag=True, help="Every run that matches, a page at a time (--limit a page)."
+)
 @api_command
 def runs_list(
     call: Call,
@@ -640,11 +654,21 @@ def runs_list(
     tag: str | None,
     limit: int | None,
     cursor: str | None,
+    every: bool,
 ) -> None:
     """List runs, newest first."""
     status = [s.lower() for s in statuses]
     answer = call.client.list_runs(workflow=workflow, status=status, tag=tag, limit=limit, cursor=cursor)
-    call.emit(answer, render_runs)
+    if not every:
+        call.emit(answer, render_runs)
+        return
+    runs = list(answer.get("runs", []))
+    while answer.get("next_cursor"):  # a keyset cursor: runs started meanwhile never shift a page
+        answer = call.client.list_runs(
+            workflow=workflow, status=status, tag=tag, limit=limit, cursor=answer["next_cursor"]
+        )
+        runs += answer.get("runs", [])
+    call.emit({"runs": runs, "next_cursor": None}, render_runs)
 
 
 @runs_group.command("show")
@@ -662,6 +686,63 @@ def runs_cancel(call: Call, run_id: str) -> None:
     """Cancel a run (and its unfinished children); a run that has ended is left as it is."""
     before = call.client.get_run(run_id)["run"].get("status")
     call.emit(call.client.cancel_run(run_id), lambda answer: render_cancelled(answer, before))
+
+
+@runs_group.command("prune")
+@click.option(
+    "--older-than",
+    metavar="DURATION",
+    required=True,
+    help="Delete finished runs that ended more than this long ago, e.g. 30d.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option(
+    "--database-url",
+    metavar="URL",
+    default=None,
+    help="Prune this database directly instead of asking a running installation.",
+)
+@click.option(
+    "--namespace", default="default", show_default=True, help="With --database-url: the namespace to prune."
+)
+@api_command
+def runs_prune(call: Call, older_than: str, dry_run: bool, database_url: str | None, namespace: str) -> None:
+    """Delete finished runs (completed, failed, cancelled) that ended more than --older-than ago, with
+    their steps, signals and ended slots. Never an unfinished run, nor a finished child whose parent
+    is unfinished. Say --dry-run first to see how many would go."""
+    try:
+        duration_ms(older_than.strip(), "--older-than")
+    except DuroError:
+        raise CliFailure(
+            f"--older-than must be a duration such as 30d, 12h or 90m (units ms, s, m, h, d in lowercase, "
+            f"no spaces), not {older_than!r}",
+            EXIT_USAGE,
+        ) from None
+    if database_url is None:
+        call.emit(call.client.prune_runs(older_than.strip(), dry_run), render_pruned)
+        return
+    try:
+        report = _prune_directly(database_url, namespace, older_than.strip(), dry_run)
+    except DuroError as err:
+        raise CliFailure(str(err), EXIT_USAGE) from None
+    call.emit({"prune": {**report, "before": report["before"].isoformat()}}, render_pruned)
+
+
+def _prune_directly(database_url: str, namespace: str, older_than: str, dry_run: bool) -> dict[str, Any]:
+    """``duro runs prune --database-url``: the prune through a client engine on that database."""
+    import asyncio
+    import dataclasses
+
+    from duro import Engine
+    from duro.store import SqlStore
+
+    store = SqlStore(database_url)
+    try:
+        store.create_schema()
+        engine = Engine(store=store, namespace=namespace)
+        return dataclasses.asdict(asyncio.run(engine.prune(older_than, dry_run=dry_run)))
+    finally:
+        store.close()
 
 
 @click.command("signal")

@@ -240,6 +240,10 @@ class DuroClient:
         """``POST /api/runs/{run_id}/cancel``: ``{"run": Run}`` (unfinished children are cancelled too)."""
         return self._request("POST", f"/api/runs/{_segment(run_id)}/cancel")
 
+    def prune_runs(self, older_than: str, dry_run: bool = False) -> dict[str, Any]:
+        """``POST /api/runs/prune``: ``{"prune": {"runs", "steps", "slots", "dry_run", "before"}}``."""
+        return self._request("POST", "/api/runs/prune", json={"older_than": older_than, "dry_run": dry_run})
+
     def signal(self, run_id: str, name: str, payload: Any = None) -> dict[str, Any]:
         """``POST /api/runs/{run_id}/signals/{name}`` with ``payload`` as the body: ``{"sent": true}``."""
         return self._request("POST", f"/api/runs/{_segment(run_id)}/signals/{_segment(name)}", json=payload)

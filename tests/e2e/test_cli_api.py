@@ -95,6 +95,44 @@ def test_paging_through_runs_with_the_cursor(dev_server: DevServer):
     assert sorted(seen) == sorted(ids) and second["next_cursor"] is None
 
 
+def test_runs_list_all_pages_through_every_run(dev_server: DevServer):
+    project = dev_server.project
+    ids = [run_id_of(ok_json(project, "start", "greet", "--input", json.dumps({"name": n}))) for n in "abcde"]
+    listed = ok_json(project, "runs", "list", "--all", "--limit", "2")
+    assert [r["id"] for r in listed["runs"]] == ids[::-1] and listed["next_cursor"] is None
+    text = cli(project, "runs", "list", "--all", "--limit", "2")
+    assert text.exit_code == 0 and len(text.stdout.splitlines()) == 1 + 5 and "more:" not in text.stdout
+
+
+def test_runs_prune_dry_run_then_for_real_through_the_server_and_a_database_url(dev_server: DevServer):
+    project = dev_server.project
+    ids = [run_id_of(ok_json(project, "start", "greet", "--input", json.dumps({"name": n}))) for n in "abc"]
+    for run_id in ids:
+        wait_run(project, run_id, "completed")
+    dry = ok_json(project, "runs", "prune", "--older-than", "0s", "--dry-run")["prune"]
+    assert (dry["runs"], dry["dry_run"]) == (3, True) and dry["steps"] >= 3
+    assert {r["id"] for r in ok_json(project, "runs", "list", "--all")["runs"]} == set(ids)  # nothing went
+    pruned = cli(project, "runs", "prune", "--older-than", "0s")
+    assert pruned.exit_code == 0, pruned.output
+    assert pruned.stdout.startswith("deleted 3 finished run(s) that ended before ")
+    assert ok_json(project, "runs", "list", "--all")["runs"] == []
+
+    more = [run_id_of(ok_json(project, "start", "greet", "--input", json.dumps({"name": n}))) for n in "de"]
+    for run_id in more:
+        wait_run(project, run_id, "completed")
+    url = f"sqlite:///{project / '.duro' / 'dev.db'}"
+    direct = ok_json(project, "runs", "prune", "--older-than", "0s", "--database-url", url, "--dry-run")
+    assert (direct["prune"]["runs"], direct["prune"]["dry_run"]) == (2, True)
+    direct = ok_json(project, "runs", "prune", "--older-than", "0s", "--database-url", url)
+    assert (direct["prune"]["runs"], direct["prune"]["dry_run"]) == (2, False)
+    assert ok_json(project, "runs", "list", "--all")["runs"] == []
+
+    bad = cli(project, "runs", "prune", "--older-than", "a month")
+    assert bad.exit_code == 2 and "--older-than must be a duration such as 30d" in bad.output
+    missing = cli(project, "runs", "prune")
+    assert missing.exit_code == 2 and "--older-than" in missing.output
+
+
 def test_a_quota_refusal_exits_1_and_names_key_limit_and_active(dev_server: DevServer):
     project = dev_server.project
     for job in ("1", "2"):

@@ -8,7 +8,7 @@ import typing
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
 from duro import RunStatus
 from duro.tooling import LimitInfo, RateInfo, RateWaiter, RunInfo, ScheduleInfo, SlotInfo, StepInfo
@@ -75,6 +75,16 @@ class PauseBody(Body):
         "or a JSON integer of milliseconds"
     )
     key: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class PruneBody(Body):
+    """What to prune: finished runs that ended more than ``older_than`` ago."""
+
+    older_than: StrictStr | StrictInt = Field(
+        description="a duration such as '30d' (units ms, s, m, h, d in lowercase, no spaces), "
+        "or a JSON integer of milliseconds"
+    )
+    dry_run: StrictBool = Field(default=False, description="count what would go, delete nothing")
 
 
 class ResumeBody(Body):
@@ -232,6 +242,18 @@ class StepPageOut(BaseModel):
 class RunPageOut(BaseModel):
     runs: list[RunOut]
     next_cursor: str | None
+
+
+class PruneOut(BaseModel):
+    runs: int = Field(description="finished runs deleted (or, in a dry run, that would be)")
+    steps: int
+    slots: int
+    dry_run: bool
+    before: datetime = Field(description="the runs that ended before this instant")
+
+
+class PruneOnlyOut(BaseModel):
+    prune: PruneOut
 
 
 class SignalSentOut(BaseModel):

@@ -94,6 +94,14 @@ OPERATIONS: list[Operation] = [
     ),
     (
         "post",
+        "/api/runs/prune",
+        "Delete finished runs that ended more than older_than ago (dry_run: count them)",
+        m.PruneBody,
+        {200: m.PruneOnlyOut, 400: _E, 413: _E, 422: _E},
+        [],
+    ),
+    (
+        "post",
         "/api/runs/{id}/cancel",
         "Cancel a run and its unfinished children",
         None,

@@ -11,8 +11,19 @@ from starlette.routing import Route
 from duro import DuroError, Engine, RunNotFoundError, RunStatus
 from duro.tooling import RunInfo, StepsPage
 
-from ._common import ApiError, answer, duro_error, engine, query_int, read_json
-from .models import RunDetailOut, RunOnlyOut, RunOut, RunPageOut, SignalSentOut, StepOut, StepPageOut
+from ._common import ApiError, answer, duro_error, engine, query_int, read_body, read_json
+from .models import (
+    PruneBody,
+    PruneOnlyOut,
+    PruneOut,
+    RunDetailOut,
+    RunOnlyOut,
+    RunOut,
+    RunPageOut,
+    SignalSentOut,
+    StepOut,
+    StepPageOut,
+)
 
 _STATUSES = [s.value for s in RunStatus]
 
@@ -102,8 +113,27 @@ async def send_signal(request: Request) -> Response:
     return answer(SignalSentOut(sent=True), 202)
 
 
+async def prune_runs(request: Request) -> Response:
+    try:
+        body = await read_body(request, PruneBody)
+    except ApiError as err:
+        if err.status != 422:
+            raise
+        raise ApiError(
+            422,
+            f'a prune needs {{"older_than": "30d"}} (a duration string, or a JSON integer of '
+            f'milliseconds) and optionally "dry_run": true ({err.message})',
+        ) from None
+    try:
+        report = await engine(request).prune(body.older_than, dry_run=body.dry_run)
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    return answer(PruneOnlyOut(prune=PruneOut.model_validate(vars(report))))
+
+
 routes = [
     Route("/api/runs", list_runs, methods=["GET"]),
+    Route("/api/runs/prune", prune_runs, methods=["POST"]),
     Route("/api/runs/{id}", get_run, methods=["GET"]),
     Route("/api/runs/{id}/steps", get_steps, methods=["GET"]),
     Route("/api/runs/{id}/cancel", cancel_run, methods=["POST"]),
