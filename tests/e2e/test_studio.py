@@ -198,6 +198,25 @@ def test_the_runs_list_pages_and_filters(page: Any, dev_server: DevServer) -> No
     expect(page.get_by_test_id("runs-empty")).to_contain_text("No run matches")
 
 
+def test_the_runs_list_loads_more_as_you_scroll(page: Any, dev_server: DevServer) -> None:
+    with dev_server.client() as client:
+        for n in range(130):
+            assert (
+                client.post("/api/workflows/greet/runs", json={"input": {"name": f"n{n}"}}).status_code == 201
+            )
+    page.set_viewport_size({"width": 1200, "height": 700})
+    page.goto("/#/runs")
+    rows = page.get_by_test_id("run-row")
+    expect(rows).to_have_count(50)
+    rows.nth(49).scroll_into_view_if_needed()  # to the end of the list: the next page comes
+    expect(rows).to_have_count(100)
+    rows.nth(99).scroll_into_view_if_needed()
+    expect(rows).to_have_count(130)
+    expect(page.get_by_test_id("runs-load-more")).to_be_hidden()
+    ids = [row.get_attribute("data-run-id") for row in rows.all()]
+    assert len(set(ids)) == 130  # each run once
+
+
 def test_a_start_over_the_quota_shows_the_refusal(page: Any, dev_server: DevServer) -> None:
     start(dev_server, "hold", {"tenant": "acme", "job": "1"})
     start(dev_server, "hold", {"tenant": "acme", "job": "2"})

@@ -84,8 +84,18 @@ export function renderRuns(root, scope, _args, query) {
         refresh();
         return;
       }
+      const shown = state.runs;
       state.runs = data.runs;
       state.next = data.next_cursor;
+      // scrolled past what one refresh reloads: the older rows stay, after the fresh ones
+      if (data.next_cursor && shown.length > data.runs.length) {
+        const last = data.runs[data.runs.length - 1];
+        const tail = shown.filter((run) => olderThan(run, last));
+        if (tail.length) {
+          state.runs = data.runs.concat(tail);
+          state.next = next;
+        }
+      }
       showError(error, null);
       draw();
     } catch (err) {
@@ -93,7 +103,9 @@ export function renderRuns(root, scope, _args, query) {
     }
   });
 
+  let next = null; // the cursor after the last row shown
   const loadMore = async () => {
+    if (loadingMore || !state.next) return;
     more.disabled = true;
     loadingMore = true;
     try {
@@ -101,7 +113,7 @@ export function renderRuns(root, scope, _args, query) {
       if (!scope.alive) return;
       const known = new Set(state.runs.map((r) => r.id));
       state.runs.push(...data.runs.filter((r) => !known.has(r.id)));
-      state.next = data.next_cursor;
+      state.next = next = data.next_cursor;
       pages += 1;
       draw();
     } catch (err) {
@@ -110,7 +122,18 @@ export function renderRuns(root, scope, _args, query) {
       loadingMore = false;
       more.disabled = false;
     }
+    // the list still ends within sight (a tall window): the next page too
+    if (scope.alive && state.next && more.getBoundingClientRect().top < innerHeight + 200) loadMore();
   };
+
+  // more rows as the list scrolls to its end (the button stays, for keyboards)
+  if ('IntersectionObserver' in window) {
+    const watcher = new IntersectionObserver((seen) => {
+      if (seen.some((entry) => entry.isIntersecting) && scope.alive) loadMore();
+    }, {rootMargin: '200px'});
+    watcher.observe(more);
+    scope.cleanups.push(() => watcher.disconnect());
+  }
 
   scope.on('run', (event) => {
     if (!filters.workflow || event.workflow === filters.workflow) refresh();
@@ -124,6 +147,14 @@ export function renderRuns(root, scope, _args, query) {
       if (wf.name !== filters.workflow) workflowSelect.append(h('option', {value: wf.name}, wf.name));
     }
   }, () => {});
+}
+
+/** Whether ``run`` comes after ``other`` in the list (newest first: created earlier, or at the
+ *  same instant with a smaller id), as the API's cursor orders them. */
+function olderThan(run, other) {
+  const a = Date.parse(run.created_at);
+  const b = Date.parse(other.created_at);
+  return a < b || (a === b && run.id < other.id);
 }
 
 /** "waiting for a slot · <limit>", linking to the limit: the run waits in that limit's queue (the
