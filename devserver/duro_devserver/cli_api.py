@@ -776,8 +776,13 @@ def limits_list(call: Call) -> None:
 @click.option("--key", default=None, help="A keyed limit: this key's slots alone.")
 @api_command
 def limits_slots(call: Call, limit: str, key: str | None) -> None:
-    """A limit's slots: held ones first, then the queue in order."""
-    call.emit(call.client.slots(limit, key), render_slots)
+    """A limit's slots: held ones first, then the queue in order (every page of a long queue)."""
+    answer = call.client.slots(limit, key)
+    slots = list(answer.get("slots", []))
+    while answer.get("next_cursor"):
+        answer = call.client.slots(limit, key, cursor=answer["next_cursor"])
+        slots += answer.get("slots", [])
+    call.emit({**answer, "slots": slots, "next_cursor": None}, render_slots)
 
 
 def _confirm_release(slot_id: str, yes: bool) -> None:

@@ -258,11 +258,18 @@ class DuroClient:
         """``GET /api/limits/{name}``: ``{"limit": Limit}``."""
         return self._request("GET", f"/api/limits/{_segment(name)}")
 
-    def slots(self, name: str, key: str | None = None) -> dict[str, Any]:
-        """``GET /api/limits/{name}/slots[?key=K]``: ``{"limit": Limit, "slots": [Slot...]}``, held
-        first (of key ``K`` alone, on a keyed limit)."""
-        params = None if key is None else {"key": key}
-        return self._request("GET", f"/api/limits/{_segment(name)}/slots", params=params)
+    def slots(
+        self, name: str, key: str | None = None, cursor: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """``GET /api/limits/{name}/slots[?key=K]``: ``{"limit": Limit, "slots": [Slot...],
+        "next_cursor": str or None}``, held first (of key ``K`` alone, on a keyed limit), a page at a
+        time (pass ``next_cursor`` back for the next)."""
+        params = {"key": key, "cursor": cursor, "limit": limit}
+        return self._request(
+            "GET",
+            f"/api/limits/{_segment(name)}/slots",
+            params={k: v for k, v in params.items() if v is not None} or None,
+        )
 
     def limit_history(self, name: str, minutes: int | None = None) -> dict[str, Any]:
         """``GET /api/limits/{name}/history``: ``{"points": [{"at", "busy", "waiting"}...]}``, oldest first.

@@ -1,7 +1,7 @@
 """Building blocks for duro's faces (the dev server, the CLI) and other tooling around an engine.
 
 Stable names: ``load_project``, ``Project``, ``RunEvent``, ``RunInfo``, ``StepInfo``, ``StepsPage``,
-``LimitInfo``, ``LimitKey``, ``SlotInfo``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``,
+``LimitInfo``, ``LimitKey``, ``SlotInfo``, ``SlotsPage``, ``ScheduleInfo``, ``datetime_to_ms``, ``ms_to_datetime``,
 ``duration_ms``, ``format_ms``, ``SystemClock`` (the one real clock, for tools that must tell the
 time), ``StoreUnavailable`` (a store call that did not get an answer in time: the dev server answers
 it with 503 and ``Retry-After``), ``check_run_id`` (the rule a new run's id must follow, to check
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ._scan import Project, load_project
     from ._schedules import ScheduleInfo
     from ._text import check_run_id
-    from .limits import LimitInfo, LimitKey, SlotInfo
+    from .limits import LimitInfo, LimitKey, SlotInfo, SlotsPage
     from .limits._types import check_key
     from .rates import RateInfo, RateWaiter
 
@@ -50,6 +50,7 @@ __all__ = [
     "LimitInfo",
     "LimitKey",
     "SlotInfo",
+    "SlotsPage",
     "RateInfo",
     "RateWaiter",
     "ScheduleInfo",
@@ -101,6 +102,7 @@ __getattr__, __dir__ = lazy_names(
             "LimitInfo",
             "LimitKey",
             "SlotInfo",
+            "SlotsPage",
         ),
         ".limits._types": ("check_key",),
         ".rates": (

@@ -519,6 +519,24 @@ def test_releasing_a_busy_slot_from_the_limits_screen_advances_the_queue(
     expect(page.get_by_test_id("run-waiting-hint")).to_have_count(0)
 
 
+def test_a_long_queue_loads_more_as_you_scroll(page: Any, dev_server: DevServer) -> None:
+    ids = [start(dev_server, "hold", {"tenant": f"t{n}", "job": str(n)}) for n in range(250)]
+    wait_until(
+        lambda: len(api(dev_server, "GET", f"/api/limits/{LIMIT}/slots?limit=1000")["slots"]) == 250,
+        30,
+        "250 slots of the limit, busy or waiting",
+    )
+    page.set_viewport_size({"width": 1200, "height": 700})
+    page.goto(f"/#/limits/{LIMIT}")
+    queue = page.get_by_test_id("queue-row")
+    expect(queue).to_have_count(199)  # a page of 200 slots: the busy one and 199 waiting
+    queue.nth(198).scroll_into_view_if_needed()
+    expect(queue).to_have_count(249)
+    expect(queue.nth(248)).to_have_attribute("data-position", "249")
+    expect(page.get_by_test_id("queue-load-more")).to_be_hidden()
+    assert len(ids) == 250
+
+
 def test_runs_waiting_in_a_limits_queue_say_so_in_the_runs_list(page: Any, dev_server: DevServer) -> None:
     first = start(dev_server, "hold", {"tenant": "a", "job": "1"})
     second = start(dev_server, "hold", {"tenant": "b", "job": "2"})

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import DuroError, Engine
-from duro.tooling import LimitInfo, check_key, ms_to_datetime
+from duro.tooling import LimitInfo, SlotsPage, check_key, ms_to_datetime
 
 from ._common import ApiError, answer, engine, query_int, read_body
 from .models import (
@@ -68,8 +68,21 @@ def _key_param(request: Request, info: LimitInfo) -> str | None:
 async def limit_slots(request: Request) -> Response:
     eng = engine(request)
     info = await _limit(eng, request.path_params["name"])
-    slots = await eng.limits.slots(info.name, key=_key_param(request, info))
-    return answer(SlotsOut(limit=LimitOut.of(info), slots=[SlotOut.of(s) for s in slots]))
+    limit = query_int(request, "limit", SLOTS_PAGE, 1, SlotsPage.MAX_LIMIT)
+    try:
+        page = await eng.limits.slots_page(
+            info.name, key=_key_param(request, info), cursor=request.query_params.get("cursor"), limit=limit
+        )
+    except DuroError as err:  # a cursor this server did not give
+        raise ApiError(400, f"query parameter refused: {err}") from None
+    return answer(
+        SlotsOut(
+            limit=LimitOut.of(info), slots=[SlotOut.of(s) for s in page.slots], next_cursor=page.next_cursor
+        )
+    )
+
+
+SLOTS_PAGE = 1000  # a limit's slots a page, unless the request asks for another size
 
 
 async def limit_history(request: Request) -> Response:

@@ -370,6 +370,7 @@ class RateWaitersOut(BaseModel):
 class SlotsOut(BaseModel):
     limit: LimitOut
     slots: list[SlotOut]
+    next_cursor: str | None = Field(default=None, description="the next page's cursor; null after the last")
 
 
 class ReleasedOut(BaseModel):

@@ -121,10 +121,14 @@ OPERATIONS: list[Operation] = [
     (
         "get",
         "/api/limits/{name}/slots",
-        "A limit's slots: busy first, then the queue in order",
+        "A page of a limit's slots: busy first, then the queue in order (next_cursor: the next page)",
         None,
-        {200: m.SlotsOut, 404: _E},
-        [],
+        {200: m.SlotsOut, 400: _E, 404: _E},
+        [
+            {"name": "key", "in": "query", "schema": _STR},
+            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            {"name": "cursor", "in": "query", "schema": _STR},
+        ],
     ),
     (
         "get",

@@ -5,6 +5,8 @@ import {
   api, badge, confirmDialog, enc, errorBox, h, roughDuration, showError, timeEl, toast,
 } from './lib.js';
 
+const SLOTS_PAGE = 200; // a limit's slots a page, on its screen
+
 // ---------------------------------------------------------------------------------------------
 // #/limits
 
@@ -94,6 +96,7 @@ export function renderLimit(root, scope, [name]) {
   [5, 15, 60].map((m) => h('option', {value: m, selected: m === 15}, `last ${m} min`)));
   const slotsBox = h('div');
   const queueBox = h('div');
+  const queueMore = h('button', {testid: 'queue-load-more', hidden: true}, 'Load more');
   const keysBox = h('div');
   const keySearch = h('input', {type: 'search', testid: 'keys-search', placeholder: 'Search keys',
     'aria-label': 'Search keys', oninput: () => refreshKeys()});
@@ -134,7 +137,8 @@ export function renderLimit(root, scope, [name]) {
     h('section', {}, h('div', {class: 'section-head'}, h('h2', {}, 'Busy and waiting'), legend(), minutes),
       h('div', {style: 'display: flex; gap: 10px; align-items: flex-start; flex-wrap: wrap'}, chartBox, lastHour)),
     h('section', {}, h('h2', {}, 'Slots ', h('span', {class: 'muted small'}, 'busy and reserved')), slotsBox),
-    h('section', {}, h('h2', {}, 'Queue ', h('span', {class: 'muted small'}, 'in order: 1 is next')), queueBox),
+    h('section', {}, h('h2', {}, 'Queue ', h('span', {class: 'muted small'}, 'in order: 1 is next')), queueBox,
+      h('div', {class: 'more'}, queueMore)),
     keysSection,
     h('section', {}, h('h2', {}, 'Settings'), h('div', {class: 'settings'}, capacity.node, maxHold.node)));
   root.append(error, page);
@@ -179,17 +183,30 @@ export function renderLimit(root, scope, [name]) {
     }
   };
 
+  // A long queue comes a page at a time: a refresh reloads as many slots as are shown, and the
+  // next page comes as the queue scrolls to its end (or from the button).
+  let wanted = SLOTS_PAGE;
   const refreshSlots = scope.refresher(async () => {
     try {
-      const {data} = await api('GET', `${base}/slots`);
+      let slots = [];
+      let cursor = null;
+      let data;
+      do {
+        const size = Math.min(1000, wanted - slots.length);
+        ({data} = await api('GET', `${base}/slots?limit=${size}${cursor ? `&cursor=${enc(cursor)}` : ''}`));
+        slots = slots.concat(data.slots);
+        cursor = data.next_cursor;
+      } while (cursor && slots.length < wanted && scope.alive);
       if (!scope.alive) return;
       showError(error, null);
       page.hidden = false;
       update(data.limit);
-      const held = data.slots.filter((s) => s.state !== 'waiting');
-      const queue = data.slots.filter((s) => s.state === 'waiting');
+      const held = slots.filter((s) => s.state !== 'waiting');
+      const queue = slots.filter((s) => s.state === 'waiting');
       slotsBox.replaceChildren(slotsTable(held, release));
       queueBox.replaceChildren(queueTable(queue));
+      queueMore.hidden = !cursor;
+      if (cursor && queueMore.getBoundingClientRect().top < innerHeight + 200) showMore(); // still in sight
       refreshKeys();
     } catch (err) {
       if (!scope.alive) return;
@@ -204,6 +221,23 @@ export function renderLimit(root, scope, [name]) {
       }
     }
   });
+
+  const showMore = () => {
+    if (wanted <= slotsShown()) {
+      wanted += SLOTS_PAGE;
+      refreshSlots();
+    }
+  };
+  const slotsShown = () => slotsBox.querySelectorAll('tr[data-slot-id]').length
+    + queueBox.querySelectorAll('tr[data-slot-id]').length;
+  queueMore.onclick = showMore;
+  if ('IntersectionObserver' in window) {
+    const watcher = new IntersectionObserver((seen) => {
+      if (seen.some((entry) => entry.isIntersecting) && scope.alive) showMore();
+    }, {rootMargin: '200px'});
+    watcher.observe(queueMore);
+    scope.cleanups.push(() => watcher.disconnect());
+  }
 
   const refreshHistory = scope.refresher(async () => {
     try {

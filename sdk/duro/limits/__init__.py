@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
     from ._admin import Limits
     from ._local import LocalSlots
-    from ._types import HOOK_PREFIX, LimitInfo, LimitKey, Slot, SlotInfo, SlotRelease, limit_config
+    from ._types import HOOK_PREFIX, LimitInfo, LimitKey, Slot, SlotInfo, SlotRelease, SlotsPage, limit_config
 
 __all__ = [
     "HOOK_PREFIX",
@@ -28,6 +28,7 @@ __all__ = [
     "RunLimits",
     "Slot",
     "SlotInfo",
+    "SlotsPage",
     "SlotRelease",
     "acquire_slot",
     "limit_config",
@@ -55,6 +56,7 @@ __getattr__, __dir__ = lazy_names(
             "LimitKey",
             "Slot",
             "SlotInfo",
+            "SlotsPage",
             "SlotRelease",
             "limit_config",
         ),

@@ -3,6 +3,8 @@ overrides), what the dev server, Studio and the CLI call."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import builtins
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -15,10 +17,49 @@ from .._durations import Duration, format_ms, to_ms
 from .._errors import ConfigError, DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
-from .._text import NUL
+from .._text import NUL, refuse_nul
 from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
 from ._local import LocalSlots
-from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, check_key, limit_config
+from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, SlotsPage, check_key, limit_config
+
+
+def _slot_info(row: SlotRow, position: int, now: int) -> SlotInfo:
+    """A slot as listed; ``position`` its place in the queue when it waits."""
+    return SlotInfo(
+        id=row.id,
+        limit=row.limit,
+        state=row.state,
+        run_id=row.run_id,
+        label=row.label,
+        position=position if row.state == "waiting" else None,
+        enqueued_at=ms_to_datetime(row.enqueued_at),
+        waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
+        held_since=ms_to_datetime(row.held_since),
+        expires_at=ms_to_datetime(row.expires_at),
+        reserved_until=ms_to_datetime(row.reserved_until),
+        timeout_at=ms_to_datetime(row.timeout_at),
+        key=row.key,
+    )
+
+
+def _slots_cursor(rank: int, pos: int, slot_id: str, position: int) -> str:
+    return base64.urlsafe_b64encode(f"{rank}:{pos}:{position}:{slot_id}".encode()).decode()
+
+
+def _slots_after(cursor: str | None) -> tuple[tuple[int, int, str] | None, int]:
+    """The slot a cursor stands for (rank, pos, id) and the queue positions before it."""
+    if cursor is None:
+        return None, 0
+    try:
+        rank, pos, position, slot_id = base64.urlsafe_b64decode(cursor.encode()).decode().split(":", 3)
+        if NUL in slot_id or not slot_id or not 0 <= int(rank) <= 2 or int(position) < 0:
+            raise ValueError(slot_id)
+        return (int(rank), int(pos), slot_id), int(position)
+    except (AttributeError, binascii.Error, UnicodeError, ValueError):
+        raise DuroError(
+            f"slots cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
+            f"or None for the first page"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -129,7 +170,8 @@ class Limits:
 
     async def slots(self, name: str, key: str | None = None) -> builtins.list[SlotInfo]:
         """The limit's slots: busy (and reserved) first, then the queue in order; ``key``: of that
-        key alone (a keyed limit), positions counted in its key's queue."""
+        key alone (a keyed limit), positions counted in its key's queue. A long queue is better
+        read a page at a time (:meth:`slots_page`)."""
         await self._config(name)
         now = self._clock.now_ms()
         rows = await self._gateway.call(self._gateway.store.limit_slots, name)
@@ -139,24 +181,33 @@ class Limits:
                 continue
             if row.state == "waiting":
                 position += 1
-            infos.append(
-                SlotInfo(
-                    id=row.id,
-                    limit=row.limit,
-                    state=row.state,
-                    run_id=row.run_id,
-                    label=row.label,
-                    position=position if row.state == "waiting" else None,
-                    enqueued_at=ms_to_datetime(row.enqueued_at),
-                    waited=timedelta(milliseconds=now - row.enqueued_at) if row.state == "waiting" else None,
-                    held_since=ms_to_datetime(row.held_since),
-                    expires_at=ms_to_datetime(row.expires_at),
-                    reserved_until=ms_to_datetime(row.reserved_until),
-                    timeout_at=ms_to_datetime(row.timeout_at),
-                    key=row.key,
-                )
-            )
+            infos.append(_slot_info(row, position, now))
         return infos
+
+    async def slots_page(
+        self, name: str, key: str | None = None, cursor: str | None = None, limit: int = 100
+    ) -> SlotsPage:
+        """A page of :meth:`slots` after ``cursor`` (``None``: from the first), and the cursor of the
+        next page: a queue of 100,000 costs a page what the page holds."""
+        await self._config(name)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= SlotsPage.MAX_LIMIT:
+            raise DuroError(
+                f"limit {limit!r} is not a page size; give a whole number from 1 to {SlotsPage.MAX_LIMIT}"
+            )
+        if key is not None:
+            refuse_nul(key, f"limit {name!r}: the key filter")
+        after, position = _slots_after(cursor)
+        now = self._clock.now_ms()
+        found = await self._gateway.call(self._gateway.store.limit_slots_page, name, key, after, limit + 1)
+        infos = []
+        for _, row in found[:limit]:
+            position += row.state == "waiting"
+            infos.append(_slot_info(row, position, now))
+        next_cursor = None
+        if len(found) > limit:
+            rank, row = found[limit - 1]
+            next_cursor = _slots_cursor(rank, row.pos, row.id, position)
+        return SlotsPage(infos, next_cursor)
 
     async def stats(self, name: str, window: Duration = "1h") -> LimitStats:
         """The limit's figures over the last ``window`` (a duration, by default an hour) on the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .._config import LimitConfig, Workspace
 from .._errors import DuroError
@@ -82,6 +82,16 @@ class SlotInfo:
     reserved_until: datetime | None
     timeout_at: datetime | None
     key: str | None = None  # a keyed limit's key
+
+
+@dataclass(frozen=True)
+class SlotsPage:
+    """A page of a limit's slots (``engine.limits.slots_page``), busy and reserved first, then the
+    queue in order, and ``next_cursor`` for the next page (``None``: no slot after these, now)."""
+
+    slots: list[SlotInfo]
+    next_cursor: str | None
+    MAX_LIMIT: ClassVar[int] = 1000  # slots a page at the most
 
 
 def check_label(limit: str, label: Any) -> str | None:

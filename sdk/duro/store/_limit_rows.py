@@ -12,6 +12,8 @@ from .._slots import Decision, SlotRow
 from ._rows import LimitState, slot_row
 from ._slots import HAND_OUT_BATCH, SlotRows
 
+SLOT_LISTING_ORDER = ("busy", "reserved", "waiting")  # a limit's slots as listed: held first, then the queue
+
 
 class LimitRows(SlotRows):
     """A limit's row and its slots as operators see and change them."""
@@ -35,6 +37,26 @@ class LimitRows(SlotRows):
         """The limit's active slots: busy and reserved first, then the queue in order."""
         with self.db.single_read() as conn:
             return [slot_row(r) for r in self.db.run(conn, "limit_slots", {"name": name, "n": max_rows})]
+
+    def limit_slots_page(
+        self, name: str, key: str | None, after: tuple[int, int, str] | None, n: int
+    ) -> list[tuple[int, SlotRow]]:
+        """Up to ``n`` of the limit's active slots (``key``: of that key) in the order of
+        :meth:`limit_slots`, after ``after`` (a state's rank, its pos and id: the last slot of the
+        page before), each with its state's rank; read a state at a time, in index order."""
+        rank, pos, slot_id = after if after is not None else (0, -1, "")
+        found: list[tuple[int, SlotRow]] = []
+        query = "limit_slots_after" if key is None else "limit_key_slots_after"
+        with self.db.read() as conn:
+            for state_rank, state in enumerate(SLOT_LISTING_ORDER):
+                if state_rank < rank:
+                    continue
+                params = {"name": name, "state": state, "key": key, "n": n - len(found)}
+                params |= {"pos": pos, "id": slot_id} if state_rank == rank else {"pos": -1, "id": ""}
+                found += [(state_rank, slot_row(r)) for r in self.db.run(conn, query, params)]
+                if len(found) >= n:
+                    break
+        return found
 
     def set_limit_override(
         self, config: LimitConfig, field: str, value: int | None, now: int

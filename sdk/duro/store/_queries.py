@@ -473,6 +473,11 @@ QUERIES: dict[str, str] = {
     "limit_slots": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
     f"AND state IN {ACTIVE_SLOTS} ORDER BY CASE state WHEN 'busy' THEN 0 WHEN 'reserved' THEN 1 "
     "ELSE 2 END, pos LIMIT :n",
+    # a page of a limit's slots in one state, after (pos, id): read in order from duro_slots_queue
+    "limit_slots_after": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+    "AND state = :state AND (pos, id) > (:pos, :id) ORDER BY pos, id LIMIT :n",
+    "limit_key_slots_after": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE limit_name = :name "
+    "AND state = :state AND limit_key = :key AND (pos, id) > (:pos, :id) ORDER BY pos, id LIMIT :n",
     "slot_states": "SELECT id, state FROM duro_slots WHERE id IN (:ids)",
     # the hook steps still waiting of a run that ended: closed, with the run's end as their status
     # ("cancelled" or "failed"; "cancelled" for a run that ended any other way) and its end time

@@ -81,6 +81,7 @@ class SqlStore(
             "get_slot",
             "limit_states",
             "limit_slots",
+            "limit_slots_page",
             "limit_keys",
             "limit_stats",
             "queued_limits",
