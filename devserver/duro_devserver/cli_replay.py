@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from duro.tooling import ReplayOutcome
 
 ACTIVE = ("pending", "running", "suspended", "blocked")
-FINISHED = ("completed", "failed", "cancelled")
 PAGE = 500
 
 
@@ -43,11 +42,18 @@ def _runs(store: SqlStore, workflow: str | None, statuses: tuple[str, ...]) -> I
 
 
 def _selected(store: SqlStore, workflow: str | None, cutoff: int | None) -> Iterator[RunRecord]:
+    """The unfinished runs, then those that ended since ``cutoff`` (read by their end: however long
+    the history, only what the window holds)."""
     yield from _runs(store, workflow, ACTIVE)
-    if cutoff is not None:
-        for run in _runs(store, workflow, FINISHED):
-            if run.ended_at is not None and run.ended_at >= cutoff:
-                yield run
+    if cutoff is None:
+        return
+    after: tuple[int, str] | None = None
+    while True:
+        page = store.finished_since(cutoff, after, PAGE)
+        yield from (run for run in page if workflow is None or run.workflow == workflow)
+        if len(page) < PAGE:
+            return
+        after = (page[-1].ended_at or 0, page[-1].id)
 
 
 async def _check(

@@ -4,6 +4,7 @@ background, and ``engine.prune`` on demand — both a bounded batch per transact
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +18,9 @@ from .store import Prune, PruneBatch
 
 log = logging.getLogger("duro.retention")
 
-BATCH = 500  # runs a transaction deletes: milliseconds of a write lock, never a long transaction
+BATCH = 500  # runs a transaction deletes: milliseconds of its locks, never a long transaction
+SQLITE_BATCH = 200  # on SQLite a batch holds the only write lock: a smaller one, and then a pause
+SQLITE_PACE = 4  # ... of this many times the batch's own time, for every other write to go first
 RETRY_MS = 60_000  # a pass that failed (the store out of reach) runs again after this
 
 
@@ -61,19 +64,25 @@ class Retention:
     async def _pass(self, older_than_ms: int, dry_run: bool, wait: bool) -> PruneReport | None:
         """Every batch from the oldest end up; ``None`` if another worker prunes (``wait=False``)."""
         cutoff = self._clock.now_ms() - older_than_ms
+        sqlite = self._store.dialect == "sqlite"
+        size = SQLITE_BATCH if sqlite else BATCH
         runs = steps = slots = 0
         after = (-1, "")
         while True:
-            prune = Prune(self._namespace, cutoff, after, BATCH, dry_run, wait)
+            prune = Prune(self._namespace, cutoff, after, size, dry_run, wait)
+            began = self._clock.monotonic_ms()
             batch: PruneBatch | None = await self._gateway.call(self._store.prune_runs, prune)
             if batch is None:
                 return None
             runs, steps, slots = runs + batch.runs, steps + batch.steps, slots + batch.slots
-            if batch.runs and not dry_run:
-                self._done(batch, cutoff)
             if batch.last is None:
                 return PruneReport(runs, steps, slots, dry_run, ms_to_datetime(cutoff))
             after = batch.last
+            if batch.runs and not dry_run:
+                self._done(batch, cutoff)
+                took = self._clock.monotonic_ms() - began  # 0 on the harness's simulated clock
+                if sqlite and took > 0:
+                    await asyncio.sleep(took * SQLITE_PACE / 1000)
 
     def _done(self, batch: PruneBatch, cutoff: int) -> None:
         log.info(

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from duro.store import Prune, SqlStore
-from duro.store._queries import QUERIES
+from duro.store._queries import QUERIES, list_runs_sql
 
 T0 = 1_000_000_000
 
@@ -155,22 +155,44 @@ def test_on_postgresql_a_background_batch_gives_way_to_another_pruner(postgres_u
         store.close()
 
 
-def test_a_prune_and_its_next_due_read_finished_runs_by_their_end(database_url):
-    """duro_runs_ended: a pass reads the finished runs past the cutoff, never every run."""
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [
+        ("prune_candidates", "duro_runs_ended"),
+        ("next_prune_due", "duro_runs_ended"),
+        ("finished_since", "duro_runs_ended"),
+        ((), "duro_runs_list"),
+        (("before",), "duro_runs_list"),
+        (("namespace", "before"), "duro_runs_list"),
+        (("statuses", "unfinished"), "duro_runs_active"),
+        (("namespace", "statuses", "unfinished", "before"), "duro_runs_active"),
+    ],
+)
+def test_history_is_read_through_an_index_that_skips_it(database_url, query, index):
+    """However many finished runs the store keeps, a prune and replay-check read the finished runs
+    by their end, a runs page reads its rows newest first in index order (no sort of every run, of
+    every namespace or one), and a list of unfinished runs reads unfinished runs alone."""
     store = _store(database_url)
-    params = {"namespace": "default", "cutoff": T0, "after_at": -1, "after_id": "", "n": 10}
+    params = {
+        "namespace": "default",
+        "cutoff": T0,
+        "since": T0,
+        "after_at": -1,
+        "after_id": "",
+        "n": 10,
+        "limit": 10,
+        "before_at": T0,
+        "before_id": "z",
+        "statuses": ["running", "suspended"],
+    }
+    sql = QUERIES[query] if isinstance(query, str) else list_runs_sql(query)
     try:
         with store._engine.connect() as conn:
             if store.dialect == "postgresql":
                 conn.connection.driver_connection.execute("SET enable_seqscan = off")
             explain = "EXPLAIN QUERY PLAN " if store.dialect == "sqlite" else "EXPLAIN "
-            for name in ("prune_candidates", "next_prune_due"):
-                plan = [
-                    str(row) for row in store.db.run_text(conn, explain + QUERIES[name], params).fetchall()
-                ]
-                assert any("duro_runs_ended" in row for row in plan), (name, plan)
-                assert not any(
-                    row.startswith("(") and "SCAN duro_runs " in row and "USING" not in row for row in plan
-                ), plan
+            plan = [str(row) for row in store.db.run_text(conn, explain + sql, params).fetchall()]
     finally:
         store.close()
+    assert any(index in row for row in plan), plan
+    assert not any("TEMP B-TREE FOR ORDER BY" in row or "('Sort" in row for row in plan), plan

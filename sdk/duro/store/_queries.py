@@ -497,11 +497,10 @@ QUERIES: dict[str, str] = {
     "set_max_hold": "UPDATE duro_limits SET max_hold_override_ms = :value, updated_at = :now WHERE name = :name",
 }
 
-# a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
-# is announced in the same statement when it was inserted
 # -- retention ----------------------------------------------------------------------------------
 # Finished runs that ended before :cutoff, oldest end first, from after the last one of the batch
-# before (a keyset on duro_runs_ended: a pass never reads a run twice, nor an unfinished one). Kept: a
+# before (a keyset on duro_runs_ended: a pass never reads a run twice, nor an unfinished one; the
+# namespace a filter, ``|| ''``, so that no planner reads a namespace's runs instead). Kept: a
 # finished child its unfinished parent still names (the parent's replay reads it), and a run whose
 # slot has not ended yet (held past the run's end, until a release or its max_hold). A run's slots
 # are found through its hook steps (a slot's id is ``<run id>.<seq>``): by primary key, no index more.
@@ -509,7 +508,7 @@ _RUN_SLOT_IDS = (
     "SELECT st.run_id || '.' || st.seq FROM duro_steps AS st WHERE st.run_id IN (:ids) AND st.kind = 'hook'"
 )
 RETENTION_QUERIES = {
-    "prune_candidates": "SELECT r.id, r.ended_at FROM duro_runs AS r WHERE r.namespace = :namespace "
+    "prune_candidates": "SELECT r.id, r.ended_at FROM duro_runs AS r WHERE (r.namespace || '') = :namespace "
     "AND r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND (r.ended_at, r.id) > (:after_at, :after_id) "
     f"AND r.status IN {TERMINAL_SQL} AND (r.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM duro_runs AS p "
     f"WHERE p.id = r.parent_id AND p.status IN {ACTIVE_SQL})) AND NOT EXISTS (SELECT 1 FROM duro_steps AS st "
@@ -523,8 +522,11 @@ RETENTION_QUERIES = {
     "prune_slots": f"DELETE FROM duro_slots WHERE id IN ({_RUN_SLOT_IDS}) AND ended_at IS NOT NULL",
     "prune_steps": "DELETE FROM duro_steps WHERE run_id IN (:ids)",
     "prune_signals": "DELETE FROM duro_signals WHERE run_id IN (:ids)",
+    # finished runs that ended at or after :since, oldest end first, after the page before's last
+    "finished_since": f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE ended_at IS NOT NULL "
+    "AND ended_at >= :since AND (ended_at, id) > (:after_at, :after_id) ORDER BY ended_at, id LIMIT :n",
     # when the next finished run passes the cutoff: the earliest end not before it
-    "next_prune_due": "SELECT min(ended_at) FROM duro_runs WHERE namespace = :namespace "
+    "next_prune_due": "SELECT min(ended_at) FROM duro_runs WHERE (namespace || '') = :namespace "
     "AND ended_at IS NOT NULL AND ended_at >= :cutoff",
 }
 
@@ -533,6 +535,8 @@ QUERIES.update(KEY_QUERIES)
 QUERIES.update(RATE_QUERIES)
 QUERIES.update(RETENTION_QUERIES)
 
+# a start's insert that finds its id taken does nothing (PostgreSQL: see _runs), and a run to claim
+# is announced in the same statement when it was inserted
 _INSERT_RUN_NEW = QUERIES["insert_run"] + " ON CONFLICT (id) DO NOTHING"
 
 
@@ -605,14 +609,17 @@ def recent_durations_sql(scoped: bool) -> str:
     return f"SELECT ended_at - created_at FROM duro_runs WHERE {where} ORDER BY ended_at DESC LIMIT :n"
 
 
-# list_runs: each filter given adds its condition
+# list_runs: each filter given adds its condition. A page reads duro_runs_list (or, for unfinished
+# runs, duro_runs_active) newest first and stops at its limit: the namespace is a filter (``|| ''``)
+# so that no planner reads a namespace's every run through another index and sorts them
 LIST_RUNS_FILTERS = {
-    "namespace": "namespace = :namespace",
+    "namespace": "(namespace || '') = :namespace",
     "workflow": "workflow = :workflow",
     "statuses": "status IN (:statuses)",
     "key": "concurrency_key = :key",
     "tag": "tags LIKE :tag",  # :tag is the pattern, %"tag"%
     "before": "(created_at, id) < (:before_at, :before_id)",
+    "unfinished": f"status IN {ACTIVE_SQL}",
 }
 
 

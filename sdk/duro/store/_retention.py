@@ -1,10 +1,12 @@
-"""Retention: finished runs deleted with their steps, signals and ended slots, a bounded batch per
-transaction (see ``RETENTION_QUERIES`` for what a batch takes and what it keeps)."""
+"""Finished runs by their end: retention deletes them with their steps, signals and ended slots, a
+bounded batch per transaction (see ``RETENTION_QUERIES`` for what a batch takes and what it keeps),
+and replay-check reads those that ended since a moment."""
 
 from __future__ import annotations
 
 from ._connection import StorePart
-from ._records import Prune, PruneBatch
+from ._records import Prune, PruneBatch, RunRecord
+from ._runs import to_run
 
 PRUNE_LOCK = "duro:prune:"  # + namespace: on PostgreSQL one pruner of a namespace at a time
 
@@ -50,6 +52,14 @@ class RetentionRows(StorePart):
             steps = self.db.run_in(conn, "prune_steps", ids).rowcount
             self.db.run_in(conn, "prune_signals", ids)
         return PruneBatch(len(gone), steps, slots, (int(found[-1][1]), found[-1][0]))
+
+    def finished_since(self, since: int, after: tuple[int, str] | None, n: int) -> list[RunRecord]:
+        """Up to ``n`` finished runs (every namespace) that ended at or after ``since``, oldest end
+        first, after ``after`` (the (ended_at, id) of the last run of the page before)."""
+        at, run_id = after if after is not None else (-1, "")
+        params = {"since": since, "after_at": at, "after_id": run_id, "n": n}
+        with self.db.read(transaction=False) as conn:
+            return [to_run(row) for row in self.db.run(conn, "finished_since", params)]
 
     def next_prune_due(self, namespace: str, cutoff: int) -> int | None:
         """The earliest end, not before ``cutoff``, of a finished run of ``namespace``: when a retention

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, RunIdConflictError, RunNotFoundError
 from .._quota import admit
 from . import _psycopg
@@ -210,8 +211,12 @@ class RunRows(StorePart):
             params["namespace"] = namespace
         if workflow is not None:
             params["workflow"] = workflow
+        unfinished_only = False
         if statuses:
             params["statuses"] = list(statuses)
+            # the partial index of unfinished runs serves a list of unfinished runs only, named as
+            # its condition is (a planner matches it term for term)
+            unfinished_only = set(statuses) <= set(ACTIVE_STATUS_VALUES)
         if tag is not None:
             if tag.startswith("concurrency:"):
                 params["key"] = tag.removeprefix("concurrency:")
@@ -222,7 +227,7 @@ class RunRows(StorePart):
             params["before"] = True
         filters = tuple(
             name for name in ("namespace", "workflow", "statuses", "key", "tag", "before") if name in params
-        )
+        ) + (("unfinished",) if unfinished_only else ())
         params.pop("before", None)
         with self.db.read() as conn:
             return [to_run(row) for row in self.db.run_text(conn, list_runs_sql(filters), params)]

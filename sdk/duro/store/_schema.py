@@ -70,8 +70,11 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     # 10 -> 11: a rate's queue numbers its waiters and counts its grants (see _schema_11); its ended
     # waits indexed by their end
     10: lambda conn, dialect: _schema_11(conn),
-    # 11 -> 12: finished runs indexed by their end (retention and prune, see _tables.Run)
-    11: lambda conn, dialect: _recreate_indexes(conn, "duro_runs_ended"),
+    # 11 -> 12: runs listed newest first across namespaces, unfinished runs alone on both databases,
+    # finished runs by their end (retention, prune, replay-check; see _tables.Run)
+    11: lambda conn, dialect: _recreate_indexes(
+        conn, "duro_runs_list", "duro_runs_active", "duro_runs_ended"
+    ),
 }
 
 

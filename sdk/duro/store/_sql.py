@@ -89,6 +89,7 @@ class SqlStore(
             "get_rate_wait",
             "unfinished_by_version",
             "next_prune_due",
+            "finished_since",
         }
     )
 

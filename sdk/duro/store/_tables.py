@@ -79,9 +79,9 @@ class Run(DuroTable, table=True):
         # Unfinished runs by status: lists of active runs (Studio, list_runs with a status filter)
         # read them here, not through every finished run (schema 4's claim indexes, kept for that)
         Index("duro_runs_claim", "namespace", "status", "owner").ddl_if(dialect="sqlite"),
-        Index(
-            "duro_runs_active", "namespace", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")
-        ).ddl_if(dialect="postgresql"),
+        # unfinished runs newest first (schema 12: of every namespace, on both databases): a list of
+        # unfinished runs reads them alone, however many finished runs the store keeps
+        Index("duro_runs_active", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")),
         # The runs a claim looks at (schema 5): unowned runs with a due time, in due order. A run
         # executing or held by a worker is outside it, and so is a run that waits with no time
         # (a signal, a child): a million runs asleep or parked cost a claim one index probe.
@@ -101,10 +101,12 @@ class Run(DuroTable, table=True):
             **_where("concurrency_key IS NOT NULL"),
         ),
         Index("duro_runs_parent", "parent_id", **_where("parent_id IS NOT NULL")),
-        Index("duro_runs_list", "namespace", "created_at"),
+        # every run newest first (schema 12: of every namespace, as a listing reads them unless the
+        # engine fences reads, and in the keyset order of its pages): a page reads its rows alone
+        Index("duro_runs_list", "created_at", "id"),
         # finished runs by their end (schema 12): what a retention pass or a prune deletes, oldest
-        # first, read without walking the unfinished runs or the runs that ended since
-        Index("duro_runs_ended", "namespace", "ended_at", "id", **_where("ended_at IS NOT NULL")),
+        # first, and the runs replay-check reads since a moment, without the rest of the history
+        Index("duro_runs_ended", "ended_at", "id", **_where("ended_at IS NOT NULL")),
     )
     id: str = Field(primary_key=True, max_length=200)
     namespace: str = Field(max_length=64)
