@@ -12,7 +12,7 @@ round; medians and the full/empty ratio (1.0: history costs nothing).
 
 Cases:
 
-- start: 300 starts of a one-step workflow from a client engine: starts/s.
+- start: starts of a one-step workflow from a client engine, one after another for the window: starts/s.
 - quota-start: the same, each under ``Concurrency("tenant:7", 1_000_000)``: starts/s.
 - claim: 200 pending runs claimed and executed by a worker: runs/s.
 - pairs: one run loops ``acquire_slot`` + ``release_slot``: pairs/s.
@@ -20,8 +20,8 @@ Cases:
 - replay-check: ``duro replay-check --since 1d``'s selection and replays: ms.
 - scrape: a Prometheus scrape of ``duro.metrics.collector``: ms.
 - prune (full store only): ``engine.prune`` of the oldest 50,000 runs: rows (runs and steps) per s.
-- prune-starts (full store only): starts/s while a prune of the next 200,000 runs goes on, against
-  the start case on the full store.
+- prune-starts (full store only): starts/s for the window while another engine prunes the oldest
+  200,000 runs, against the start case on the full store.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ UNITS = {
 }
 DAY = 86_400_000
 CHUNK = 1_000_000
-STARTS, CLAIMS, REPEAT = 300, 200, 30
+CLAIMS, REPEAT = 200, 30
 PRUNED, PRUNED_WHILE = 50_000, 200_000
 
 # -- building the full store ------------------------------------------------------------------------
@@ -171,22 +171,25 @@ def _workflows() -> dict[str, Any]:
     return {"one": one, "cycler": cycler}
 
 
-async def _starts(engine: Any, wf: Any, count: int, quota: bool, tag: str) -> float:
+async def _starts(engine: Any, wf: Any, seconds: float, quota: bool, tag: str) -> float:
+    """Starts, one after another, for ``seconds``: starts/s."""
     from duro import Concurrency
 
     concurrency = Concurrency("tenant:7", 1_000_000) if quota else None
     began = time.perf_counter()
-    for n in range(count):
+    n = 0
+    while time.perf_counter() - began < seconds:
         await engine.start(wf, n, run_id=f"{tag}-{n}", concurrency=concurrency)
-    return count / (time.perf_counter() - began)
+        n += 1
+    return n / (time.perf_counter() - began)
 
 
-async def start_case(url: str, quota: bool) -> dict:
+async def start_case(url: str, quota: bool, window: float) -> dict:
     engine = _engine(url)
     wf = _workflows()["one"]
     engine.register(wf)
-    tag = f"s{time.time_ns()}"
-    return {"value": await _starts(engine, wf, STARTS, quota, tag)}
+    await _starts(engine, wf, 0.2, quota, f"w{time.time_ns()}")  # warm
+    return {"value": await _starts(engine, wf, window, quota, f"s{time.time_ns()}")}
 
 
 async def claim_case(url: str) -> dict:
@@ -295,31 +298,31 @@ async def prune_case(url: str, runs: int) -> dict:
     return {"value": (report.runs + report.steps) / took, "runs": report.runs, "seconds": took}
 
 
-async def prune_starts_case(url: str, runs: int) -> dict:
+async def prune_starts_case(url: str, runs: int, window: float) -> dict:
+    """Starts for ``window`` seconds while another engine (another process, as far as the database
+    can tell) prunes the oldest runs; the prune is stopped after."""
     engine = _engine(url)
     wf = _workflows()["one"]
     engine.register(wf)
+    await _starts(engine, wf, 0.2, False, f"w{time.time_ns()}")  # warm
     older = _older_than(url, min(PRUNED_WHILE, runs // 10))
     pruner = _engine(url)
-    done = threading.Event()
-
-    def prune_in_a_thread() -> None:  # another process's worker would prune from its own loop
-        asyncio.run(pruner.prune(older))
-        done.set()
-
-    thread = threading.Thread(target=prune_in_a_thread)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(pruner.prune(older))
+    thread = threading.Thread(target=lambda: loop.run_until_complete(asyncio.wait([task])))
     thread.start()
     await asyncio.sleep(0.2)
-    tag = f"p{time.time_ns()}"
-    rate = await _starts(engine, wf, STARTS, False, tag)
-    overlapped = not done.is_set()
+    rate = await _starts(engine, wf, window, False, f"p{time.time_ns()}")
+    overlapped = not task.done()
+    loop.call_soon_threadsafe(task.cancel)
     thread.join()
+    loop.close()
     return {"value": rate, "overlapped": overlapped}
 
 
 def sample(case: str, url: str, window: float, runs: int) -> dict:
     if case in ("start", "quota-start"):
-        return asyncio.run(start_case(url, case == "quota-start"))
+        return asyncio.run(start_case(url, case == "quota-start", window))
     if case == "claim":
         return asyncio.run(claim_case(url))
     if case == "pairs":
@@ -332,7 +335,7 @@ def sample(case: str, url: str, window: float, runs: int) -> dict:
         return scrape_case(url)
     if case == "prune":
         return asyncio.run(prune_case(url, runs))
-    return asyncio.run(prune_starts_case(url, runs))
+    return asyncio.run(prune_starts_case(url, runs, window))
 
 
 # -- the parent --------------------------------------------------------------------------------------
@@ -343,7 +346,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10_000_000)
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--window", type=float, default=2.0, help="seconds of the pairs loop")
+    parser.add_argument("--window", type=float, default=2.0, help="seconds of the start and pairs loops")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-sqlite", action="store_true")
     parser.add_argument("--json", type=Path, help="write every sample and the medians here")

@@ -20,7 +20,8 @@ log = logging.getLogger("duro.retention")
 
 BATCH = 500  # runs a transaction deletes: milliseconds of its locks, never a long transaction
 SQLITE_BATCH = 200  # on SQLite a batch holds the only write lock: a smaller one, and then a pause
-SQLITE_PACE = 4  # ... of this many times the batch's own time, for every other write to go first
+SQLITE_PACE = 4  # ... of this many times the batch's own time, for every other write to go first,
+SQLITE_PAUSE_MS = 25  # and at least this: another process waiting for the lock sleeps in steps
 RETRY_MS = 60_000  # a pass that failed (the store out of reach) runs again after this
 
 
@@ -82,7 +83,7 @@ class Retention:
                 self._done(batch, cutoff)
                 took = self._clock.monotonic_ms() - began  # 0 on the harness's simulated clock
                 if sqlite and took > 0:
-                    await asyncio.sleep(took * SQLITE_PACE / 1000)
+                    await asyncio.sleep(max(took * SQLITE_PACE, SQLITE_PAUSE_MS) / 1000)
 
     def _done(self, batch: PruneBatch, cutoff: int) -> None:
         log.info(
