@@ -86,12 +86,20 @@ class Retention:
                     await asyncio.sleep(max(took * SQLITE_PACE, SQLITE_PAUSE_MS) / 1000)
 
     def _done(self, batch: PruneBatch, cutoff: int) -> None:
+        before = ms_to_datetime(cutoff).isoformat()
         log.info(
             "pruned %d finished runs (%d steps, %d slots) that ended before %s",
             batch.runs,
             batch.steps,
             batch.slots,
-            ms_to_datetime(cutoff).isoformat(),
+            before,
+            extra={
+                "event": "runs.pruned",
+                "runs": batch.runs,
+                "steps": batch.steps,
+                "slots": batch.slots,
+                "before": before,
+            },
         )
         self._events.publish("runs.pruned", "", self._clock.now_ms(), None, runs=batch.runs)
 
