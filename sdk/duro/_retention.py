@@ -46,6 +46,8 @@ def next_pass_at(now: int, retention_ms: int, next_end: int | None) -> int:
 
 
 class Retention:
+    """``engine.prune`` and the worker's background pass, over one namespace."""
+
     def __init__(self, *, gateway: StoreGateway, clock: Clock, events: EventBus, namespace: str) -> None:
         self._gateway = gateway
         self._store = gateway.store
