@@ -736,9 +736,11 @@ def _prune_directly(database_url: str, namespace: str, older_than: str, dry_run:
     from duro import Engine
     from duro.store import SqlStore
 
+    from .cli_server import open_store
+
+    open_store(database_url)  # a database that cannot be used: an error that names it, no traceback
     store = SqlStore(database_url)
     try:
-        store.create_schema()
         engine = Engine(store=store, namespace=namespace)
         return dataclasses.asdict(asyncio.run(engine.prune(older_than, dry_run=dry_run)))
     finally:

@@ -127,6 +127,11 @@ def test_runs_prune_dry_run_then_for_real_through_the_server_and_a_database_url(
     assert (direct["prune"]["runs"], direct["prune"]["dry_run"]) == (2, False)
     assert ok_json(project, "runs", "list", "--all")["runs"] == []
 
+    not_a_db = project / "notes.txt"
+    not_a_db.write_text("not a database")
+    refused = cli(project, "runs", "prune", "--older-than", "1d", "--database-url", f"sqlite:///{not_a_db}")
+    assert refused.exit_code == 2 and "is not a usable SQLite database" in refused.output
+    assert "Traceback" not in refused.output
     bad = cli(project, "runs", "prune", "--older-than", "a month")
     assert bad.exit_code == 2 and "--older-than must be a duration such as 30d" in bad.output
     missing = cli(project, "runs", "prune")
