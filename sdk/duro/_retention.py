@@ -19,9 +19,12 @@ from .store import Prune, PruneBatch
 log = logging.getLogger("duro.retention")
 
 BATCH = 500  # runs a transaction deletes: milliseconds of its locks, never a long transaction
-SQLITE_BATCH = 200  # on SQLite a batch holds the only write lock: a smaller one, and then a pause
-SQLITE_PACE = 4  # ... of this many times the batch's own time, for every other write to go first,
-SQLITE_PAUSE_MS = 25  # and at least this: another process waiting for the lock sleeps in steps
+SQLITE_BATCH = 200  # on SQLite a batch holds the only write lock: a smaller one
+# After a batch, a pause of PACE times the batch's own duration and at least PAUSE_MS: the database's
+# time (and a core) go to starts and steps first, and another process waiting for SQLite's write
+# lock, which sleeps in steps of milliseconds, gets it
+PACE = 4
+PAUSE_MS = 25
 RETRY_MS = 60_000  # a pass that failed (the store out of reach) runs again after this
 
 
@@ -67,8 +70,7 @@ class Retention:
     async def _pass(self, older_than_ms: int, dry_run: bool, wait: bool) -> PruneReport | None:
         """Every batch from the oldest end up; ``None`` if another worker prunes (``wait=False``)."""
         cutoff = self._clock.now_ms() - older_than_ms
-        sqlite = self._store.dialect == "sqlite"
-        size = SQLITE_BATCH if sqlite else BATCH
+        size = SQLITE_BATCH if self._store.dialect == "sqlite" else BATCH
         runs = steps = slots = 0
         after = (-1, "")
         while True:
@@ -84,8 +86,8 @@ class Retention:
             if batch.runs and not dry_run:
                 self._done(batch, cutoff)
                 took = self._clock.monotonic_ms() - began  # 0 on the harness's simulated clock
-                if sqlite and took > 0:
-                    await asyncio.sleep(max(took * SQLITE_PACE, SQLITE_PAUSE_MS) / 1000)
+                if took > 0:
+                    await asyncio.sleep(max(took * PACE, PAUSE_MS) / 1000)
 
     def _done(self, batch: PruneBatch, cutoff: int) -> None:
         before = ms_to_datetime(cutoff).isoformat()
