@@ -185,17 +185,18 @@ async def _starts(engine: Any, wf: Any, seconds: float, quota: bool, tag: str) -
 
 
 def _forget(url: str, tag: str) -> None:
-    """Delete the runs a start case made (ids ``<tag>-<n>``, never executed): a later sample's
-    worker must not find them pending, nor replay-check replay them."""
+    """Delete the runs a case made (ids ``<tag>-<n>``) with their steps: a later sample's worker must
+    not find them pending, nor replay-check replay them (it replays the runs of the last day)."""
     import sqlalchemy as sa
 
     from duro.store import SqlStore
 
     store = SqlStore(url)
     with store._engine.begin() as conn:
-        conn.execute(
-            sa.text("DELETE FROM duro_runs WHERE id >= :lo AND id < :hi"), {"lo": f"{tag}-", "hi": f"{tag}."}
-        )
+        bounds = {"lo": f"{tag}-", "hi": f"{tag}."}
+        conn.execute(sa.text("DELETE FROM duro_steps WHERE run_id >= :lo AND run_id < :hi"), bounds)
+        conn.execute(sa.text("DELETE FROM duro_slots WHERE id >= :lo AND id < :hi"), bounds)
+        conn.execute(sa.text("DELETE FROM duro_runs WHERE id >= :lo AND id < :hi"), bounds)
     store.close()
 
 
@@ -223,16 +224,20 @@ async def claim_case(url: str) -> dict:
     async with engine:
         for handle in handles:
             await engine.result(handle.id, timeout="600s")
-    return {"value": CLAIMS / (time.perf_counter() - began)}
+    rate = CLAIMS / (time.perf_counter() - began)
+    _forget(url, tag)
+    return {"value": rate}
 
 
 async def pairs_case(url: str, window: float) -> dict:
     engine = _engine(url)
     cycler = _workflows()["cycler"]
     engine.register(cycler)
+    tag = f"y{time.time_ns()}"
     async with engine:
-        await (await engine.start(cycler, 0.2)).result(timeout="60s")  # warm
-        done, took = await (await engine.start(cycler, window)).result(timeout="600s")
+        await (await engine.start(cycler, 0.2, run_id=f"{tag}-0")).result(timeout="60s")  # warm
+        done, took = await (await engine.start(cycler, window, run_id=f"{tag}-1")).result(timeout="600s")
+    _forget(url, tag)
     return {"value": done / took}
 
 
@@ -440,7 +445,7 @@ def main() -> int:
             if full is not None and base:
                 ratio = full / base if higher else base / full
             rows.append([store, case, unit, base, full, ratio, note])
-    print(S.table(["store", "case", "unit", "empty", "10M full", "full/empty", "note"], rows))
+    print(S.table(["store", "case", "unit", "empty", f"{args.runs:,} runs", "full/empty", "note"], rows))
     for name, figures in built.items():
         print(f"{name}: built in {figures['seconds']:.0f} s, {figures['bytes'] / 2**30:.2f} GiB")
     results |= {"built": built, "samples": {"/".join(k): v for k, v in samples.items()}, "medians": medians}
