@@ -500,7 +500,8 @@ QUERIES: dict[str, str] = {
 # -- retention ----------------------------------------------------------------------------------
 # Finished runs that ended before :cutoff, oldest end first, from after the last one of the batch
 # before (a keyset on duro_runs_ended: a pass never reads a run twice, nor an unfinished one; the
-# namespace a filter, ``|| ''``, so that no planner reads a namespace's runs instead). Kept: a
+# namespace and the status filters, ``|| ''``, so that no planner reads a namespace's or a status's
+# runs instead). Kept: a
 # finished child its unfinished parent still names (the parent's replay reads it), and a run whose
 # slot has not ended yet (held past the run's end, until a release or its max_hold). A run's slots
 # are found through its hook steps (a slot's id is ``<run id>.<seq>``): by primary key, no index more.
@@ -510,7 +511,7 @@ _RUN_SLOT_IDS = (
 RETENTION_QUERIES = {
     "prune_candidates": "SELECT r.id, r.ended_at FROM duro_runs AS r WHERE (r.namespace || '') = :namespace "
     "AND r.ended_at IS NOT NULL AND r.ended_at < :cutoff AND (r.ended_at, r.id) > (:after_at, :after_id) "
-    f"AND r.status IN {TERMINAL_SQL} AND (r.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM duro_runs AS p "
+    f"AND (r.status || '') IN {TERMINAL_SQL} AND (r.parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM duro_runs AS p "
     f"WHERE p.id = r.parent_id AND p.status IN {ACTIVE_SQL})) AND NOT EXISTS (SELECT 1 FROM duro_steps AS st "
     "JOIN duro_slots AS sl ON sl.id = st.run_id || '.' || st.seq WHERE st.run_id = r.id AND st.kind = 'hook' "
     "AND sl.ended_at IS NULL) ORDER BY r.ended_at, r.id LIMIT :n",
