@@ -6,8 +6,9 @@ finished runs (3 steps each) against the same on an empty store, in the same run
 
 The full store is written in bulk through the package's own schema (``SqlStore.create_schema``,
 then one ``INSERT ... SELECT`` per million rows): runs that ended between 400 and 2 days ago, 85 %
-completed, 10 % failed, 5 % cancelled, a fifth of them with a quota key of 1,000 tenants. The empty
-store has the schema only. Each sample is a fresh process; cases and stores interleaved, rotated by
+completed, 10 % failed, 5 % cancelled, a fifth of them with a quota key of 1,000 tenants. Both
+stores also hold the same 200 runs of the last hour, so that a page or replay-check finds the same
+rows on either: the "empty" store is a store without history. Each sample is a fresh process; cases and stores interleaved, rotated by
 round; medians and the full/empty ratio (1.0: history costs nothing).
 
 Cases:
@@ -54,6 +55,7 @@ UNITS = {
 }
 DAY = 86_400_000
 CHUNK = 1_000_000
+RECENT = 200  # finished runs of the last hour, in both stores
 CLAIMS, REPEAT = 1000, 30
 PRUNED, PRUNED_WHILE = 50_000, 200_000
 
@@ -62,7 +64,7 @@ PRUNED, PRUNED_WHILE = 50_000, 200_000
 _SQLITE_RUNS = (
     "WITH RECURSIVE c(x) AS (SELECT :lo UNION ALL SELECT x + 1 FROM c WHERE x + 1 < :hi) "
     "INSERT INTO duro_runs (id, namespace, workflow, version, status, input, output, error, tags, "
-    "concurrency_key, created_at, updated_at, ended_at) SELECT printf('h%09d', x), 'default', "
+    "concurrency_key, created_at, updated_at, ended_at) SELECT printf('%s%09d', :prefix, x), 'default', "
     "'history.three', '1', CASE WHEN x % 20 = 0 THEN 'cancelled' WHEN x % 10 = 1 THEN 'failed' "
     "ELSE 'completed' END, '{\"n\": 1}', CASE WHEN x % 10 = 1 OR x % 20 = 0 THEN NULL ELSE '6' END, "
     'CASE WHEN x % 10 = 1 THEN \'{"type": "builtins.ValueError", "message": "no"}\' END, \'[]\', '
@@ -72,12 +74,12 @@ _SQLITE_RUNS = (
 _SQLITE_STEPS = (
     "WITH RECURSIVE c(x) AS (SELECT :lo UNION ALL SELECT x + 1 FROM c WHERE x + 1 < :hi) "
     "INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, ended_at, result) "
-    "SELECT printf('h%09d', x / 3), x % 3, 'step', 'work', 'completed', :t0 + (x / 3) * :step, "
+    "SELECT printf('%s%09d', :prefix, x / 3), x % 3, 'step', 'work', 'completed', :t0 + (x / 3) * :step, "
     ":t0 + (x / 3) * :step + 10, '2' FROM c"
 )
 _PG_RUNS = (
     "INSERT INTO duro_runs (id, namespace, workflow, version, status, input, output, error, tags, "
-    "concurrency_key, created_at, updated_at, ended_at) SELECT 'h' || lpad(x::text, 9, '0'), 'default', "
+    "concurrency_key, created_at, updated_at, ended_at) SELECT %(prefix)s || lpad(x::text, 9, '0'), 'default', "
     "'history.three', '1', CASE WHEN x %% 20 = 0 THEN 'cancelled' WHEN x %% 10 = 1 THEN 'failed' "
     "ELSE 'completed' END, '{\"n\": 1}', CASE WHEN x %% 10 = 1 OR x %% 20 = 0 THEN NULL ELSE '6' END, "
     'CASE WHEN x %% 10 = 1 THEN \'{"type": "builtins.ValueError", "message": "no"}\' END, \'[]\', '
@@ -87,7 +89,7 @@ _PG_RUNS = (
 )
 _PG_STEPS = (
     "INSERT INTO duro_steps (run_id, seq, kind, name, status, started_at, ended_at, result) "
-    "SELECT 'h' || lpad((x / 3)::text, 9, '0'), x %% 3, 'step', 'work', 'completed', "
+    "SELECT %(prefix)s || lpad((x / 3)::text, 9, '0'), x %% 3, 'step', 'work', 'completed', "
     "%(t0)s + (x / 3) * %(step)s, %(t0)s + (x / 3) * %(step)s + 10, '2' "
     "FROM generate_series(%(lo)s::bigint, %(hi)s::bigint - 1) AS x"
 )
@@ -100,19 +102,20 @@ def build(db: dict, runs: int) -> dict:
     store = SqlStore(db["url"])
     store.create_schema()
     store.close()
-    if runs == 0:
-        return {"seconds": 0.0, "bytes": _size(db)}
     now = int(time.time() * 1000)
-    t0 = now - 400 * DAY
-    params = {"t0": t0, "step": (398 * DAY) // runs}
+    # the history (400 to 2 days old), then the same RECENT runs in both stores (the last hour's):
+    # a page and replay-check --since 1d find the same rows on either
+    history = {"t0": now - 400 * DAY, "step": (398 * DAY) // max(1, runs), "prefix": "h", "n": runs}
+    recent = {"t0": now - 3_600_000, "step": 3_600_000 // RECENT, "prefix": "r", "n": RECENT}
     began = time.perf_counter()
     if "path" in db:
         conn = S.sqlite_floor_conn(db["path"])
-        for sql, total in ((_SQLITE_RUNS, runs), (_SQLITE_STEPS, 3 * runs)):
-            for lo in range(0, total, CHUNK):
-                conn.execute("BEGIN")
-                conn.execute(sql, {**params, "lo": lo, "hi": min(total, lo + CHUNK)})
-                conn.execute("COMMIT")
+        for part in (history, recent):
+            for sql, total in ((_SQLITE_RUNS, part["n"]), (_SQLITE_STEPS, 3 * part["n"])):
+                for lo in range(0, total, CHUNK):
+                    conn.execute("BEGIN")
+                    conn.execute(sql, {**part, "lo": lo, "hi": min(total, lo + CHUNK)})
+                    conn.execute("COMMIT")
         conn.execute("ANALYZE")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
@@ -120,9 +123,10 @@ def build(db: dict, runs: int) -> dict:
         import psycopg
 
         with psycopg.connect(db["dsn"], autocommit=True) as conn:
-            for sql, total in ((_PG_RUNS, runs), (_PG_STEPS, 3 * runs)):
-                for lo in range(0, total, CHUNK):
-                    conn.execute(sql, {**params, "lo": lo, "hi": min(total, lo + CHUNK)})
+            for part in (history, recent):
+                for sql, total in ((_PG_RUNS, part["n"]), (_PG_STEPS, 3 * part["n"])):
+                    for lo in range(0, total, CHUNK):
+                        conn.execute(sql, {**part, "lo": lo, "hi": min(total, lo + CHUNK)})
             conn.execute("VACUUM ANALYZE duro_runs")
             conn.execute("VACUUM ANALYZE duro_steps")
     return {"seconds": time.perf_counter() - began, "bytes": _size(db)}

@@ -23,7 +23,7 @@ SQLITE_BATCH = 200  # on SQLite a batch holds the only write lock: a smaller one
 # After a batch, a pause of PACE times the batch's own duration and at least PAUSE_MS: the database's
 # time (and a core) go to starts and steps first, and another process waiting for SQLite's write
 # lock, which sleeps in steps of milliseconds, gets it
-PACE = 4
+PACE = 6
 PAUSE_MS = 25
 RETRY_MS = 60_000  # a pass that failed (the store out of reach) runs again after this
 
