@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -18,7 +16,7 @@ from ._gateway import StoreGateway
 from ._handle import RunInfo, RunsPage, StepInfo, StepsPage
 from ._registry import Registry
 from ._serde import Codec, describe_error, dump_json, restore_error
-from ._text import NO_NUL, NUL, refuse_nul
+from ._text import NO_NUL, NUL, decode_cursor, encode_cursor, refuse_nul
 from ._wakeups import Wakeups
 from .limits import Limits
 from .store import RunRecord, settle_sleeps
@@ -39,24 +37,16 @@ def _after(cursor: str | None) -> int:
 
 
 def runs_cursor(info: RunInfo) -> str:
-    """The cursor of the page after ``info``: its creation instant and id (a keyset, opaque to users)."""
-    return base64.urlsafe_b64encode(f"{datetime_to_ms(info.created_at)}:{info.id}".encode()).decode()
+    """The cursor of the page after ``info``: its creation instant and id."""
+    return encode_cursor(datetime_to_ms(info.created_at), info.id)
 
 
 def _before(cursor: str | None) -> tuple[int, str] | None:
     """The (created_at, id) a runs cursor stands for (the last run of the page before)."""
     if cursor is None:
         return None
-    try:
-        created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition(":")
-        if NUL in run_id or not run_id:
-            raise ValueError(run_id)
-        return int(created), run_id
-    except (AttributeError, binascii.Error, UnicodeError, ValueError):
-        raise DuroError(
-            f"runs cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
-            f"or None for the first page"
-        ) from None
+    (created,), run_id = decode_cursor(cursor, "runs", 1)
+    return created, run_id
 
 
 class LocalRuns(Protocol):

@@ -9,6 +9,8 @@ stores keep as it is.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from ._errors import DuroError
@@ -50,3 +52,30 @@ def check_key_text(key: Any, owner: str, what: str) -> str:
             f"{type(key).__name__}" + (f" of {len(key)}" if isinstance(key, str) else "")
         )
     return refuse_nul(key, f"{owner}: {what}")
+
+
+def encode_cursor(*parts: object) -> str:
+    """A page's cursor: the keyset of the last row of the page before, opaque to its reader."""
+    return base64.urlsafe_b64encode(":".join(str(p) for p in parts).encode()).decode()
+
+
+def decode_cursor(cursor: object, what: str, ints: int) -> tuple[list[int], str]:
+    """The parts of a cursor :func:`encode_cursor` made of ``ints`` integers and an id (which may
+    hold ``:``), or a :class:`DuroError` naming ``what`` and what to pass instead."""
+    try:
+        if not isinstance(cursor, str):
+            raise ValueError(cursor)
+        *numbers, last = base64.urlsafe_b64decode(cursor.encode()).decode().split(":", ints)
+        if len(numbers) != ints or not last or NUL in last:
+            raise ValueError(cursor)
+        return [int(n) for n in numbers], last
+    except (binascii.Error, UnicodeError, ValueError):
+        raise foreign_cursor(cursor, what) from None
+
+
+def foreign_cursor(cursor: object, what: str) -> DuroError:
+    """The error for a cursor duro did not give (or not for this listing)."""
+    return DuroError(
+        f"{what} cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
+        f"or None for the first page"
+    )

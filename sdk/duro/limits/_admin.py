@@ -3,8 +3,6 @@ overrides), what the dev server, Studio and the CLI call."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import builtins
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -17,7 +15,7 @@ from .._durations import Duration, format_ms, to_ms
 from .._errors import ConfigError, DuroError
 from .._gateway import StoreGateway, store_trouble
 from .._slots import SlotRow
-from .._text import NUL, refuse_nul
+from .._text import NUL, decode_cursor, encode_cursor, foreign_cursor, refuse_nul
 from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
 from ._local import LocalSlots
 from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, SlotsPage, check_key, limit_config
@@ -42,24 +40,14 @@ def _slot_info(row: SlotRow, position: int, now: int) -> SlotInfo:
     )
 
 
-def _slots_cursor(rank: int, pos: int, slot_id: str, position: int) -> str:
-    return base64.urlsafe_b64encode(f"{rank}:{pos}:{position}:{slot_id}".encode()).decode()
-
-
 def _slots_after(cursor: str | None) -> tuple[tuple[int, int, str] | None, int]:
-    """The slot a cursor stands for (rank, pos, id) and the queue positions before it."""
+    """The slot a cursor stands for (its state's rank, pos and id) and the queue positions before it."""
     if cursor is None:
         return None, 0
-    try:
-        rank, pos, position, slot_id = base64.urlsafe_b64decode(cursor.encode()).decode().split(":", 3)
-        if NUL in slot_id or not slot_id or not 0 <= int(rank) <= 2 or int(position) < 0:
-            raise ValueError(slot_id)
-        return (int(rank), int(pos), slot_id), int(position)
-    except (AttributeError, binascii.Error, UnicodeError, ValueError):
-        raise DuroError(
-            f"slots cursor {cursor!r} is not one duro gave; pass next_cursor of the previous page, "
-            f"or None for the first page"
-        ) from None
+    (rank, pos, position), slot_id = decode_cursor(cursor, "slots", 3)
+    if not 0 <= rank <= 2 or position < 0:
+        raise foreign_cursor(cursor, "slots")
+    return (rank, pos, slot_id), position
 
 
 @dataclass(frozen=True)
@@ -206,7 +194,7 @@ class Limits:
         next_cursor = None
         if len(found) > limit:
             rank, row = found[limit - 1]
-            next_cursor = _slots_cursor(rank, row.pos, row.id, position)
+            next_cursor = encode_cursor(rank, row.pos, position, row.id)
         return SlotsPage(infos, next_cursor)
 
     async def stats(self, name: str, window: Duration = "1h") -> LimitStats:
