@@ -17,6 +17,7 @@ from .logs import FORMATS, log, logging_config
 
 if TYPE_CHECKING:
     from duro import Engine
+    from duro.store import SqlStore
 
 _LEASE = click.option(
     "--lease",
@@ -112,6 +113,28 @@ def _fail(err: DuroError) -> None:
     sys.exit(2)
 
 
+def _create_schema_while_restarting(store: SqlStore) -> None:
+    """``store.create_schema()``, made again while the database restarts or fails over (for as long
+    as an engine's store calls are, 30 s): a worker that starts then waits for it, as a running one
+    does, instead of exiting."""
+    from duro._clock import SystemClock, pause
+    from duro._gateway import STORE_RETRY_S
+
+    clock = SystemClock()
+    give_up, wait = clock.monotonic_ms() + STORE_RETRY_S * 1000, 0.05
+    while True:
+        try:
+            store.create_schema()
+            return
+        except Exception as err:
+            # a server that refuses connections comes as the DuroError that names it, its cause kept
+            cause = err.__context__ if isinstance(err, DuroError) else err
+            if cause is None or not store.is_transient(cause) or clock.monotonic_ms() > give_up:
+                raise
+        pause(wait)
+        wait = min(wait * 2, 0.5)
+
+
 def open_store(url: str) -> None:
     """Open the store once before anything starts: a database that cannot be used (a file that is
     not SQLite, say) is a :class:`DuroError` that names it and says what to do, not a traceback from
@@ -122,7 +145,7 @@ def open_store(url: str) -> None:
 
     store = SqlStore(url)
     try:
-        store.create_schema()
+        _create_schema_while_restarting(store)
     except sa.exc.DatabaseError as err:
         reason = " ".join(str(getattr(err, "orig", None) or err).split())
         if store.dialect == "sqlite":
