@@ -4,11 +4,19 @@ and replay-check reads those that ended since a moment."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._connection import StorePart
 from ._records import Prune, PruneBatch, RunRecord
 from ._runs import to_run
 
 PRUNE_LOCK = "duro:prune:"  # + namespace: on PostgreSQL one pruner of a namespace at a time
+
+
+def _last(found: list[Any]) -> tuple[int, str]:
+    """Where the next batch starts: the (ended_at, id) of the last candidate read."""
+    run_id, ended_at = found[-1]
+    return int(ended_at), run_id
 
 
 class RetentionRows(StorePart):
@@ -32,26 +40,25 @@ class RetentionRows(StorePart):
                 ids = {"ids": [run_id for run_id, _ in found]}
                 steps = int(self.db.run_in(conn, "prune_count_steps", ids).fetchone()[0])
                 slots = int(self.db.run_in(conn, "prune_count_slots", ids).fetchone()[0])
-            return PruneBatch(len(found), steps, slots, (int(found[-1][1]), found[-1][0]))
+            return PruneBatch(len(found), steps, slots, _last(found))
         with self.db.write() as conn:
-            if self.db.dialect == "postgresql":
-                key = {"key": PRUNE_LOCK + prune.namespace}
-                if not prune.wait:
-                    if not self.db.run(conn, "prune_try_lock", key).fetchone()[0]:
-                        return None
-                else:
-                    self.db.run(conn, "lock_key", key)
+            key = PRUNE_LOCK + prune.namespace
+            if prune.wait:
+                self.db.lock_key(conn, key)
+            elif self.db.dialect == "postgresql":
+                if not self.db.run(conn, "prune_try_lock", {"key": key}).fetchone()[0]:
+                    return None
             found = self.db.run(conn, "prune_candidates", params).fetchall()
             if not found:
                 return PruneBatch(0, 0, 0, None)
             gone = [row[0] for row in self.db.run_in(conn, "prune_runs", {"ids": [r[0] for r in found]})]
             if not gone:
-                return PruneBatch(0, 0, 0, (int(found[-1][1]), found[-1][0]))
+                return PruneBatch(0, 0, 0, _last(found))
             ids = {"ids": gone}
             slots = self.db.run_in(conn, "prune_slots", ids).rowcount
             steps = self.db.run_in(conn, "prune_steps", ids).rowcount
             self.db.run_in(conn, "prune_signals", ids)
-        return PruneBatch(len(gone), steps, slots, (int(found[-1][1]), found[-1][0]))
+        return PruneBatch(len(gone), steps, slots, _last(found))
 
     def finished_since(self, since: int, after: tuple[int, str] | None, n: int) -> list[RunRecord]:
         """Up to ``n`` finished runs (every namespace) that ended at or after ``since``, oldest end
