@@ -208,6 +208,7 @@ def test_the_runs_list_loads_more_as_you_scroll(page: Any, dev_server: DevServer
     page.goto("/#/runs")
     rows = page.get_by_test_id("run-row")
     expect(rows).to_have_count(50)
+    first = rows.nth(0).element_handle()
     rows.nth(49).scroll_into_view_if_needed()  # to the end of the list: the next page comes
     expect(rows).to_have_count(100)
     rows.nth(99).scroll_into_view_if_needed()
@@ -215,6 +216,7 @@ def test_the_runs_list_loads_more_as_you_scroll(page: Any, dev_server: DevServer
     expect(page.get_by_test_id("runs-load-more")).to_be_hidden()
     ids = [row.get_attribute("data-run-id") for row in rows.all()]
     assert len(set(ids)) == 130  # each run once
+    assert first.evaluate("row => row.isConnected")  # the rows shown stay as pages come and runs end
 
 
 def test_a_start_over_the_quota_shows_the_refusal(page: Any, dev_server: DevServer) -> None:
@@ -530,10 +532,12 @@ def test_a_long_queue_loads_more_as_you_scroll(page: Any, dev_server: DevServer)
     page.goto(f"/#/limits/{LIMIT}")
     queue = page.get_by_test_id("queue-row")
     expect(queue).to_have_count(199)  # a page of 200 slots: the busy one and 199 waiting
+    first = queue.nth(0).element_handle()
     queue.nth(198).scroll_into_view_if_needed()
     expect(queue).to_have_count(249)
     expect(queue.nth(248)).to_have_attribute("data-position", "249")
     expect(page.get_by_test_id("queue-load-more")).to_be_hidden()
+    assert first.evaluate("row => row.isConnected")  # the rows shown stay as the next page comes
     assert len(ids) == 250
 
 

@@ -238,6 +238,37 @@ export function errorBox(err, testid = 'error') {
   return box;
 }
 
+/** Shows ``fresh`` rows in ``tbody``, keeping each row already shown with the same ``key`` attribute
+ *  (brought up to date in place), so a live refresh never swaps out the row a reader is on: focus,
+ *  a selection and a scroll position stay. */
+export function syncRows(tbody, fresh, key) {
+  const shown = new Map([...tbody.children].map((row) => [row.getAttribute(key), row]));
+  const rows = fresh.map((row) => {
+    const old = shown.get(row.getAttribute(key));
+    if (!old) return row;
+    if (!old.isEqualNode(row)) {
+      for (const {name} of [...old.attributes]) if (!row.hasAttribute(name)) old.removeAttribute(name);
+      for (const {name, value} of row.attributes) old.setAttribute(name, value);
+      old.replaceChildren(...row.childNodes);
+    }
+    return old;
+  });
+  if (rows.length !== tbody.children.length || rows.some((row, i) => tbody.children[i] !== row)) {
+    tbody.replaceChildren(...rows);
+  }
+}
+
+/** Shows the table ``fresh`` in ``box``: into the table already there when it has the same columns
+ *  (its rows kept as ``syncRows`` keeps them), else in its place (an empty note, new columns). */
+export function syncTable(box, fresh, key) {
+  const table = box.children.length === 1 ? box.firstElementChild : null;
+  if (table?.tagName === 'TABLE' && fresh.tagName === 'TABLE' && table.tHead?.isEqualNode(fresh.tHead)) {
+    syncRows(table.tBodies[0], [...fresh.tBodies[0].children], key);
+  } else {
+    box.replaceChildren(fresh);
+  }
+}
+
 export function showError(box, err) {
   if (!err) {
     box.hidden = true;

@@ -2,7 +2,7 @@
 
 import {chart, legend} from './chart.js';
 import {
-  api, badge, confirmDialog, enc, errorBox, h, roughDuration, showError, timeEl, toast,
+  api, badge, confirmDialog, enc, errorBox, h, roughDuration, showError, syncTable, timeEl, toast,
 } from './lib.js';
 
 const SLOTS_PAGE = 200; // a limit's slots a page, on its screen
@@ -203,8 +203,8 @@ export function renderLimit(root, scope, [name]) {
       update(data.limit);
       const held = slots.filter((s) => s.state !== 'waiting');
       const queue = slots.filter((s) => s.state === 'waiting');
-      slotsBox.replaceChildren(slotsTable(held, release));
-      queueBox.replaceChildren(queueTable(queue));
+      syncTable(slotsBox, slotsTable(held, release), 'data-slot-id');
+      syncTable(queueBox, queueTable(queue), 'data-slot-id');
       queueMore.hidden = !cursor;
       if (cursor && queueMore.getBoundingClientRect().top < innerHeight + 200) showMore(); // still in sight
       refreshKeys();

@@ -1,7 +1,7 @@
 // The runs list (#/runs) and one run's detail (#/runs/{id}).
 
 import {
-  api, badge, confirmDialog, enc, errorBox, errorName, h, json, showError, statusBadge, timeEl, toast,
+  api, badge, confirmDialog, enc, errorBox, errorName, h, json, showError, statusBadge, syncRows, timeEl, toast,
 } from './lib.js';
 
 const STATUSES = ['pending', 'running', 'suspended', 'blocked', 'completed', 'failed', 'cancelled'];
@@ -65,7 +65,7 @@ export function renderRuns(root, scope, _args, query) {
   };
 
   const draw = () => {
-    tbody.replaceChildren(...state.runs.map(runRow));
+    syncRows(tbody, state.runs.map(runRow), 'data-run-id'); // the rows shown stay: live updates
     table.hidden = state.runs.length === 0;
     empty.hidden = state.runs.length !== 0;
     more.hidden = !state.next;
