@@ -369,6 +369,55 @@ def render_cancelled(answer: dict[str, Any], before: str | None = None) -> str:
     return f"cancelling run {rid}: its code is told now, and the run ends cancelled when it has finished"
 
 
+def render_retried(answer: dict[str, Any]) -> str:
+    """``duro runs retry RUN_ID...``: each run retried, pending again."""
+    lines = []
+    for run in answer.get("runs", []):
+        rid = clean(run.get("id"))
+        lines.append(
+            f"retried run {rid} (attempt {run.get('attempt')}): it goes on from its failing call; "
+            f"follow it with: duro runs show {rid}"
+        )
+    return "\n".join(lines)
+
+
+def render_would_retry(answer: dict[str, Any]) -> str:
+    """``duro runs retry RUN_ID... --dry-run``: which runs a retry would take, and which it would refuse."""
+    lines = []
+    for run in answer.get("runs", []):
+        rid, status = clean(run.get("id")), clean(run.get("status"))
+        if status in ("failed", "cancelled"):
+            lines.append(f"would retry run {rid} ({status})")
+        else:
+            lines.append(f"would refuse run {rid}: it is {status} (a retry takes a failed or cancelled run)")
+    return "\n".join(lines)
+
+
+def render_forked(answer: dict[str, Any], original: str, from_seq: int) -> str:
+    """``duro runs fork``: the new run."""
+    rid = clean(answer.get("run", {}).get("id"))
+    return (
+        f"forked run {clean(original)} from seq {from_seq} as run {rid}\nfollow it with: duro runs show {rid}"
+    )
+
+
+def render_bulk(answer: dict[str, Any], verb: str) -> str:
+    """``duro runs retry|cancel`` by filter: what it did (or, in a dry run, would do)."""
+    report = answer.get("report", {})
+    ids = [clean(run_id) for run_id in report.get("run_ids", [])]
+    refused = report.get("refused", {})
+    past = {"retry": "retried", "cancel": "cancelled"}.get(verb, verb)
+    if report.get("dry_run"):
+        head = f"would {verb} {len(ids):,} run(s)" + (":" if ids else " (no run matches the filter)")
+    else:
+        head = f"{past} {len(ids):,} run(s) ({len(refused):,} refused)"
+    lines = [head, *(f"  {run_id}" for run_id in ids[:50])]
+    if len(ids) > 50:
+        lines.append(f"  ... and {len(ids) - 50:,} more (--json lists them all)")
+    lines += [f"  refused {clean(run_id)}: {clean(why)}" for run_id, why in refused.items()]
+    return "\n".join(lines)
+
+
 def render_pruned(answer: dict[str, Any]) -> str:
     """``duro runs prune``: what went (or, in a dry run, would go)."""
     prune = answer.get("prune", {})
@@ -626,7 +675,7 @@ def start_command(
 
 @click.group("runs")
 def runs_group() -> None:
-    """List, show, cancel and prune runs."""
+    """List, show, retry, fork, cancel and prune runs."""
 
 
 @runs_group.command("list")
@@ -679,13 +728,182 @@ def runs_show(call: Call, run_id: str) -> None:
     call.emit(call.client.get_run_whole(run_id), render_run)
 
 
-@runs_group.command("cancel")
-@click.argument("run_id")
+def _filters(fn: Callable[..., None]) -> Callable[..., None]:
+    """The options of a bulk ``runs retry`` / ``runs cancel``: a filter, --dry-run and --yes."""
+    for option in reversed(
+        [
+            click.option("--workflow", metavar="NAME", default=None, help="Only runs of this workflow."),
+            click.option(
+                "--since",
+                metavar="DURATION",
+                default=None,
+                help="Only runs that ended (retry) or were created (cancel) this long ago or later, e.g. 2h.",
+            ),
+            click.option("--until", metavar="DURATION", default=None, help="... and before this long ago."),
+            click.option(
+                "--limit",
+                type=click.IntRange(1, 100_000),
+                default=1000,
+                show_default=True,
+                help="At most this many runs.",
+            ),
+            click.option("--dry-run", is_flag=True, help="List the runs it would act on; change nothing."),
+            click.option("--yes", is_flag=True, help="Act on the runs a filter matches without asking."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _check_durations(**given: str | None) -> None:
+    for name, value in given.items():
+        if value is None:
+            continue
+        try:
+            duration_ms(value.strip(), f"--{name}")
+        except DuroError:
+            raise CliFailure(
+                f"--{name} must be a duration such as 2h, 30m or 7d (units ms, s, m, h, d in lowercase, "
+                f"no spaces), not {value!r}",
+                EXIT_USAGE,
+            ) from None
+
+
+def _bulk(call: Call, action: str, noun: str, dry_run: bool, yes: bool, **body: Any) -> None:
+    """A bulk action by filter: the runs it matches counted first (a dry run), then, asked (or
+    --yes), acted on."""
+    would = call.client.bulk_runs(action, dry_run=True, **body)
+    count = len(would.get("report", {}).get("run_ids", []))
+    if dry_run or count == 0:
+        call.emit(would, lambda answer: render_bulk(answer, noun))
+        return
+    if not yes and not click.confirm(f"{noun} {count:,} run(s)?", default=False, err=True):
+        raise CliFailure(
+            f"nothing done: {noun} the {count:,} run(s) with --yes, or narrow the filter", EXIT_REFUSED
+        )
+    call.emit(call.client.bulk_runs(action, dry_run=False, **body), lambda answer: render_bulk(answer, noun))
+
+
+@runs_group.command("retry")
+@click.argument("run_ids", nargs=-1)
+@click.option(
+    "--status",
+    type=click.Choice(["failed", "cancelled", "any"], case_sensitive=False),
+    default="failed",
+    show_default=True,
+    help="With a filter: runs that ended this way (any: failed or cancelled).",
+)
+@click.option("--error-type", metavar="NAME", default=None, help="Only runs whose error is of this class.")
+@click.option("--version", metavar="VERSION", default=None, help="Move each run to this registered version.")
+@_filters
 @api_command
-def runs_cancel(call: Call, run_id: str) -> None:
-    """Cancel a run (and its unfinished children); a run that has ended is left as it is."""
-    before = call.client.get_run(run_id)["run"].get("status")
-    call.emit(call.client.cancel_run(run_id), lambda answer: render_cancelled(answer, before))
+def runs_retry(
+    call: Call,
+    run_ids: tuple[str, ...],
+    status: str,
+    error_type: str | None,
+    version: str | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Retry failed or cancelled runs from the call that failed: RUN_ID..., or every run a filter
+    matches (--workflow, --status, --since, --until, --error-type; counted and confirmed first).
+    Calls before the failing one are read back from the run's history, never executed again."""
+    _check_durations(since=since, until=until)
+    if run_ids:
+        if workflow or since or until or error_type or status.lower() != "failed":
+            raise CliFailure("give run ids or a filter (--workflow, --since, ...), not both", EXIT_USAGE)
+        if dry_run:
+            runs = [call.client.get_run(run_id)["run"] for run_id in run_ids]
+            call.emit({"runs": runs}, render_would_retry)
+            return
+        retried = [call.client.retry_run(run_id, version)["run"] for run_id in run_ids]
+        call.emit({"runs": retried}, render_retried)
+        return
+    _bulk(
+        call,
+        "retry",
+        "retry",
+        dry_run,
+        yes,
+        workflow=workflow,
+        status=None if status.lower() == "any" else status.lower(),
+        since=since,
+        until=until,
+        error_type=error_type,
+        limit=limit,
+        version=version,
+    )
+
+
+@runs_group.command("fork")
+@click.argument("run_id")
+@click.option("--from-seq", type=click.IntRange(0), required=True, help="The first call to run again.")
+@click.option(
+    "--run-id", "new_run_id", metavar="ID", default=None, help="The new run's id (default: a new one)."
+)
+@click.option("--version", metavar="VERSION", default=None, help="Run the fork on this registered version.")
+@api_command
+def runs_fork(call: Call, run_id: str, from_seq: int, new_run_id: str | None, version: str | None) -> None:
+    """Start a new run of an ended run's workflow and input from a copy of its calls before --from-seq."""
+    call.emit(
+        call.client.fork_run(run_id, from_seq, new_run_id, version),
+        lambda a: render_forked(a, run_id, from_seq),
+    )
+
+
+@runs_group.command("cancel")
+@click.argument("run_ids", nargs=-1)
+@click.option(
+    "--status",
+    type=click.Choice(["pending", "running", "suspended", "blocked"], case_sensitive=False),
+    default=None,
+    help="With a filter: only runs in this status (default: every unfinished run).",
+)
+@_filters
+@api_command
+def runs_cancel(
+    call: Call,
+    run_ids: tuple[str, ...],
+    status: str | None,
+    workflow: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Cancel runs (and their unfinished children): RUN_ID..., or every unfinished run a filter matches
+    (counted and confirmed first). A run that has ended is left as it is."""
+    _check_durations(since=since, until=until)
+    if run_ids:
+        if workflow or since or until or status or dry_run:
+            raise CliFailure("give run ids or a filter (--workflow, --since, ...), not both", EXIT_USAGE)
+        for run_id in run_ids:
+            before = call.client.get_run(run_id)["run"].get("status")
+            call.emit(call.client.cancel_run(run_id), functools.partial(render_cancelled, before=before))
+        return
+    if not (workflow or since or until or status):
+        raise CliFailure(
+            "give run ids, or a filter (--workflow, --status, --since, --until) to cancel every run it matches",
+            EXIT_USAGE,
+        )
+    _bulk(
+        call,
+        "cancel",
+        "cancel",
+        dry_run,
+        yes,
+        workflow=workflow,
+        status=None if status is None else status.lower(),
+        since=since,
+        until=until,
+        limit=limit,
+    )
 
 
 @runs_group.command("prune")

@@ -240,6 +240,28 @@ class DuroClient:
         """``POST /api/runs/{run_id}/cancel``: ``{"run": Run}`` (unfinished children are cancelled too)."""
         return self._request("POST", f"/api/runs/{_segment(run_id)}/cancel")
 
+    def retry_run(self, run_id: str, version: str | None = None) -> dict[str, Any]:
+        """``POST /api/runs/{run_id}/retry``: ``{"run": Run}`` (pending again, its attempt one more)."""
+        body = {} if version is None else {"version": version}
+        return self._request("POST", f"/api/runs/{_segment(run_id)}/retry", json=body)
+
+    def fork_run(
+        self, run_id: str, from_seq: int, new_run_id: str | None = None, version: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /api/runs/{run_id}/fork``: ``{"run": Run}``, the new run."""
+        body: dict[str, Any] = {"from_seq": from_seq}
+        if new_run_id is not None:
+            body["run_id"] = new_run_id
+        if version is not None:
+            body["version"] = version
+        return self._request("POST", f"/api/runs/{_segment(run_id)}/fork", json=body)
+
+    def bulk_runs(self, action: str, **body: Any) -> dict[str, Any]:
+        """``POST /api/runs/retry`` or ``/api/runs/cancel`` (``action``) with a filter and ``dry_run``:
+        ``{"report": {"run_ids", "refused", "dry_run"}}``. Filters left ``None`` are not sent."""
+        given = {name: value for name, value in body.items() if value is not None}
+        return self._request("POST", f"/api/runs/{action}", json=given)
+
     def prune_runs(self, older_than: str, dry_run: bool = False) -> dict[str, Any]:
         """``POST /api/runs/prune``: ``{"prune": {"runs", "steps", "slots", "dry_run", "before"}}``."""
         return self._request("POST", "/api/runs/prune", json={"older_than": older_than, "dry_run": dry_run})

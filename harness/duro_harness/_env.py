@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from duro import ConfigError, Engine, RunHandle, RunStatus, WorkerOptions, define_workspace
+from duro import BulkReport, ConfigError, Engine, RunHandle, RunStatus, WorkerOptions, define_workspace
 from duro.testing import EngineCrash, EngineHooks
 from duro.testing import hooks as engine_hooks
 from duro.tooling import (
@@ -57,6 +57,14 @@ class _CurrentEngine:
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         await self._env.engine.signal(run_id, name, payload)
+
+    async def retry(self, run_id: str, *, version: str | None = None) -> RunHandle:
+        return await self._env.engine.retry(run_id, version=version)
+
+    async def fork(
+        self, run_id: str, from_seq: int, *, new_run_id: str | None = None, version: str | None = None
+    ) -> RunHandle:
+        return await self._env.engine.fork(run_id, from_seq, new_run_id=new_run_id, version=version)
 
     async def result(self, run_id: str, timeout: Any = None) -> Any:
         """Under simulated time nothing moves while a test waits, so a run that has not finished once
@@ -234,6 +242,31 @@ class DuroEnv:
         """Create a run (``run_id=``, ``concurrency=`` as on ``engine.start``) and return its handle.
         The run progresses when the test awaits ``run_until_idle()`` or ``advance(...)``."""
         return await self.engine.start(workflow, inp, **start_options)  # its handle survives restart()
+
+    async def retry(self, run: RunHandle | str, *, version: str | None = None) -> RunHandle:
+        """Retry a failed or cancelled run from its failing call (``engine.retry``); it goes on when
+        the test awaits ``run_until_idle()`` or ``advance(...)``."""
+        return await self.engine.retry(_run_id(run), version=version)
+
+    async def fork(
+        self,
+        run: RunHandle | str,
+        from_seq: int,
+        *,
+        new_run_id: str | None = None,
+        version: str | None = None,
+    ) -> RunHandle:
+        """A new run from a copy of an ended run's calls before ``from_seq`` (``engine.fork``)."""
+        return await self.engine.fork(_run_id(run), from_seq, new_run_id=new_run_id, version=version)
+
+    async def retry_runs(self, **filters: Any) -> BulkReport:
+        """Retry the runs a filter matches (``engine.retry_runs``: workflow, status, since, until,
+        error_type, dry_run, limit)."""
+        return await self.engine.retry_runs(**filters)
+
+    async def cancel_runs(self, **filters: Any) -> BulkReport:
+        """Cancel the unfinished runs a filter matches (``engine.cancel_runs``)."""
+        return await self.engine.cancel_runs(**filters)
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle that stays usable across ``restart()``."""

@@ -42,11 +42,13 @@ if TYPE_CHECKING:
         RunIdConflictError,
         RunNotFoundError,
         RunSetAsideError,
+        RunStatusError,
         SlotTimeoutError,
         UserExitError,
     )
     from ._handle import RunHandle, RunsPage
     from ._options import WorkerOptions
+    from ._redrive import AttemptInfo, BulkReport
     from ._retention import PruneReport
     from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
     from .rates import RateGrant, acquire_rate
@@ -60,6 +62,8 @@ __all__ = [
     "RunHandle",
     "RunsPage",
     "PruneReport",
+    "BulkReport",
+    "AttemptInfo",
     "RunStatus",
     "Concurrency",
     "DEFAULT_CONCURRENCY_STATUSES",
@@ -99,6 +103,7 @@ __all__ = [
     "RunCancelled",
     "UserExitError",
     "RunSetAsideError",
+    "RunStatusError",
     "current_run",
     "CurrentRun",
     "send_signal",
@@ -153,11 +158,13 @@ __getattr__, __dir__ = lazy_names(
             "RunIdConflictError",
             "RunNotFoundError",
             "RunSetAsideError",
+            "RunStatusError",
             "SlotTimeoutError",
             "UserExitError",
         ),
         "._handle": ("RunHandle", "RunsPage"),
         "._retention": ("PruneReport",),
+        "._redrive": ("AttemptInfo", "BulkReport"),
         "._options": ("WorkerOptions",),
         ".limits": (
             "Slot",

@@ -100,6 +100,12 @@ class RunContext(SlotCalls):
             raise LostRun(self.run_id)
         self.recorded(step)
 
+    def call_id(self, seq: int) -> str:
+        """The id of the call at ``seq`` of this attempt of the run, for what it asks of others (a
+        rate's grant): an attempt after a retry asks anew, never under an earlier attempt's id."""
+        attempt = self.record.attempt
+        return f"{self.run_id}.{seq}" if attempt == 1 else f"{self.run_id}.{seq}~{attempt}"
+
     def own(self, step: StepRecord) -> OwnStep:
         """``step`` as a step of this run, to be written with a decision (fenced on our ownership)."""
         return OwnStep(self.run_id, self.owner, step)
@@ -290,7 +296,7 @@ class RunContext(SlotCalls):
             started,
             detail=dump_json(_attempts(attempt - 1, tries - 1, spec.rate)),
         )
-        await self.runtime.rates.for_step(self, spec.rate, f"{self.run_id}.{seq}.{tries}", waiting)
+        await self.runtime.rates.for_step(self, spec.rate, f"{self.call_id(seq)}.{tries}", waiting)
 
     async def _rate_limited(
         self, spec: StepSpec, seq: int, started: int, err: RateLimited, attempt: int, tries: int

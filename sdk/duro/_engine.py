@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from ._handle import RunHandle, RunInfo, RunsPage, StepInfo, StepsPage
 from ._hooks import EngineHooks
 from ._observe import attach_logs
 from ._options import WorkerOptions
+from ._redrive import AttemptInfo, BulkReport, Redrive
 from ._registry import Registry
 from ._replaycheck import ReplayOutcome, replay
 from ._retention import PruneReport, Retention
@@ -122,6 +124,17 @@ class Engine:
             namespace=namespace,
             scope_reads=scope_reads,
             poll_ms=self.options.poll_interval_ms,
+            local=lambda: self._worker,
+        )
+        self._redrive = Redrive(
+            gateway=self._gateway,
+            registry=self._registry,
+            starter=self._starter,
+            runs=self._runs,
+            clock=self.clock,
+            events=self.events,
+            namespace=namespace,
+            read_namespace=namespace if scope_reads else None,
             local=lambda: self._worker,
         )
         self._retention = Retention(
@@ -328,6 +341,77 @@ class Engine:
     async def cancel(self, run_id: str) -> None:
         """Cancel a run and its unfinished children; a finished run is left as it is."""
         await self._runs.cancel(run_id)
+
+    # -- re-driving ended runs (see docs/redrive.md) -----------------------------------------------
+
+    async def retry(self, run_id: str, *, version: str | None = None) -> RunHandle:
+        """Retry a ``failed`` or ``cancelled`` run: it goes on under its id, on today's code, from its
+        failing call (its calls before it are replayed, never executed again), or from an earlier
+        slot or rate grant it no longer holds, which it takes again. ``version``: another registered
+        version of its workflow to run on. One transaction: the run's quota is checked as for a start
+        (:class:`ConcurrencyLimitError`), it goes back to ``pending`` and ``RunInfo.attempt`` grows by
+        one; the earlier attempt's calls stay in its steps. A run that has not ended, or completed, is
+        refused (:class:`RunStatusError`, a :class:`DuroError`); of two concurrent retries one wins."""
+        record = await self._redrive.retry(run_id, version)
+        return self.handle(record.id)
+
+    async def fork(
+        self,
+        run_id: str,
+        from_seq: int,
+        *,
+        new_run_id: str | None = None,
+        version: str | None = None,
+    ) -> RunHandle:
+        """Start a new run of an ended run's workflow and input whose history is a copy of the
+        original's calls before ``from_seq`` (cut before the first slot or rate grant among them);
+        it runs from there (``RunInfo.forked_from`` is ``(run_id, from_seq)``). ``new_run_id``: its
+        id (default: a new one); ``version``: a registered version to run on (default: the
+        original's). A quota applies as for any start. The original is left as it is."""
+        record = await self._redrive.fork(run_id, from_seq, new_run_id, version)
+        return self.handle(record.id)
+
+    async def retry_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = "failed",
+        since: Duration | datetime | None = None,
+        until: Duration | datetime | None = None,
+        error_type: str | None = None,
+        dry_run: bool = False,
+        limit: int = 1000,
+        version: str | None = None,
+    ) -> BulkReport:
+        """Retry the runs of this namespace that ended in ``[since, until)`` (a duration before now,
+        or a datetime) with ``status`` (``failed``, ``cancelled``; ``None``: both), of ``workflow``
+        and whose error's class is ``error_type`` (its name or full name), at most ``limit``, oldest
+        end first: each as :meth:`retry`, its own transaction. ``dry_run`` changes nothing and lists
+        the runs it would retry; ``version`` moves each to that registered version (as :meth:`retry`).
+        :class:`BulkReport`: the runs retried and those refused, with why."""
+        return await self._redrive.retry_runs(
+            workflow, status, since, until, error_type, dry_run, limit, version
+        )
+
+    async def cancel_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        since: Duration | datetime | None = None,
+        until: Duration | datetime | None = None,
+        dry_run: bool = False,
+        limit: int = 1000,
+    ) -> BulkReport:
+        """Cancel the unfinished runs created in ``[since, until)`` with ``status`` (one unfinished
+        status; ``None``: all) of ``workflow``, at most ``limit``, newest first: each as
+        :meth:`cancel`. ``dry_run`` changes nothing and lists them (:class:`BulkReport`)."""
+        return await self._redrive.cancel_runs(workflow, status, since, until, dry_run, limit)
+
+    async def attempts(self, run_id: str) -> list[AttemptInfo]:
+        """The earlier attempts of a retried run, oldest first: how each ended and where the next
+        resumed (``[]`` for a run never retried)."""
+        return await self._redrive.attempts(run_id)
 
     async def prune(self, older_than: Duration | None = None, dry_run: bool = False) -> PruneReport:
         """Delete the finished runs (completed, failed, cancelled) of this engine's namespace that ended

@@ -181,6 +181,28 @@ class RunNotFoundError(DuroError):
         return (type(self), (self.run_id, self.namespace, self.reason))
 
 
+class RunStatusError(DuroError):
+    """A run in the wrong status for an action on it (HTTP 409): a retry of a run that has not
+    ended or that completed, a fork of a run that has not ended. Nothing was changed.
+
+    Attributes: ``run_id``, ``status`` (the run's), ``action`` (``retry``, ``fork``)."""
+
+    def __init__(self, run_id: str, status: str, action: str, why: str | None = None) -> None:
+        self.run_id = run_id
+        self.status = str(status)
+        self.action = action
+        self.why = why
+        wanted = "failed or cancelled" if action == "retry" else "completed, failed or cancelled"
+        what = why or f"it is {self.status}"
+        super().__init__(
+            f"cannot {action} run {run_id!r}: {what}; {action} takes a run that ended {wanted}"
+            + (" (a completed run can be forked: engine.fork)" if self.status == "completed" else "")
+        )
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.run_id, self.status, self.action, self.why))
+
+
 class RunEndedError(DuroError):
     """A signal was sent to a run that has ended (HTTP 409); nothing was sent.
 

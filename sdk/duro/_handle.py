@@ -28,9 +28,10 @@ class StepInfo:
     error: dict[str, Any] | None
     wake_at: datetime | None = None
     detail: dict[str, Any] | None = None
+    attempt: int = 1  # the run's attempt that made the call (a retry makes calls again: docs/redrive.md)
 
     @classmethod
-    def of(cls, rec: StepRecord) -> StepInfo:
+    def of(cls, rec: StepRecord, attempt: int = 1) -> StepInfo:
         """The step as users see it, from the store's record (times as aware UTC datetimes)."""
         return cls(
             seq=rec.seq,
@@ -43,6 +44,7 @@ class StepInfo:
             error=error_summary(rec.error),
             wake_at=ms_to_datetime(rec.wake_at),
             detail=None if rec.detail is None else stored_json(rec.detail),
+            attempt=attempt,
         )
 
 
@@ -80,6 +82,9 @@ class RunInfo:
       :class:`StepInfo`) says when its code ran;
     - ``updated_at``: the last write to the run (a status change, a step recorded, a claim);
     - ``ended_at``: when it completed, failed or was cancelled; ``None`` while it has not ended.
+
+    ``attempt`` is 1, and one more after each retry (``engine.retry``); ``forked_from`` is the
+    ``(run_id, seq)`` a fork copied its first calls from (``None``: not a fork).
     """
 
     id: str
@@ -95,6 +100,8 @@ class RunInfo:
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None
+    attempt: int = 1
+    forked_from: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, rec: RunRecord) -> RunInfo:
@@ -113,6 +120,8 @@ class RunInfo:
             created_at=ms_to_datetime(rec.created_at),
             updated_at=ms_to_datetime(rec.updated_at),
             ended_at=ms_to_datetime(rec.ended_at),
+            attempt=rec.attempt,
+            forked_from=None if rec.forked_from is None else (rec.forked_from, rec.forked_seq or 0),
         )
 
 
@@ -129,6 +138,12 @@ class RunAccess(Protocol):
     async def cancel(self, run_id: str) -> None: ...
 
     async def signal(self, run_id: str, name: str, payload: Any = None) -> None: ...
+
+    async def retry(self, run_id: str, *, version: str | None = None) -> RunHandle: ...
+
+    async def fork(
+        self, run_id: str, from_seq: int, *, new_run_id: str | None = None, version: str | None = None
+    ) -> RunHandle: ...
 
 
 class RunHandle:
@@ -164,6 +179,16 @@ class RunHandle:
         """Send signal ``name`` with a JSON ``payload``; buffered until the run waits for it.
         :class:`~duro.RunEndedError` if the run has ended (nothing is sent)."""
         await self._engine.signal(self.id, name, payload)
+
+    async def retry(self, *, version: str | None = None) -> RunHandle:
+        """Retry the run (``failed`` or ``cancelled``) from its failing call: see ``Engine.retry``."""
+        return await self._engine.retry(self.id, version=version)
+
+    async def fork(
+        self, from_seq: int, *, new_run_id: str | None = None, version: str | None = None
+    ) -> RunHandle:
+        """A new run from a copy of this run's calls before ``from_seq``: see ``Engine.fork``."""
+        return await self._engine.fork(self.id, from_seq, new_run_id=new_run_id, version=version)
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

@@ -15,6 +15,7 @@ from ._events import EventBus
 from ._gateway import StoreGateway
 from ._handle import RunInfo, RunsPage, StepInfo, StepsPage
 from ._registry import Registry
+from ._resume import attempt_of
 from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL, decode_cursor, encode_cursor, refuse_nul
 from ._wakeups import Wakeups
@@ -103,7 +104,14 @@ class Runs:
     async def steps(self, run_id: str) -> builtins.list[StepInfo]:
         run = await self.record(run_id)
         steps = await self._gateway.call(self._store.get_steps, run_id)
-        return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
+        if run.attempt == 1:
+            return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
+        # a retried run: the calls its earlier attempts made again, beside today's, by seq
+        attempts = await self._gateway.call(self._store.get_attempts, run_id)
+        past = await self._gateway.call(self._store.get_past_steps, run_id)
+        shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in settle_sleeps(steps, run)]
+        shown += [StepInfo.of(rec, attempt) for attempt, rec in past]
+        return sorted(shown, key=lambda step: (step.seq, step.attempt))
 
     async def steps_page(self, run_id: str, cursor: str | None, limit: int) -> StepsPage:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= StepsPage.MAX_LIMIT:
@@ -117,9 +125,20 @@ class Runs:
         found = await self._gateway.call(self._store.get_steps_page, run_id, after, limit + 1)
         settled = settle_sleeps(found, run)[:limit]
         more = len(found) > limit
-        return StepsPage(
-            [StepInfo.of(rec) for rec in settled], str(settled[-1].seq) if more and settled else None
-        )
+        cursor = str(settled[-1].seq) if more and settled else None
+        if run.attempt == 1:
+            return StepsPage([StepInfo.of(rec) for rec in settled], cursor)
+        # a retried run: the calls its earlier attempts made again, beside today's, by seq
+        attempts = await self._gateway.call(self._store.get_attempts, run_id)
+        past = await self._gateway.call(self._store.get_past_steps, run_id)
+        last = settled[-1].seq if more and settled else None
+        shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in settled]
+        shown += [
+            StepInfo.of(rec, attempt)
+            for attempt, rec in past
+            if rec.seq > after and (last is None or rec.seq <= last)
+        ]
+        return StepsPage(sorted(shown, key=lambda step: (step.seq, step.attempt)), cursor)
 
     async def page(
         self, workflow: str | None, status: Any, tag: str | None, cursor: str | None, limit: int

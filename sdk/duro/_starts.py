@@ -59,7 +59,7 @@ class Starter:
         self._read_namespace = read_namespace  # quotas count here only (scope_reads), or everywhere
         self.worker: Launcher | None = None  # set while the engine is entered
 
-    def _new_run_id(self) -> str:
+    def new_run_id(self) -> str:
         """32 hex characters, the first 12 the start's millisecond (as in UUIDv7): new runs land at the
         right edge of every id index (fewer pages written per start), and ids sort by creation."""
         if self._hooks.new_run_id is not None:
@@ -97,7 +97,7 @@ class Starter:
         owner = worker.id if local and worker is not None and worker.has_room() else None
         with start_span(spec.name) as trace_context:  # the starter's trace, stored with the run
             new = NewRun(
-                id=run_id or self._new_run_id(),
+                id=run_id or self.new_run_id(),
                 namespace=self._namespace,
                 workflow=spec.name,
                 version=spec.version,
@@ -113,9 +113,7 @@ class Starter:
             try:
                 record, created = await self._gateway.call(store.insert_run, new, quota, parent)
             except ConcurrencyLimitError as refused:
-                refused.retry_after = await self._retry_after(conc, refused)
-                log_quota_refused(spec.name, refused.limit)
-                self._events.publish("quota.refused", new.id, new.created_at, spec.name)
+                await self.refused(spec.name, refused, new.id, conc)
                 raise
         if not created:  # taken since the check above (or, for a child, by an earlier start)
             return _same_workflow(record, spec.name), False
@@ -143,6 +141,13 @@ class Starter:
             )
         if NUL in key:
             refuse_nul(key, f"workflow {spec.name!r}: the concurrency key {key!r}")
+        return await self.key_quota(spec, conc, key)
+
+    async def key_quota(self, spec: WorkflowSpec, conc: Concurrency | None, key: str) -> QuotaCheck | None:
+        """The quota check of ``key`` (a start's, or a retried run's as stored): the limit ``conc``
+        gives it now; ``None`` when the workflow has no quota any more."""
+        if conc is None:
+            return None
         limit = await _resolve(
             conc.limit,
             key,
@@ -160,6 +165,18 @@ class Starter:
             statuses=tuple(conc.count_statuses),
             namespace=self._read_namespace,
         )
+
+    async def refused(
+        self, workflow: str, refused: ConcurrencyLimitError, run_id: str, conc: Concurrency | None = None
+    ) -> None:
+        """A start (or a retry, a fork) of ``workflow`` refused by its quota: its ``retry_after``
+        set, logged and published."""
+        if conc is None:
+            spec = self._registry.get(workflow)
+            conc = None if spec is None else spec.concurrency
+        refused.retry_after = await self._retry_after(conc, refused)
+        log_quota_refused(workflow, refused.limit)
+        self._events.publish("quota.refused", run_id, self._clock.now_ms(), workflow)
 
     async def _retry_after(self, conc: Concurrency | None, refused: ConcurrencyLimitError) -> int:
         """The quota's own ``retry_after``, else the estimate from the key's recent runs (one

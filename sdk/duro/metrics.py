@@ -15,7 +15,7 @@ Two kinds of figures, with different sources:
 - **Counters and histograms** count what this process did from the moment its engine was given a
   collector (or, in ``duro dev`` and ``duro serve``, since the server started): slot waits and holds,
   expiries (a ``release_slot`` that never happened), timeouts, lapsed reservations, refused starts,
-  started, finished and pruned runs, rate grants (``duro_rate_granted_total``, ``duro_rate_wait_seconds``)
+  started, finished, retried, forked and pruned runs, rate grants (``duro_rate_granted_total``, ``duro_rate_wait_seconds``)
   and rate timeouts. Sum them across processes in PromQL. Those of each declared limit and
   registered workflow are exported at 0 from the first scrape, so ``increase()`` sees the first event.
 
@@ -77,6 +77,8 @@ COUNTED = (
     "rate.granted",
     "rate.timed_out",
     "runs.pruned",
+    "run.retried",
+    "run.forked",
 )  # the bus builds no other event for the meter
 
 
@@ -121,6 +123,10 @@ class Meter:
             "Runs failed after their workers died executing them max_recoveries times in a row.",
             "workflow",
         )
+        self.retried = counter(
+            "duro_runs_retried_total", "Failed or cancelled runs retried from their failing call.", "workflow"
+        )
+        self.forked = counter("duro_runs_forked_total", "Runs started as a fork of another run.", "workflow")
         self.pruned = Counter(
             "duro_runs_pruned_total",
             "Finished runs deleted by the retention or a prune, with their steps, signals and slots.",
@@ -148,6 +154,8 @@ class Meter:
             self.started,
             self.finished,
             self.set_aside,
+            self.retried,
+            self.forked,
             self.pruned,
             self.duration,
             self.rate_granted,
@@ -198,6 +206,10 @@ class Meter:
                 child(self.duration, workflow).observe(max(0, event.at - created) / 1000)
         elif kind == "quota.refused":
             child(self.refused, event.workflow or "").inc()
+        elif kind == "run.retried":
+            child(self.retried, event.workflow or "").inc()
+        elif kind == "run.forked":
+            child(self.forked, event.workflow or "").inc()
 
     def _on_rate_event(self, event: RunEvent) -> None:
         rate = str(event.detail.get("rate", ""))

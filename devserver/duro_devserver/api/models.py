@@ -87,6 +87,56 @@ class PruneBody(Body):
     dry_run: StrictBool = Field(default=False, description="count what would go, delete nothing")
 
 
+class RetryBody(Body):
+    """A retry of one run: on its own version, or on another registered ``version``."""
+
+    version: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+
+
+class ForkBody(Body):
+    """A fork of one run: a new run with a copy of its calls before ``from_seq``."""
+
+    from_seq: StrictInt = Field(ge=0, description="the sequence number of the first call to run again")
+    run_id: StrictStr | None = Field(
+        default=None, min_length=1, max_length=200, description="the new run's id"
+    )
+    version: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+
+
+class _BulkBody(Body):
+    workflow: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    since: StrictStr | StrictInt | None = Field(
+        default=None, description="a duration before now ('2h'), or a JSON integer of milliseconds before now"
+    )
+    until: StrictStr | StrictInt | None = Field(default=None, description="as since: the window's end")
+    dry_run: StrictBool = Field(default=False, description="list the runs it would act on, change nothing")
+    limit: StrictInt = Field(default=1000, ge=1, le=100_000)
+
+
+class RetryRunsBody(_BulkBody):
+    """Retry the runs that ended in [since, until) with this status, workflow and error type."""
+
+    status: Literal["failed", "cancelled"] | None = "failed"
+    error_type: StrictStr | None = Field(default=None, min_length=1, max_length=300)
+    version: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+
+
+class CancelRunsBody(_BulkBody):
+    """Cancel the unfinished runs created in [since, until) with this status and workflow."""
+
+    status: Literal["pending", "running", "suspended", "blocked"] | None = None
+
+
+class BulkOut(BaseModel):
+    run_ids: list[str] = Field(description="the runs acted on (in a dry run: that would be)")
+    refused: dict[str, str] = Field(description="run id -> why it was left out")
+    dry_run: bool
+
+
+class BulkOnlyOut(BaseModel):
+    report: BulkOut
+
+
 class ResumeBody(Body):
     key: str | None = Field(default=None, min_length=1, max_length=200)
 
@@ -134,6 +184,14 @@ class RunEndedOut(ErrorOut):
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"]
+
+
+class RunStatusOut(ErrorOut):
+    """409: the run's status does not allow it (a retry of a run that has not ended or that
+    completed, a fork of a run that has not ended); nothing was changed."""
+
+    run_id: str
+    status: Literal[tuple(status.value for status in RunStatus)]  # type: ignore[valid-type]
 
 
 class InputErrorOut(ErrorOut):

@@ -1,5 +1,5 @@
 """``/api/runs``: list (filters, pages), a run with the first page of its steps, more of its steps,
-cancel, signal. A run's steps come a page at a time (``steps_limit`` / ``limit``, at most 1,000): a
+cancel, signal, retry and fork; prune, and retry or cancel the runs a filter matches. A run's steps come a page at a time (``steps_limit`` / ``limit``, at most 1,000): a
 run of 300,000 steps costs the server one page per request, never the whole run at once."""
 
 from __future__ import annotations
@@ -8,14 +8,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import DuroError, Engine, RunNotFoundError, RunStatus
+from duro import ConcurrencyLimitError, DuroError, Engine, RunNotFoundError, RunStatus, RunStatusError
+from duro.contrib.starlette import concurrency_limit_body, retry_after_header
 from duro.tooling import RunInfo, StepsPage
 
 from ._common import ApiError, answer, duro_error, engine, query_int, read_body, read_json
 from .models import (
+    BulkOnlyOut,
+    BulkOut,
+    CancelRunsBody,
+    ForkBody,
     PruneBody,
     PruneOnlyOut,
     PruneOut,
+    RetryBody,
+    RetryRunsBody,
     RunDetailOut,
     RunOnlyOut,
     RunOut,
@@ -131,11 +138,83 @@ async def prune_runs(request: Request) -> Response:
     return answer(PruneOnlyOut(prune=PruneOut.model_validate(vars(report))))
 
 
+def _refused(err: DuroError) -> ApiError:
+    """A re-drive refused: 429 by a quota (as a start's), 409 for a run in the wrong status, 404 for
+    one that does not exist, 422 otherwise (an unknown version, a taken id)."""
+    if isinstance(err, ConcurrencyLimitError):
+        refusal = concurrency_limit_body(err)
+        fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
+        return ApiError(429, refusal["message"], headers=retry_after_header(err), **fields)
+    if isinstance(err, RunStatusError):
+        return ApiError(409, str(err), run_id=err.run_id, status=err.status)
+    return duro_error(err)
+
+
+async def retry_run(request: Request) -> Response:
+    body = await read_body(request, RetryBody)
+    eng = engine(request)
+    try:
+        handle = await eng.retry(request.path_params["id"], version=body.version)
+    except DuroError as err:
+        raise _refused(err) from None
+    return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(handle.id))))
+
+
+async def fork_run(request: Request) -> Response:
+    body = await read_body(request, ForkBody)
+    eng = engine(request)
+    try:
+        handle = await eng.fork(
+            request.path_params["id"], body.from_seq, new_run_id=body.run_id, version=body.version
+        )
+    except DuroError as err:
+        raise _refused(err) from None
+    return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(handle.id))), 201)
+
+
+async def retry_runs(request: Request) -> Response:
+    body = await read_body(request, RetryRunsBody)
+    try:
+        report = await engine(request).retry_runs(
+            workflow=body.workflow,
+            status=body.status,
+            since=body.since,
+            until=body.until,
+            error_type=body.error_type,
+            dry_run=body.dry_run,
+            limit=body.limit,
+            version=body.version,
+        )
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    return answer(BulkOnlyOut(report=BulkOut.model_validate(vars(report))))
+
+
+async def cancel_runs(request: Request) -> Response:
+    body = await read_body(request, CancelRunsBody)
+    try:
+        report = await engine(request).cancel_runs(
+            workflow=body.workflow,
+            status=body.status,
+            since=body.since,
+            until=body.until,
+            dry_run=body.dry_run,
+            limit=body.limit,
+        )
+    except DuroError as err:
+        raise ApiError(422, str(err)) from None
+    return answer(BulkOnlyOut(report=BulkOut.model_validate(vars(report))))
+
+
 routes = [
     Route("/api/runs", list_runs, methods=["GET"]),
     Route("/api/runs/prune", prune_runs, methods=["POST"]),
+    Route("/api/runs/retry", retry_runs, methods=["POST"]),
+    Route("/api/runs/cancel", cancel_runs, methods=["POST"]),
     Route("/api/runs/{id}", get_run, methods=["GET"]),
     Route("/api/runs/{id}/steps", get_steps, methods=["GET"]),
     Route("/api/runs/{id}/cancel", cancel_run, methods=["POST"]),
+    Route("/api/runs/{id}/retry", retry_run, methods=["POST"]),
+    Route("/api/runs/{id}/fork", fork_run, methods=["POST"]),
     Route("/api/runs/{id}/signals/{name}", send_signal, methods=["POST"]),
 ]

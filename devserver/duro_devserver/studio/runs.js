@@ -6,6 +6,7 @@ import {
 
 const STATUSES = ['pending', 'running', 'suspended', 'blocked', 'completed', 'failed', 'cancelled'];
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+const RETRYABLE = new Set(['failed', 'cancelled']);
 const PAGE = 50;
 
 // ---------------------------------------------------------------------------------------------
@@ -37,6 +38,13 @@ export function renderRuns(root, scope, _args, query) {
   const tagInput = h('input', {type: 'search', testid: 'filter-tag', placeholder: 'tag, e.g. concurrency:tenant-a',
     value: filters.tag, 'aria-label': 'Tag', onchange: () => go({tag: tagInput.value.trim()})});
   const anyFilter = filters.workflow || filters.status || filters.tag;
+  // Retry or cancel every run the filter matches (not with a tag filter: the bulk actions take a
+  // workflow and a status), the count confirmed first.
+  const bulkVerb = filters.tag ? null : RETRYABLE.has(filters.status) ? 'retry'
+    : filters.status && !TERMINAL.has(filters.status) ? 'cancel' : null;
+  const bulk = bulkVerb ? h('button', {type: 'button', testid: `runs-${bulkVerb}`,
+    class: bulkVerb === 'cancel' ? 'danger' : null, onclick: () => bulkAction(bulkVerb)},
+  bulkVerb === 'retry' ? 'Retry these runs…' : 'Cancel these runs…') : null;
 
   const tbody = h('tbody');
   const table = h('table', {class: 'grid', testid: 'runs-table'},
@@ -52,7 +60,7 @@ export function renderRuns(root, scope, _args, query) {
     h('div', {class: 'page-head'}, h('h1', {}, 'Runs'),
       h('form', {class: 'filters', testid: 'runs-filters', onsubmit: (e) => e.preventDefault()},
         workflowSelect, statusSelect, tagInput,
-        anyFilter ? h('a', {href: '#/runs', testid: 'filter-clear'}, 'clear filters') : null)),
+        anyFilter ? h('a', {href: '#/runs', testid: 'filter-clear'}, 'clear filters') : null), bulk),
     error, table, empty, h('div', {class: 'more'}, more));
 
   const path = (limit, cursor) => {
@@ -135,6 +143,37 @@ export function renderRuns(root, scope, _args, query) {
     scope.cleanups.push(() => watcher.disconnect());
   }
 
+  const bulkAction = async (verb) => {
+    const body = {workflow: filters.workflow || null, status: filters.status};
+    try {
+      const {data: would} = await api('POST', `/api/runs/${verb}`, {...body, dry_run: true});
+      const count = would.report.run_ids.length;
+      if (!count) {
+        toast(`No run to ${verb}`);
+        return;
+      }
+      const ok = await confirmDialog({
+        title: `${verb === 'retry' ? 'Retry' : 'Cancel'} ${count} run${count === 1 ? '' : 's'}?`,
+        message: verb === 'retry'
+          ? 'Each run goes on from the call that failed, on the code deployed now; the calls before it are '
+            + 'read back from its history, never executed again.'
+          : 'Each run stops where it is and ends as cancelled; unfinished children are cancelled too.',
+        details: [['workflow', filters.workflow || 'all workflows'], ['status', filters.status], ['runs', String(count)]],
+        confirmLabel: `${verb === 'retry' ? 'Retry' : 'Cancel'} ${count} run${count === 1 ? '' : 's'}`,
+        confirmTestid: `confirm-${verb}-runs`,
+      });
+      if (!ok) return;
+      const {data} = await api('POST', `/api/runs/${verb}`, {...body, dry_run: false});
+      const done = data.report.run_ids.length;
+      const refused = Object.keys(data.report.refused).length;
+      toast(`${verb === 'retry' ? 'Retried' : 'Cancelled'} ${done} run${done === 1 ? '' : 's'}`
+        + (refused ? ` (${refused} refused)` : ''));
+    } catch (err) {
+      showError(error, err);
+    }
+    refresh();
+  };
+
   scope.on('run', (event) => {
     if (!filters.workflow || event.workflow === filters.workflow) refresh();
   });
@@ -191,7 +230,8 @@ export function renderRun(root, scope, [id]) {
   const signalForm = h('form', {class: 'signal-form', testid: 'signal-form', onsubmit: (e) => sendSignal(e)},
     h('label', {}, 'Send signal'), signalName, signalPayload,
     h('button', {type: 'submit', testid: 'signal-send'}, 'Send'));
-  const actions = h('div', {class: 'actions'}, cancel, signalForm);
+  const retry = h('button', {testid: 'run-retry', hidden: true, onclick: () => retryRun()}, 'Retry run');
+  const actions = h('div', {class: 'actions'}, retry, cancel, signalForm);
   const head = h('div');
   root.append(h('div', {testid: 'run-detail'}, head, actions, signalError, content));
   actions.hidden = true;
@@ -202,7 +242,8 @@ export function renderRun(root, scope, [id]) {
   let next = null;
 
   const render = () => {
-    const [top, ...body] = runView(run, steps, next === null ? null : loadMore);
+    const fork = TERMINAL.has(run.status) ? forkRun : null;
+    const [top, ...body] = runView(run, steps, next === null ? null : loadMore, fork);
     // a refresh keeps unfolded what the user unfolded
     const opened = [...content.querySelectorAll('details')].map((d) => d.open);
     head.replaceChildren(top);
@@ -238,6 +279,7 @@ export function renderRun(root, scope, [id]) {
       else next = tail.length ? String(tail[tail.length - 1].seq) : data.next_steps_cursor;
       render();
       cancel.disabled = TERMINAL.has(run.status);
+      retry.hidden = !RETRYABLE.has(run.status);
       signalForm.hidden = TERMINAL.has(run.status);
       actions.hidden = false;
     } catch (err) {
@@ -273,6 +315,44 @@ export function renderRun(root, scope, [id]) {
     refresh();
   };
 
+  const retryRun = async () => {
+    const ok = await confirmDialog({
+      title: 'Retry this run?',
+      message: 'The run goes on from the call that failed, on the code deployed now. The calls before it '
+        + 'are read back from its history, never executed again; a slot it no longer holds is taken again first.',
+      details: [['run', id], ['workflow', run && run.workflow], ['attempt', String((run && run.attempt || 1) + 1)]],
+      confirmLabel: 'Retry run',
+      confirmTestid: 'confirm-retry-run',
+    });
+    if (!ok) return;
+    try {
+      const {data} = await api('POST', `/api/runs/${enc(id)}/retry`, {});
+      toast(`Run retried (attempt ${data.run.attempt})`);
+    } catch (err) {
+      toast(err.message, 'error');
+    }
+    refresh();
+  };
+
+  const forkRun = async (seq) => {
+    const ok = await confirmDialog({
+      title: `Fork from step #${seq}?`,
+      message: 'A new run of this workflow and input starts with a copy of the calls before this step '
+        + '(up to the first slot or rate grant), and runs from there on the code deployed now. This run stays as it is.',
+      details: [['run', id], ['from step', String(seq)]],
+      confirmLabel: 'Fork run',
+      confirmTestid: 'confirm-fork-run',
+    });
+    if (!ok) return;
+    try {
+      const {data} = await api('POST', `/api/runs/${enc(id)}/fork`, {from_seq: seq});
+      toast(`Forked as run ${data.run.id}`);
+      location.hash = `#/runs/${enc(data.run.id)}`;
+    } catch (err) {
+      toast(err.message, 'error');
+    }
+  };
+
   const sendSignal = async (event) => {
     event.preventDefault();
     showError(signalError, null);
@@ -300,7 +380,7 @@ export function renderRun(root, scope, [id]) {
   refresh();
 }
 
-function runView(run, steps, loadMore) {
+function runView(run, steps, loadMore, fork) {
   const meta = h('dl', {class: 'meta'},
     h('dt', {}, 'workflow'), h('dd', {testid: 'run-workflow'},
       h('a', {href: `#/runs?workflow=${enc(run.workflow)}`}, run.workflow), h('span', {class: 'muted'}, ` v${run.version}`)),
@@ -309,6 +389,10 @@ function runView(run, steps, loadMore) {
     run.ended_at ? [h('dt', {}, 'ended'), h('dd', {}, timeEl(run.ended_at))] : null,
     run.parent_id ? [h('dt', {}, 'parent'), h('dd', {}, h('a', {href: `#/runs/${enc(run.parent_id)}`, class: 'mono'},
       run.parent_id))] : null,
+    run.attempt > 1 ? [h('dt', {}, 'attempt'), h('dd', {testid: 'run-attempt'}, String(run.attempt))] : null,
+    run.forked_from ? [h('dt', {}, 'forked from'), h('dd', {testid: 'run-forked-from'},
+      h('a', {href: `#/runs/${enc(run.forked_from[0])}`, class: 'mono'}, run.forked_from[0]),
+      h('span', {class: 'muted'}, ` at step #${run.forked_from[1]}`))] : null,
     run.namespace && run.namespace !== 'default' ? [h('dt', {}, 'namespace'), h('dd', {}, run.namespace)] : null,
     run.tags && run.tags.length ? [h('dt', {}, 'tags'), h('dd', {},
       run.tags.map((t) => h('a', {href: `#/runs?tag=${enc(t)}`, class: 'tag'}, t)))] : null);
@@ -339,20 +423,32 @@ function runView(run, steps, loadMore) {
     h('div', {class: 'columns'},
       h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),
       outcome),
-    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps),
+    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps, run.attempt || 1, fork),
       loadMore ? h('button', {type: 'button', testid: 'steps-more', onclick: loadMore},
         `Load more steps (${steps.length} shown)`) : null),
   ];
 }
 
-function stepsTable(steps) {
+/** A run's steps; a retried run's earlier attempts' calls beside today's (muted, with their attempt),
+ *  and on an ended run a "Fork" button on each of today's calls (``fork(seq)``). */
+function stepsTable(steps, attempt, fork) {
   if (!steps.length) return h('p', {class: 'empty'}, 'No durable call recorded yet.');
+  const heads = ['#', 'Kind', 'Name', 'Status', 'Started', 'Ended', 'Result', ...(fork ? [''] : [])];
   return h('table', {class: 'grid', testid: 'steps-table'},
-    h('thead', {}, h('tr', {}, ['#', 'Kind', 'Name', 'Status', 'Started', 'Ended', 'Result'].map((t) => h('th', {}, t)))),
-    h('tbody', {}, steps.map(stepRow)));
+    h('thead', {}, h('tr', {}, heads.map((t) => h('th', {}, t)))),
+    h('tbody', {}, steps.map((step) => {
+      const row = stepRow(step, attempt);
+      if (fork) {
+        const current = (step.attempt || 1) === attempt;
+        row.append(h('td', {}, current ? h('button', {type: 'button', class: 'small', testid: 'step-fork',
+          title: 'Start a new run from a copy of the calls before this one', onclick: () => fork(step.seq)},
+        'Fork from here') : null));
+      }
+      return row;
+    })));
 }
 
-function stepRow(step) {
+function stepRow(step, attempt = 1) {
   const isHook = step.kind === 'hook';
   const waiting = step.status === 'waiting';
   const name = [h('span', {}, step.name)];
@@ -368,8 +464,11 @@ function stepRow(step) {
   if (waiting && step.wake_at) {
     statusCell.push(h('div', {class: 'small muted'}, isHook ? 'gives up ' : 'wakes ', timeEl(step.wake_at)));
   }
+  const earlier = (step.attempt || 1) < attempt;
+  if (earlier) name.push(' ', badge(`attempt ${step.attempt}`, 'muted', {testid: 'step-attempt'}));
   return h('tr', {testid: 'step-row', 'data-seq': step.seq, 'data-kind': step.kind, 'data-status': step.status,
-    class: isHook && waiting ? 'hook-waiting' : isHook ? 'hook' : null},
+    'data-attempt': step.attempt || 1,
+    class: earlier ? 'earlier-attempt' : isHook && waiting ? 'hook-waiting' : isHook ? 'hook' : null},
   h('td', {class: 'num'}, step.seq),
   h('td', {}, h('span', {class: 'kind'}, step.kind)),
   h('td', {}, name),

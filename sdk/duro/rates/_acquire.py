@@ -74,7 +74,11 @@ class RunRates:
             return grant_of(rec.result)
         if rec is not None and rec.status == "failed":
             raise restore_error(rec.error)
-        wait_id = f"{ctx.run_id}.{seq}"
+        wait_id = (
+            ctx.call_id(seq)
+            if rec is None
+            else json.loads(rec.detail or "{}").get("wait_id", ctx.call_id(seq))
+        )
         store = self._gateway.store
         local = self._local
         if rec is not None and ctx.cancel is not None and ctx.cancel.stops_waits:

@@ -45,12 +45,12 @@ class ClaimRows(StorePart):
                 taken = db.run_text(conn, statements[0], params)
             if len(statements) == 1:  # PostgreSQL: the claimed runs, each with its status before
                 rows = taken.fetchall()
-                return [to_run(row[:-1])._replace(fresh=row[-1] == "pending") for row in rows]
+                return [_claimed(to_run(row[:-1]), row[-1]) for row in rows]
             was = dict(taken.fetchall())  # SQLite: the candidates, then the claim of their ids
             if not was:
                 return []
             rows = db.run_text(conn, statements[1], {**params, "ids": list(was)}).fetchall()
-            return [to_run(row)._replace(fresh=was[row[0]] == "pending") for row in rows]
+            return [_claimed(to_run(row), was[row[0]]) for row in rows]
 
     def next_due(self, claim: Claim) -> int | None:
         """The earliest due time of a run ``claim`` could take (its namespace and workflows; a serial
@@ -66,3 +66,11 @@ class ClaimRows(StorePart):
             sql = next_due_sql(bool(claim.serial), bool(claim.versions))
             row = self.db.run_text(conn, sql, params).fetchone()
             return None if row is None or row[0] is None else int(row[0])
+
+
+def _claimed(run: RunRecord, was: str) -> RunRecord:
+    """A claimed run, ``fresh`` (no history to read) when it was ``pending`` from its start: a run
+    pending again after a retry, or a fork, has the history it keeps."""
+    if was == "pending" and run.attempt == 1 and run.forked_from is None:
+        return run._replace(fresh=True)
+    return run

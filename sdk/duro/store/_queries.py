@@ -506,7 +506,9 @@ QUERIES: dict[str, str] = {
 # slot has not ended yet (held past the run's end, until a release or its max_hold). A run's slots
 # are found through its hook steps (a slot's id is ``<run id>.<seq>``): by primary key, no index more.
 _RUN_SLOT_IDS = (
-    "SELECT st.run_id || '.' || st.seq FROM duro_steps AS st WHERE st.run_id IN (:ids) AND st.kind = 'hook'"
+    "SELECT st.run_id || '.' || st.seq FROM duro_steps AS st WHERE st.run_id IN (:ids) AND st.kind = 'hook' "
+    "UNION ALL SELECT ps.run_id || '.' || ps.seq FROM duro_past_steps AS ps WHERE ps.run_id IN (:ids) "
+    "AND ps.kind = 'hook'"
 )
 RETENTION_QUERIES = {
     "prune_candidates": "SELECT r.id, r.ended_at FROM duro_runs AS r WHERE (r.namespace || '') = :namespace "
@@ -516,13 +518,16 @@ RETENTION_QUERIES = {
     "JOIN duro_slots AS sl ON sl.id = st.run_id || '.' || st.seq WHERE st.run_id = r.id AND st.kind = 'hook' "
     "AND sl.ended_at IS NULL) ORDER BY r.ended_at, r.id LIMIT :n",
     "prune_try_lock": "SELECT pg_try_advisory_xact_lock(hashtextextended(:key, 0))",
-    "prune_count_steps": "SELECT count(*) FROM duro_steps WHERE run_id IN (:ids)",
+    "prune_count_steps": "SELECT (SELECT count(*) FROM duro_steps WHERE run_id IN (:ids)) "
+    "+ (SELECT count(*) FROM duro_past_steps WHERE run_id IN (:ids))",
     "prune_count_slots": f"SELECT count(*) FROM duro_slots WHERE id IN ({_RUN_SLOT_IDS}) AND ended_at IS NOT NULL",
     # the runs first, their status checked again: only what they return loses its rows
     "prune_runs": f"DELETE FROM duro_runs WHERE id IN (:ids) AND status IN {TERMINAL_SQL} RETURNING id",
     "prune_slots": f"DELETE FROM duro_slots WHERE id IN ({_RUN_SLOT_IDS}) AND ended_at IS NOT NULL",
     "prune_steps": "DELETE FROM duro_steps WHERE run_id IN (:ids)",
     "prune_signals": "DELETE FROM duro_signals WHERE run_id IN (:ids)",
+    "prune_past_steps": "DELETE FROM duro_past_steps WHERE run_id IN (:ids)",
+    "prune_attempts": "DELETE FROM duro_attempts WHERE run_id IN (:ids)",
     # finished runs that ended at or after :since, oldest end first, after the page before's last
     "finished_since": f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE ended_at IS NOT NULL "
     "AND ended_at >= :since AND (ended_at, id) > (:after_at, :after_id) ORDER BY ended_at, id LIMIT :n",
@@ -531,7 +536,41 @@ RETENTION_QUERIES = {
     "AND ended_at IS NOT NULL AND ended_at >= :cutoff",
 }
 
+# -- re-driving runs (see store._redrive) ---------------------------------------------------------
+PAST_STEP_COLUMNS = ("run_id", "attempt", *StepRecord._fields)
+ATTEMPT_COLUMNS = ("run_id", "attempt", "status", "error", "ended_at", "resume_seq", "version", "retried_at")
+REDRIVE_QUERIES = {
+    # the retry's decision, taken only by the retry that finds the run as it read it: of two
+    # concurrent retries, the second finds it pending (PostgreSQL: it waits for the first's commit)
+    "retry_run": "UPDATE duro_runs SET status = 'pending', attempt = attempt + 1, version = :version, "
+    "output = NULL, error = NULL, ended_at = NULL, owner = NULL, wake_at = NULL, due_at = :now, "
+    "cancel_requested_at = NULL, recoveries = NULL, recovered_steps = NULL, updated_at = :now "
+    "WHERE id = :id AND attempt = :attempt AND status IN ('failed', 'cancelled')",
+    "insert_attempt": f"INSERT INTO duro_attempts ({_list(ATTEMPT_COLUMNS)}) VALUES ({_list(ATTEMPT_COLUMNS, ':')})",
+    "select_attempts": f"SELECT {_list(ATTEMPT_COLUMNS[1:])} FROM duro_attempts WHERE run_id = :run_id "
+    "ORDER BY attempt",
+    "insert_past_step": f"INSERT INTO duro_past_steps ({_list(PAST_STEP_COLUMNS)}) "
+    f"VALUES ({_list(PAST_STEP_COLUMNS, ':')})",
+    "select_past_steps": f"SELECT {_list(PAST_STEP_COLUMNS[1:])} FROM duro_past_steps WHERE run_id = :run_id "
+    "ORDER BY seq, attempt",
+    "drop_steps_from": "DELETE FROM duro_steps WHERE run_id = :run_id AND seq >= :seq",
+    "slot_states": "SELECT id, state FROM duro_slots WHERE id IN (:ids)",
+    "drop_ended_slots": "DELETE FROM duro_slots WHERE id IN (:ids) AND ended_at IS NOT NULL",
+    "rate_grants": "SELECT w.id, w.granted_at, r.per_ms FROM duro_rate_waits AS w LEFT JOIN duro_rates AS r "
+    "ON r.name = w.rate_name WHERE w.id IN (:ids) AND w.state = 'granted'",
+    "give_back_signals": "UPDATE duro_signals SET consumed_seq = NULL WHERE run_id = :run_id "
+    "AND consumed_seq >= :seq",
+    "copy_steps": f"INSERT INTO duro_steps ({_list(STEP_COLUMNS)}) SELECT :new_id, {_list(STEP_COLUMNS[1:])} "
+    "FROM duro_steps WHERE run_id = :run_id AND seq < :cut",
+    # a bulk retry's candidates: runs that ended in [since, until), oldest end first, a page after
+    # the last one of the page before (duro_runs_ended)
+    "ended_between": f"SELECT {_list(RUN_COLUMNS)} FROM duro_runs WHERE ended_at IS NOT NULL "
+    "AND ended_at >= :since AND ended_at < :until AND (ended_at, id) > (:after_at, :after_id) "
+    "AND (namespace || '') = :namespace ORDER BY ended_at, id LIMIT :n",
+}
 
+
+QUERIES.update(REDRIVE_QUERIES)
 QUERIES.update(KEY_QUERIES)
 QUERIES.update(RATE_QUERIES)
 QUERIES.update(RETENTION_QUERIES)

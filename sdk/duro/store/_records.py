@@ -53,6 +53,9 @@ class RunRecord(NamedTuple):
     cancel_requested_at: int | None = None  # when a cancel was asked for (see Store.cancel_run)
     # the length of its history when a worker died executing it (see Store.remove_worker)
     recovered_steps: int | None = None
+    attempt: int = 1  # 1, and one more at each retry (see duro._redrive)
+    forked_from: str | None = None  # the run a fork copied its history from, and before which seq
+    forked_seq: int | None = None
     # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
     # the worker skips reading them (a store that leaves it False costs that read, nothing else)
     fresh: bool = False
@@ -177,3 +180,44 @@ class PruneBatch(NamedTuple):
     steps: int
     slots: int
     last: tuple[int, str] | None
+
+
+class Retry(NamedTuple):
+    """A retry of run ``run_id`` as its caller read it (``attempt``: its attempt then): on ``version``,
+    its ``quota`` checked as for a start (``None``: no quota), at ``now``."""
+
+    run_id: str
+    namespace: str | None
+    attempt: int
+    version: str
+    quota: QuotaCheck | None
+    now: int
+
+
+class Fork(NamedTuple):
+    """A fork of run ``run_id``: a new run ``new`` whose history is the original's calls before
+    ``from_seq`` (cut before its first grant, see ``duro._resume.fork_cut``)."""
+
+    run_id: str
+    from_seq: int
+    new: NewRun
+    quota: QuotaCheck | None
+
+
+class Redriven(NamedTuple):
+    """What a retry or a fork did: the run as it is now, and the seq its execution resumes at."""
+
+    run: RunRecord
+    resume_seq: int
+
+
+class AttemptRecord(NamedTuple):
+    """An ended attempt of a retried run (see ``_tables.Attempt``)."""
+
+    attempt: int
+    status: str
+    error: str | None
+    ended_at: int | None
+    resume_seq: int
+    version: str
+    retried_at: int

@@ -57,6 +57,8 @@ class RetentionRows(StorePart):
             ids = {"ids": gone}
             slots = self.db.run_in(conn, "prune_slots", ids).rowcount
             steps = self.db.run_in(conn, "prune_steps", ids).rowcount
+            steps += self.db.run_in(conn, "prune_past_steps", ids).rowcount
+            self.db.run_in(conn, "prune_attempts", ids)
             self.db.run_in(conn, "prune_signals", ids)
         return PruneBatch(len(gone), steps, slots, _last(found))
 

@@ -75,7 +75,16 @@ MIGRATIONS: dict[int, Callable[[Connection, str], None]] = {
     11: lambda conn, dialect: _recreate_indexes(
         conn, "duro_runs_list", "duro_runs_active", "duro_runs_ended"
     ),
+    # 12 -> 13: re-driven runs: a run's attempt and where a fork came from (duro_attempts and
+    # duro_past_steps, new tables, are made by create_all)
+    12: lambda conn, dialect: _schema_13(conn),
 }
+
+
+def _schema_13(conn: Connection) -> None:
+    _add_column(conn, "duro_runs", "attempt", "INTEGER NOT NULL DEFAULT 1")
+    _add_column(conn, "duro_runs", "forked_from", "VARCHAR(200)")
+    _add_column(conn, "duro_runs", "forked_seq", "INTEGER")
 
 
 def _schema_6(conn: Connection) -> None:

@@ -23,6 +23,7 @@ from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
 from ._limit_rows import LimitRows
 from ._rates import RateRows
+from ._redrive import RedriveRows
 from ._retention import RetentionRows
 from ._runs import RunRows
 from ._schedules import ScheduleRows
@@ -46,6 +47,7 @@ class SqlStore(
     SlotStatsRows,
     RateRows,
     RetentionRows,
+    RedriveRows,
     ClaimRows,
     ScheduleRows,
     WorkerRows,
@@ -90,6 +92,9 @@ class SqlStore(
             "unfinished_by_version",
             "next_prune_due",
             "finished_since",
+            "get_attempts",
+            "get_past_steps",
+            "ended_between",
         }
     )
 

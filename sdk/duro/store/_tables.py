@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from .._definitions import ACTIVE_STATUS_VALUES, TERMINAL_STATUS_VALUES
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
@@ -136,6 +136,11 @@ class Run(DuroTable, table=True):
     # were made at that point since (see duro._recovery; schema 7)
     recoveries: int | None = Field(default=None, nullable=True)
     recovered_steps: int | None = Field(default=None, nullable=True)
+    # how many times it was started (schema 13): 1, and one more at each retry (see duro._redrive)
+    attempt: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
+    # the run and sequence number a fork copied its history from (schema 13)
+    forked_from: str | None = Field(default=None, max_length=200, nullable=True)
+    forked_seq: int | None = Field(default=None, nullable=True)
 
 
 class Step(DuroTable, table=True):
@@ -147,6 +152,41 @@ class Step(DuroTable, table=True):
 
     __tablename__ = "duro_steps"
     run_id: str = Field(primary_key=True, max_length=200)
+    seq: int = Field(primary_key=True)
+    kind: str = Field(max_length=16)
+    name: str = Field(max_length=200)
+    status: str = Field(max_length=16)
+    started_at: int = _ms(nullable=False)
+    ended_at: int | None = _ms(nullable=True)
+    wake_at: int | None = _ms(nullable=True)
+    result: str | None = _text(nullable=True)
+    error: str | None = _text(nullable=True)
+    detail: str | None = _text(nullable=True)
+
+
+class Attempt(DuroTable, table=True):
+    """An ended attempt of a run that was retried (schema 13): how it ended (``status``, ``error``,
+    ``ended_at``), and where the next attempt, number ``attempt + 1``, resumed (``resume_seq``: the
+    calls from there on were moved to ``duro_past_steps``) on which ``version``, when."""
+
+    __tablename__ = "duro_attempts"
+    run_id: str = Field(primary_key=True, max_length=200)
+    attempt: int = Field(primary_key=True)
+    status: str = Field(max_length=16)
+    error: str | None = _text(nullable=True)
+    ended_at: int | None = _ms(nullable=True)
+    resume_seq: int
+    version: str = Field(max_length=64)
+    retried_at: int = _ms(nullable=False)
+
+
+class PastStep(DuroTable, table=True):
+    """A call of an earlier attempt that a retry made again (schema 13): the step as that attempt
+    left it, kept for people (a run's steps show it beside the new attempt's); never replayed."""
+
+    __tablename__ = "duro_past_steps"
+    run_id: str = Field(primary_key=True, max_length=200)
+    attempt: int = Field(primary_key=True)
     seq: int = Field(primary_key=True)
     kind: str = Field(max_length=16)
     name: str = Field(max_length=200)
@@ -381,6 +421,8 @@ def _table(model: type[DuroTable]) -> Table:
 
 runs = _table(Run)
 steps = _table(Step)
+attempts = _table(Attempt)
+past_steps = _table(PastStep)
 signals = _table(Signal)
 workers = _table(Worker)
 meta = _table(Meta)

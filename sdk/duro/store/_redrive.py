@@ -1,0 +1,173 @@
+"""Re-driving runs: a retry (the run's calls from its resume point moved aside, the run pending
+again) and a fork (a new run with a copy of the original's first calls), each one transaction.
+Where a retry resumes and where a fork cuts are pure decisions (``duro._resume``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .._errors import DuroError, RunNotFoundError, RunStatusError
+from .._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
+from ._connection import StorePart
+from ._queries import count_sql
+from ._records import AttemptRecord, Fork, QuotaCheck, Redriven, Retry, RunRecord, StepRecord, settle_sleeps
+from ._runs import _admit, _new_run, to_run
+
+
+class RedriveRows(StorePart):
+    """Retries and forks of ended runs, and the earlier attempts' records."""
+
+    def retry_run(self, retry: Retry) -> Redriven:
+        """Retry a ``failed`` or ``cancelled`` run (see ``duro._resume``). Raises ``RunNotFoundError``,
+        ``RunStatusError`` (not ended, completed, or changed since the caller read it: another retry
+        won) and ``ConcurrencyLimitError``; nothing is written then."""
+        db = self.db
+        with db.write() as conn:
+            quota = retry.quota
+            if quota is not None:
+                db.lock_key(conn, f"duro:quota:{quota.key}")
+            run = self._ended(conn, retry.run_id, retry.namespace, "retry")
+            if run.attempt != retry.attempt:
+                raise RunStatusError(run.id, "pending", "retry", "another retry took it first")
+            if quota is not None:
+                counted = db.run_text(conn, _count(quota), _count_params(quota))
+                _admit(quota, int(counted.fetchone()[0]))
+            steps = settle_sleeps(
+                [StepRecord(*row) for row in db.run(conn, "select_steps", {"run_id": run.id})], run
+            )
+            grants = self._grants(conn, steps, retry.now)
+            resume = resume_point(steps, lambda step: grants.get(step.seq))
+            params = {"id": run.id, "attempt": run.attempt, "version": retry.version, "now": retry.now}
+            if db.run(conn, "retry_run", params).rowcount != 1:
+                conn.rollback()
+                raise RunStatusError(run.id, "pending", "retry", "another retry took it first")
+            attempts = [AttemptRecord(*row) for row in db.run(conn, "select_attempts", {"run_id": run.id})]
+            db.run(
+                conn,
+                "insert_attempt",
+                {
+                    "run_id": run.id,
+                    "attempt": run.attempt,
+                    "status": run.status,
+                    "error": run.error,
+                    "ended_at": run.ended_at,
+                    "resume_seq": resume.seq,
+                    "version": retry.version,
+                    "retried_at": retry.now,
+                },
+            )
+            moved = [step for step in steps if step.seq >= resume.seq]
+            for step in moved:
+                past = {"run_id": run.id, "attempt": attempt_of(step.seq, attempts), **step._asdict()}
+                db.run(conn, "insert_past_step", past)
+            if moved:
+                db.run(conn, "drop_steps_from", {"run_id": run.id, "seq": resume.seq})
+                slots = [found for step in moved if (found := slot_id(step)) is not None]
+                if slots:
+                    db.run_in(conn, "drop_ended_slots", {"ids": slots})  # asked for again, same id
+            db.run(conn, "give_back_signals", {"run_id": run.id, "seq": resume.seq})
+            db.notify(conn, ["run", run.namespace])
+            found = db.run(conn, "select_run", {"id": run.id}).fetchone()
+            return Redriven(to_run(found), resume.seq)
+
+    def fork_run(self, fork: Fork) -> Redriven:
+        """Start ``fork.new`` with a copy of the original's first calls (see ``duro._resume.fork_cut``).
+        Raises ``RunNotFoundError``, ``RunStatusError`` (the original has not ended),
+        ``RunIdConflictError`` (the new id is taken) and ``ConcurrencyLimitError``."""
+        db = self.db
+        new = fork.new
+        with db.write() as conn:
+            quota = fork.quota
+            if quota is not None:
+                db.lock_key(conn, f"duro:quota:{quota.key}")
+            original = self._ended(conn, fork.run_id, new.namespace, "fork", completed=True)
+            if db.run(conn, "select_run", {"id": new.id}).fetchone() is not None:
+                raise DuroError(
+                    f"cannot fork run {fork.run_id!r} as run {new.id!r}: that id is taken; "
+                    f"pass another new_run_id, or none for a new one"
+                )
+            if quota is not None:
+                counted = db.run_text(conn, _count(quota), _count_params(quota))
+                _admit(quota, int(counted.fetchone()[0]))
+            steps = settle_sleeps(
+                [StepRecord(*row) for row in db.run(conn, "select_steps", {"run_id": fork.run_id})], original
+            )
+            cut = fork_cut(steps, fork.from_seq)
+            run, values = _new_run(new)
+            run = run._replace(forked_from=fork.run_id, forked_seq=fork.from_seq)
+            values.update(forked_from=fork.run_id, forked_seq=fork.from_seq)
+            db.run(conn, "insert_run", values)
+            if cut:
+                db.run(conn, "copy_steps", {"new_id": new.id, "run_id": fork.run_id, "cut": cut})
+            db.notify(conn, ["run", new.namespace])
+            return Redriven(run, cut)
+
+    def get_attempts(self, run_id: str) -> list[AttemptRecord]:
+        """The run's ended attempts that were retried, oldest first."""
+        with self.db.single_read() as conn:
+            return [AttemptRecord(*row) for row in self.db.run(conn, "select_attempts", {"run_id": run_id})]
+
+    def get_past_steps(self, run_id: str) -> list[tuple[int, StepRecord]]:
+        """The calls earlier attempts made and a retry made again: (attempt, step), by seq."""
+        with self.db.single_read() as conn:
+            rows = self.db.run(conn, "select_past_steps", {"run_id": run_id}).fetchall()
+        return [(int(row[0]), StepRecord(*row[1:])) for row in rows]
+
+    def ended_between(
+        self, namespace: str, since: int, until: int, after: tuple[int, str], n: int
+    ) -> list[RunRecord]:
+        """Up to ``n`` runs of ``namespace`` that ended in [since, until), oldest end first, after
+        ``after`` (the (ended_at, id) of the last run of the page before)."""
+        at, run_id = after if after > (since, "") else (since, "")
+        params = {
+            "namespace": namespace,
+            "since": since,
+            "until": until,
+            "after_at": at,
+            "after_id": run_id,
+            "n": n,
+        }
+        with self.db.read(transaction=False) as conn:
+            return [to_run(row) for row in self.db.run(conn, "ended_between", params)]
+
+    def _ended(
+        self, conn: Connection, run_id: str, namespace: str | None, action: str, completed: bool = False
+    ) -> RunRecord:
+        found = self.db.run(conn, "select_run", {"id": run_id}).fetchone()
+        run = None if found is None else to_run(found)
+        if run is None or (namespace is not None and run.namespace != namespace):
+            raise RunNotFoundError(run_id, namespace)
+        if run.status not in ("failed", "cancelled") and not (completed and run.status == "completed"):
+            raise RunStatusError(run.id, run.status, action)
+        return run
+
+    def _grants(self, conn: Connection, steps: Sequence[StepRecord], now: int) -> dict[int, Grant]:
+        """The kept grants' states, by their hook step's seq: a slot held while it is busy, a rate's
+        grant while its window has not passed it."""
+        hooks = [step for step in steps if step.kind == "hook" and step.status == "completed"]
+        slots = {found: step.seq for step in hooks if (found := slot_id(step)) is not None}
+        waits = {wait[0]: step.seq for step in hooks if (wait := rate_wait(step)) is not None}
+        grants: dict[int, Grant] = {}
+        if slots:
+            for slot, state in self.db.run_in(conn, "slot_states", {"ids": list(slots)}):
+                grants[slots[slot]] = Grant(slots[slot], state == "busy")
+            for seq in slots.values():
+                grants.setdefault(seq, Grant(seq, False))  # its row is gone (pruned): not held
+        if waits:
+            for wait, granted_at, per_ms in self.db.run_in(conn, "rate_grants", {"ids": list(waits)}):
+                held = granted_at is not None and per_ms is not None and granted_at + per_ms > now
+                grants[waits[wait]] = Grant(waits[wait], held)
+            for seq in waits.values():
+                grants.setdefault(seq, Grant(seq, False))
+        return grants
+
+
+def _count(quota: QuotaCheck) -> str:
+    return count_sql(tuple(quota.statuses), quota.namespace is not None)
+
+
+def _count_params(quota: QuotaCheck) -> dict[str, Any]:
+    return {"key": quota.key} if quota.namespace is None else {"key": quota.key, "namespace": quota.namespace}
