@@ -17,10 +17,12 @@ from duro import (
     Engine,
     Limit,
     NonDeterminismError,
+    Rate,
     RunFailedError,
     RunNotFoundError,
     RunStatusError,
     WorkerOptions,
+    acquire_rate,
     define_workspace,
     limit_slot,
     step,
@@ -31,7 +33,9 @@ from duro.testing import run_store_inline
 from duro_harness import SimulatedClock
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
-WORKSPACE = define_workspace(limits={"payments": Limit(capacity=1, max_hold="1h")})
+WORKSPACE = define_workspace(
+    limits={"payments": Limit(capacity=1, max_hold="1h")}, rates={"gateway": Rate(limit=5, per="1h")}
+)
 calls: list[str] = []
 broken = {"charge": True}
 
@@ -102,6 +106,12 @@ async def waiter(order: str) -> str:
     return await wait_for_signal("go")
 
 
+@workflow(name="rated")
+async def rated(order: str) -> str:
+    await acquire_rate("gateway")
+    return await charge(order)
+
+
 @workflow(name="versioned", version="1")
 async def versioned_v1(order: str) -> str:
     await reserve(order)
@@ -131,7 +141,7 @@ def engine_on(url: str, clock: SimulatedClock, *extra) -> Engine:
         url, workspace=WORKSPACE, clock=clock, options=WorkerOptions(poll_interval=None, unload_after=None)
     )
     run_store_inline(engine)
-    for wf in (checkout, paid_checkout, holder, quoted, waiter, versioned_v1, *extra):
+    for wf in (checkout, paid_checkout, holder, quoted, waiter, rated, versioned_v1, *extra):
         engine.register(wf)
     return engine
 
@@ -357,3 +367,20 @@ async def test_version_moves_a_run_and_a_history_that_does_not_replay_fails(data
         )
         with pytest.raises(Exception, match="no version '9' here"):
             await engine.retry(stuck, version="9")
+
+
+async def test_a_rate_grant_is_kept_inside_its_window_and_taken_again_after_it(database_url):
+    clock = SimulatedClock(START)
+    async with engine_on(database_url, clock) as engine:
+        run_id = await failed(engine, clock, rated, "r-1")
+        await engine.retry(run_id)  # at once: the grant still counts in the window, kept
+        await clock.advance(1)
+        assert (await engine.get_run(run_id)).status.value == "failed"
+        await clock.advance(2 * 3_600_000)  # the window has passed the grant: taken again
+        broken["charge"] = False
+        await engine.retry(run_id)
+        await clock.advance(1)
+        assert await engine.result(run_id) == "charged r-1"
+        assert [a.resume_seq for a in await engine.attempts(run_id)] == [1, 0]
+        hooks = [(s.seq, s.status, s.attempt) for s in await engine.steps(run_id) if s.kind == "hook"]
+        assert hooks == [(0, "completed", 1), (0, "completed", 3)]
