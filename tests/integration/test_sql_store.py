@@ -94,7 +94,7 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert "concurrency_key IS NOT NULL" in _index_definition(second, "duro_runs_quota")
     assert "parent_id IS NOT NULL" in _index_definition(second, "duro_runs_parent")
     assert "due_at IS NOT NULL" in _index_definition(second, "duro_slots_due")
@@ -169,7 +169,7 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert "ended_at IS NOT NULL" in _index_definition(second, "duro_slots_ended")
     assert second.get_run("old").trace_context is None
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
@@ -194,7 +194,7 @@ def test_schema_6_gains_the_cancel_request_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert second.get_run("old").cancel_requested_at is None
     assert second.cancel_run("old", None, "{}", 5).requested == ["old"]
     assert second.get_run("old").cancel_requested_at == 5
@@ -221,7 +221,7 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     with second._engine.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
     assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}
@@ -309,7 +309,7 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert "ended_at" in _index_definition(second, "duro_runs_quota")
     assert second.count_active("tenant:a", ("pending",), None) == 1
     second.close()
@@ -340,7 +340,7 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
     first.close()
     second = SqlStore(database_url)
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert second.limit_keys(config) == [
         ("a", 1, False, 1, 0, 1),
         ("b", 1, False, 1, 0, 0),
@@ -381,7 +381,7 @@ def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url)
     first.close()
     second = SqlStore(database_url, decisions_clock="caller")
     second.create_schema()
-    assert second.schema_version() == SCHEMA_VERSION == 12
+    assert second.schema_version() == SCHEMA_VERSION == 13
     assert second.get_rate_wait("w0").ended_at == 1000
     (state,) = second.rate_states(2000)
     assert (state.granted, state.waiting) == (2, 1)
@@ -436,3 +436,32 @@ def test_postgresql_transactions_are_the_stores_own_and_reads_keep_the_prepared_
         assert prepared and prepared >= 2
     finally:
         store.close()
+
+
+def test_schema_12_gains_attempts_and_forks_keeping_every_run(database_url):
+    """A version-12 database (no attempt, no fork, no earlier attempts' tables): every run reads as
+    its first attempt, and a failed one can be retried."""
+    from duro.store import Retry, StepRecord
+    from duro.store._commands import FinishRun, RecordStep
+
+    first = SqlStore(database_url, decisions_clock="caller")
+    first.create_schema()
+    first.insert_run(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
+    first.apply(RecordStep("old", "w", StepRecord(0, "step", "work", "failed", 1, 2, error="{}"), None, None, 2))
+    first.apply(FinishRun("old", "w", "failed", None, '{"type": "x.Boom"}', 3, None))
+    with first._engine.begin() as conn:  # back to schema 12
+        for column in ("attempt", "forked_from", "forked_seq"):
+            conn.execute(sa.text(f"ALTER TABLE duro_runs DROP COLUMN {column}"))
+        conn.execute(sa.text("DROP TABLE duro_attempts"))
+        conn.execute(sa.text("DROP TABLE duro_past_steps"))
+        conn.execute(sa.text("UPDATE duro_meta SET value = '12' WHERE key = 'schema_version'"))
+    first.close()
+    second = SqlStore(database_url, decisions_clock="caller")
+    second.create_schema()
+    assert second.schema_version() == SCHEMA_VERSION == 13
+    old = second.get_run("old")
+    assert (old.status, old.attempt, old.forked_from) == ("failed", 1, None)
+    retried = second.retry_run(Retry("old", None, 1, "1", None, 10))
+    assert (retried.run.status, retried.run.attempt, retried.resume_seq) == ("pending", 2, 0)
+    assert second.get_steps("old") == [] and [a for a, _ in second.get_past_steps("old")] == [1]
+    second.close()
