@@ -102,9 +102,12 @@ class Redrive:
         self._read_namespace = read_namespace
         self._local = local
 
-    async def retry(self, run_id: str, version: str | None = None) -> RunRecord:
-        """See ``Engine.retry``."""
-        run = await self._runs.record(run_id)
+    async def retry(
+        self, run_id: str, version: str | None = None, known: RunRecord | None = None
+    ) -> RunRecord:
+        """See ``Engine.retry``. ``known``: the run as just read (a bulk retry's page), not read again:
+        the store decides on the run as it finds it, and refuses one that changed since."""
+        run = known if known is not None else await self._runs.record(run_id)
         if run.status not in ("failed", "cancelled"):
             raise RunStatusError(run.id, run.status, "retry")
         target = self._version(run, version)
@@ -189,7 +192,7 @@ class Redrive:
         statuses = ("failed", "cancelled") if status is None else (status,)
         now = self._clock.now_ms()
         start, end = self._window(since, until, now, "retry_runs")
-        chosen: list[str] = []
+        chosen: list[RunRecord] = []
         after = (start, "")
         while len(chosen) < limit:
             page = await self._gateway.call(
@@ -197,7 +200,7 @@ class Redrive:
             )
             for run in page:
                 if run.status in statuses and workflow in (None, run.workflow) and _error_is(run, error_type):
-                    chosen.append(run.id)
+                    chosen.append(run)
                     if len(chosen) == limit:
                         break
             if len(page) < PAGE:
@@ -205,16 +208,16 @@ class Redrive:
             last = page[-1]
             after = (last.ended_at or 0, last.id)
         if dry_run:
-            return BulkReport(chosen, {}, True)
+            return BulkReport([run.id for run in chosen], {}, True)
         done: list[str] = []
         refused: dict[str, str] = {}
-        for run_id in chosen:  # each its own transaction: a crash leaves each retried or untouched
+        for run in chosen:  # each its own transaction: a crash leaves each retried or untouched
             try:
-                await self.retry(run_id, version)
+                await self.retry(run.id, version, run)
             except (DuroError, RunNotFoundError) as err:
-                refused[run_id] = str(err)
+                refused[run.id] = str(err)
                 continue
-            done.append(run_id)
+            done.append(run.id)
         return BulkReport(done, refused, False)
 
     async def cancel_runs(

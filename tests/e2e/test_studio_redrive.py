@@ -57,6 +57,7 @@ def test_retry_and_fork_from_a_runs_page(page: Any, dev_server: DevServer) -> No
         "data-status", "completed"
     )
     expect(page.get_by_test_id("run-retry")).to_be_hidden()  # completed: nothing to retry
+    expect(page.get_by_test_id("step-fork")).to_have_count(2)  # the run's history: reserve, the new charge
     screenshot(page, "run-retried")
 
     # fork from the charge: a new run, its first call copied, the charge run again

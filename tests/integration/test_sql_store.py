@@ -447,7 +447,9 @@ def test_schema_12_gains_attempts_and_forks_keeping_every_run(database_url):
     first = SqlStore(database_url, decisions_clock="caller")
     first.create_schema()
     first.insert_run(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
-    first.apply(RecordStep("old", "w", StepRecord(0, "step", "work", "failed", 1, 2, error="{}"), None, None, 2))
+    first.apply(
+        RecordStep("old", "w", StepRecord(0, "step", "work", "failed", 1, 2, error="{}"), None, None, 2)
+    )
     first.apply(FinishRun("old", "w", "failed", None, '{"type": "x.Boom"}', 3, None))
     with first._engine.begin() as conn:  # back to schema 12
         for column in ("attempt", "forked_from", "forked_seq"):

@@ -423,32 +423,35 @@ function runView(run, steps, loadMore, fork) {
     h('div', {class: 'columns'},
       h('section', {}, h('h2', {}, 'Input'), h('pre', {testid: 'run-input'}, json(run.input))),
       outcome),
-    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps, run.attempt || 1, fork),
+    h('section', {}, h('h2', {}, 'Steps'), stepsTable(steps, fork),
       loadMore ? h('button', {type: 'button', testid: 'steps-more', onclick: loadMore},
         `Load more steps (${steps.length} shown)`) : null),
   ];
 }
 
-/** A run's steps; a retried run's earlier attempts' calls beside today's (muted, with their attempt),
- *  and on an ended run a "Fork" button on each of today's calls (``fork(seq)``). */
-function stepsTable(steps, attempt, fork) {
+/** A run's steps; a retried run's calls that a later attempt made again stay beside the new ones
+ *  (muted, with their attempt), and on an ended run each call in its history has a "Fork" button
+ *  (``fork(seq)``). */
+function stepsTable(steps, fork) {
   if (!steps.length) return h('p', {class: 'empty'}, 'No durable call recorded yet.');
+  const latest = new Map();  // seq -> the last attempt that made the call at it
+  for (const step of steps) latest.set(step.seq, Math.max(latest.get(step.seq) || 1, step.attempt || 1));
   const heads = ['#', 'Kind', 'Name', 'Status', 'Started', 'Ended', 'Result', ...(fork ? [''] : [])];
   return h('table', {class: 'grid', testid: 'steps-table'},
     h('thead', {}, h('tr', {}, heads.map((t) => h('th', {}, t)))),
     h('tbody', {}, steps.map((step) => {
-      const row = stepRow(step, attempt);
+      const superseded = (step.attempt || 1) < latest.get(step.seq);
+      const row = stepRow(step, superseded);
       if (fork) {
-        const current = (step.attempt || 1) === attempt;
-        row.append(h('td', {}, current ? h('button', {type: 'button', class: 'small', testid: 'step-fork',
-          title: 'Start a new run from a copy of the calls before this one', onclick: () => fork(step.seq)},
-        'Fork from here') : null));
+        row.append(h('td', {}, superseded ? null : h('button', {type: 'button', class: 'small',
+          testid: 'step-fork', title: 'Start a new run from a copy of the calls before this one',
+          onclick: () => fork(step.seq)}, 'Fork from here')));
       }
       return row;
     })));
 }
 
-function stepRow(step, attempt = 1) {
+function stepRow(step, superseded = false) {
   const isHook = step.kind === 'hook';
   const waiting = step.status === 'waiting';
   const name = [h('span', {}, step.name)];
@@ -464,11 +467,10 @@ function stepRow(step, attempt = 1) {
   if (waiting && step.wake_at) {
     statusCell.push(h('div', {class: 'small muted'}, isHook ? 'gives up ' : 'wakes ', timeEl(step.wake_at)));
   }
-  const earlier = (step.attempt || 1) < attempt;
-  if (earlier) name.push(' ', badge(`attempt ${step.attempt}`, 'muted', {testid: 'step-attempt'}));
+  if (superseded) name.push(' ', badge(`attempt ${step.attempt}`, 'muted', {testid: 'step-attempt'}));
   return h('tr', {testid: 'step-row', 'data-seq': step.seq, 'data-kind': step.kind, 'data-status': step.status,
     'data-attempt': step.attempt || 1,
-    class: earlier ? 'earlier-attempt' : isHook && waiting ? 'hook-waiting' : isHook ? 'hook' : null},
+    class: superseded ? 'earlier-attempt' : isHook && waiting ? 'hook-waiting' : isHook ? 'hook' : null},
   h('td', {class: 'num'}, step.seq),
   h('td', {}, h('span', {class: 'kind'}, step.kind)),
   h('td', {}, name),

@@ -545,7 +545,7 @@ REDRIVE_QUERIES = {
     "retry_run": "UPDATE duro_runs SET status = 'pending', attempt = attempt + 1, version = :version, "
     "output = NULL, error = NULL, ended_at = NULL, owner = NULL, wake_at = NULL, due_at = :now, "
     "cancel_requested_at = NULL, recoveries = NULL, recovered_steps = NULL, updated_at = :now "
-    "WHERE id = :id AND attempt = :attempt AND status IN ('failed', 'cancelled')",
+    f"WHERE id = :id AND attempt = :attempt AND status IN ('failed', 'cancelled') RETURNING {_list(RUN_COLUMNS)}",
     "insert_attempt": f"INSERT INTO duro_attempts ({_list(ATTEMPT_COLUMNS)}) VALUES ({_list(ATTEMPT_COLUMNS, ':')})",
     "select_attempts": f"SELECT {_list(ATTEMPT_COLUMNS[1:])} FROM duro_attempts WHERE run_id = :run_id "
     "ORDER BY attempt",

@@ -23,55 +23,63 @@ class RedriveRows(StorePart):
     def retry_run(self, retry: Retry) -> Redriven:
         """Retry a ``failed`` or ``cancelled`` run (see ``duro._resume``). Raises ``RunNotFoundError``,
         ``RunStatusError`` (not ended, completed, or changed since the caller read it: another retry
-        won) and ``ConcurrencyLimitError``; nothing is written then."""
+        won) and ``ConcurrencyLimitError``; nothing is written then.
+
+        On PostgreSQL in two round trips (three when the kept calls hold grants): the reads (the
+        quota's lock and count, the run, its steps and earlier attempts) and the guarded update in
+        one pipeline, then the writes sent with the commit."""
         db = self.db
+        quota = retry.quota
+        params = {"id": retry.run_id, "attempt": retry.attempt, "version": retry.version, "now": retry.now}
         with db.write() as conn:
-            quota = retry.quota
-            if quota is not None:
-                db.lock_key(conn, f"duro:quota:{quota.key}")
-            run = self._ended(conn, retry.run_id, retry.namespace, "retry")
-            if run.attempt != retry.attempt:
+            with db.pipeline(conn):
+                if quota is not None:
+                    db.lock_key(conn, f"duro:quota:{quota.key}")
+                    counted = db.run_text(conn, _count(quota), _count_params(quota))
+                found = db.run(conn, "select_run", {"id": retry.run_id})
+                listed = db.run(conn, "select_steps", {"run_id": retry.run_id})
+                earlier = db.run(conn, "select_attempts", {"run_id": retry.run_id})
+                # the decision's guarded update, in the same trip: it takes the run only as the
+                # caller read it (PostgreSQL: a concurrent retry waits here for our commit, then
+                # finds the run changed); undone with the transaction if anything below refuses
+                taken = db.run(conn, "retry_run", params)
+            run = self._ended(found.fetchone(), retry.run_id, retry.namespace, "retry")
+            updated = taken.fetchone()
+            if run.attempt != retry.attempt or updated is None:
                 raise RunStatusError(run.id, "pending", "retry", "another retry took it first")
             if quota is not None:
-                counted = db.run_text(conn, _count(quota), _count_params(quota))
                 _admit(quota, int(counted.fetchone()[0]))
-            steps = settle_sleeps(
-                [StepRecord(*row) for row in db.run(conn, "select_steps", {"run_id": run.id})], run
-            )
+            steps = settle_sleeps([StepRecord(*row) for row in listed.fetchall()], run)
+            attempts = [AttemptRecord(*row) for row in earlier.fetchall()]
             grants = self._grants(conn, steps, retry.now)
             resume = resume_point(steps, lambda step: grants.get(step.seq))
-            params = {"id": run.id, "attempt": run.attempt, "version": retry.version, "now": retry.now}
-            if db.run(conn, "retry_run", params).rowcount != 1:
-                conn.rollback()
-                raise RunStatusError(run.id, "pending", "retry", "another retry took it first")
-            attempts = [AttemptRecord(*row) for row in db.run(conn, "select_attempts", {"run_id": run.id})]
-            db.run(
-                conn,
-                "insert_attempt",
-                {
-                    "run_id": run.id,
-                    "attempt": run.attempt,
-                    "status": run.status,
-                    "error": run.error,
-                    "ended_at": run.ended_at,
-                    "resume_seq": resume.seq,
-                    "version": retry.version,
-                    "retried_at": retry.now,
-                },
-            )
             moved = [step for step in steps if step.seq >= resume.seq]
-            for step in moved:
-                past = {"run_id": run.id, "attempt": attempt_of(step.seq, attempts), **step._asdict()}
-                db.run(conn, "insert_past_step", past)
-            if moved:
-                db.run(conn, "drop_steps_from", {"run_id": run.id, "seq": resume.seq})
-                slots = [found for step in moved if (found := slot_id(step)) is not None]
+            slots = [found for step in moved if (found := slot_id(step)) is not None]
+            with db.committing(conn, answers=False):  # decided: the writes go with the commit
+                db.run(
+                    conn,
+                    "insert_attempt",
+                    {
+                        "run_id": run.id,
+                        "attempt": run.attempt,
+                        "status": run.status,
+                        "error": run.error,
+                        "ended_at": run.ended_at,
+                        "resume_seq": resume.seq,
+                        "version": retry.version,
+                        "retried_at": retry.now,
+                    },
+                )
+                for step in moved:
+                    past = {"run_id": run.id, "attempt": attempt_of(step.seq, attempts), **step._asdict()}
+                    db.run(conn, "insert_past_step", past)
+                if moved:
+                    db.run(conn, "drop_steps_from", {"run_id": run.id, "seq": resume.seq})
                 if slots:
                     db.run_in(conn, "drop_ended_slots", {"ids": slots})  # asked for again, same id
-            db.run(conn, "give_back_signals", {"run_id": run.id, "seq": resume.seq})
-            db.notify(conn, ["run", run.namespace])
-            found = db.run(conn, "select_run", {"id": run.id}).fetchone()
-            return Redriven(to_run(found), resume.seq)
+                db.run(conn, "give_back_signals", {"run_id": run.id, "seq": resume.seq})
+                db.notify(conn, ["run", run.namespace])
+            return Redriven(to_run(updated), resume.seq)
 
     def fork_run(self, fork: Fork) -> Redriven:
         """Start ``fork.new`` with a copy of the original's first calls (see ``duro._resume.fork_cut``).
@@ -83,7 +91,8 @@ class RedriveRows(StorePart):
             quota = fork.quota
             if quota is not None:
                 db.lock_key(conn, f"duro:quota:{quota.key}")
-            original = self._ended(conn, fork.run_id, new.namespace, "fork", completed=True)
+            found = db.run(conn, "select_run", {"id": fork.run_id}).fetchone()
+            original = self._ended(found, fork.run_id, new.namespace, "fork", completed=True)
             if db.run(conn, "select_run", {"id": new.id}).fetchone() is not None:
                 raise DuroError(
                     f"cannot fork run {fork.run_id!r} as run {new.id!r}: that id is taken; "
@@ -134,9 +143,9 @@ class RedriveRows(StorePart):
             return [to_run(row) for row in self.db.run(conn, "ended_between", params)]
 
     def _ended(
-        self, conn: Connection, run_id: str, namespace: str | None, action: str, completed: bool = False
+        self, found: Any, run_id: str, namespace: str | None, action: str, completed: bool = False
     ) -> RunRecord:
-        found = self.db.run(conn, "select_run", {"id": run_id}).fetchone()
+        """The run of row ``found``, if it is in ``namespace`` and has ended as ``action`` needs."""
         run = None if found is None else to_run(found)
         if run is None or (namespace is not None and run.namespace != namespace):
             raise RunNotFoundError(run_id, namespace)
