@@ -314,6 +314,8 @@ def render_run(answer: dict[str, Any]) -> str:
         ("ended", format_time(run.get("ended_at"))),
         ("tags", ", ".join(run.get("tags") or []) or None),
         ("parent", run.get("parent_id")),
+        ("attempt", run.get("attempt") if (run.get("attempt") or 1) > 1 else None),
+        ("forked", "from {} at seq {}".format(*run["forked_from"]) if run.get("forked_from") else None),
         ("input", _compact(run.get("input"), 100)),
     ]
     if run.get("error") is not None:
@@ -327,11 +329,17 @@ def render_run(answer: dict[str, Any]) -> str:
     if not steps:
         lines.append("no steps yet")
     else:
+        latest: dict[Any, int] = {}  # seq -> the last attempt that made the call there
+        for s in steps:
+            latest[s.get("seq")] = max(latest.get(s.get("seq"), 1), s.get("attempt") or 1)
         rows = [
             [
                 s.get("seq"),
                 s.get("kind"),
-                clean(s.get("name"), 40),
+                clean(s.get("name"), 40)
+                + (
+                    f" (attempt {s.get('attempt')})" if (s.get("attempt") or 1) < latest[s.get("seq")] else ""
+                ),
                 s.get("status"),
                 format_time(s.get("started_at")),
                 format_time(s.get("ended_at")),

@@ -20,7 +20,7 @@ from ._gateway import StoreGateway
 from ._registry import Registry
 from ._serde import error_summary
 from ._starts import Starter
-from ._text import check_run_id
+from ._text import check_run_id, refuse_nul
 from .store import AttemptRecord, Fork, NewRun, QuotaCheck, Retry, RunRecord
 
 PAGE = 500  # runs a bulk action reads at a time
@@ -189,6 +189,7 @@ class Redrive:
                 f"retry_runs: status {status!r} cannot be retried; use 'failed', 'cancelled' or None (both)"
             )
         _check_bulk(limit, dry_run, "retry_runs")
+        _check_text("retry_runs", workflow=workflow, error_type=error_type)
         statuses = ("failed", "cancelled") if status is None else (status,)
         now = self._clock.now_ms()
         start, end = self._window(since, until, now, "retry_runs")
@@ -236,6 +237,7 @@ class Redrive:
                 f"{', '.join(ACTIVE_STATUS_VALUES)}, or None for all of them"
             )
         _check_bulk(limit, dry_run, "cancel_runs")
+        _check_text("cancel_runs", workflow=workflow)
         statuses = list(ACTIVE_STATUS_VALUES) if status is None else [status]
         now = self._clock.now_ms()
         start, end = self._window(since, until, now, "cancel_runs")
@@ -276,8 +278,11 @@ class Redrive:
         else its own."""
         if version is None:
             return run.version
-        if not isinstance(version, str) or not version:
-            raise DuroError(f"version must be a registered version's name (a string), got {version!r}")
+        if not isinstance(version, str) or not 0 < len(version) <= 64:
+            raise DuroError(
+                f"version must be a registered version's name (a string of 1 to 64 characters), got {version!r}"
+            )
+        refuse_nul(version, "version")
         if self._registry.get(run.workflow) is not None:
             self._registry.spec_for(run.workflow, version)  # a clear error naming the versions known
         return version
@@ -314,6 +319,16 @@ def _instant(value: Duration | datetime, now: int, what: str) -> int:
     if isinstance(value, datetime):
         return datetime_to_ms(value)
     return now - to_ms(value, what)
+
+
+def _check_text(what: str, **given: str | None) -> None:
+    """A bulk action's text filters: strings, without NUL (no run's name or error holds one)."""
+    for name, value in given.items():
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise DuroError(f"{what}: {name} must be a non-empty string or None, got {value!r}")
+        refuse_nul(value, f"{what}: the {name} filter")
 
 
 def _check_bulk(limit: int, dry_run: bool, what: str) -> None:

@@ -55,6 +55,7 @@ from .store import Adopter, Claim, RunRecord, settle_sleeps
 log = logging.getLogger("duro")
 CLAIM_BATCH = 100  # runs a claim takes at most (more room: the next batch at once; workers share a backlog)
 CLAIM_BATCH_S = 0.02  # announced runs are claimed in batches at most this often (see _wake_for_claims)
+LISTEN_READY_S = 5.0  # how long a starting worker waits for its LISTEN before it claims (then: polls)
 
 
 class Worker:
@@ -286,6 +287,18 @@ class Worker:
     async def start(self) -> None:
         await self.heartbeat.join()  # running from here until halted (Heartbeat.running)
         loop = asyncio.get_running_loop()
+        if self.store.notifies and not (self.hooks.inline_store and self.store.dialect == "sqlite"):
+            self._listening, ready = threading.Event(), threading.Event()
+            self._listener = threading.Thread(
+                target=self.store.listen,
+                args=(partial(self._deliver, loop), self._listening, ready),
+                name=f"duro-listen-{self.id}",
+                daemon=True,
+            )
+            self._listener.start()
+            # claims begin once notices are heard: a run started before is found by the first pass,
+            # one started after by its notice (a server that cannot be reached: polls, at most 5 s on)
+            await loop.run_in_executor(None, ready.wait, LISTEN_READY_S)
         self._loop_task = loop.create_task(self._loop(), name=f"duro-worker-{self.id}")
         self._schedule_task = loop.create_task(
             fire_schedules(
@@ -302,15 +315,6 @@ class Worker:
             self._retention_task = loop.create_task(
                 self.retention.loop(self.workspace.retention_ms), name=f"duro-retention-{self.id}"
             )
-        if self.store.notifies and not (self.hooks.inline_store and self.store.dialect == "sqlite"):
-            self._listening = threading.Event()
-            self._listener = threading.Thread(
-                target=self.store.listen,
-                args=(partial(self._deliver, loop), self._listening),
-                name=f"duro-listen-{self.id}",
-                daemon=True,
-            )
-            self._listener.start()
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
         """From the listener thread (none under the harness: no thread may wake its loop): hand a

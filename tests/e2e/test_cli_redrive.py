@@ -58,6 +58,9 @@ def test_retry_fork_and_cancel_from_the_cli(dev_server: DevServer):
         (1, "charge_card", "completed", 2),
     ]
 
+    shown = cli(project, "runs", "show", failed[0]).stdout
+    assert "  attempt  2" in shown and "charge_card (attempt 1)" in shown
+
     again = cli(project, "runs", "retry", failed[0])  # completed: refused, exit 1
     assert again.exit_code == 1
     assert f"cannot retry run '{failed[0]}': it is completed" in again.output

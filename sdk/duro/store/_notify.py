@@ -32,10 +32,17 @@ def payloads(messages: tuple[list[Any], ...]) -> dict[str, list[str]]:
     return {"payloads": [json.dumps(m) for m in messages]}
 
 
-def listen(url: URL, deliver: Callable[[list[Any]], None], stopping: threading.Event) -> None:
-    """Block, handing each notice (a decoded JSON list) to ``deliver``, until ``stopping`` is set.
-    Reconnects after errors (a restarted server, say) and then delivers ``["reconnected"]``:
-    whatever was sent meanwhile was lost, so listeners look again."""
+def listen(
+    url: URL,
+    deliver: Callable[[list[Any]], None],
+    stopping: threading.Event,
+    ready: threading.Event | None = None,
+) -> None:
+    """Block, handing each notice (a decoded JSON list) to ``deliver``, until ``stopping`` is set;
+    ``ready`` is set once the first ``LISTEN`` is in place (a worker starts claiming then: a run
+    announced before it is found by its first pass, one after by its notice). Reconnects after
+    errors (a restarted server, say) and then delivers ``["reconnected"]``: whatever was sent
+    meanwhile was lost, so listeners look again."""
     dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
     first = True
     psycopg = _psycopg.driver
@@ -43,6 +50,8 @@ def listen(url: URL, deliver: Callable[[list[Any]], None], stopping: threading.E
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
                 conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                if ready is not None:
+                    ready.set()
                 if not first:
                     deliver(["reconnected"])
                 first = False

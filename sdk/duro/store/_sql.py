@@ -188,12 +188,16 @@ class SqlStore(
         statement, a missing table or a bug is not."""
         return _engines.is_unavailable(err)
 
-    def listen(self, deliver: Callable[[list[Any]], None], stopping: Any) -> None:
+    def listen(self, deliver: Callable[[list[Any]], None], stopping: Any, ready: Any = None) -> None:
         """Block, handing each notice (see :mod:`._notify`) to ``deliver``, until ``stopping`` is
-        set. On SQLite, another process's commit is said as ``["changed"]``."""
+        set; ``ready`` (a ``threading.Event``) is set once notices are heard. On SQLite, another
+        process's commit is said as ``["changed"]``."""
         if self.dialect == "postgresql":
-            _notify.listen(self.url, deliver, stopping)
-        elif (path := self.db.file) is not None:
+            _notify.listen(self.url, deliver, stopping, ready)
+            return
+        if ready is not None:
+            ready.set()  # SQLite's watch sees every commit after its first read: none is missed
+        if (path := self.db.file) is not None:
             _notify.watch_sqlite(path, lambda: self.db.writes, deliver, stopping)
 
     def create_schema(self) -> None:
