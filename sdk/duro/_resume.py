@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 
-class StepRecord(Protocol):
+class Call(Protocol):
     """A recorded call as these decisions read it (the store's ``StepRecord`` is one)."""
 
     @property
@@ -39,7 +39,7 @@ class StepRecord(Protocol):
     def detail(self) -> str | None: ...
 
 
-class AttemptRecord(Protocol):
+class Attempt(Protocol):
     """An ended attempt as :func:`attempt_of` reads it (the store's ``AttemptRecord`` is one)."""
 
     @property
@@ -64,7 +64,7 @@ class Resume(NamedTuple):
     why: str
 
 
-def slot_id(step: StepRecord) -> str | None:
+def slot_id(step: Call) -> str | None:
     """The slot a hook step asked for (``None``: not a slot's hook, a rate's)."""
     if step.kind != "hook" or not step.detail:
         return None
@@ -72,7 +72,7 @@ def slot_id(step: StepRecord) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def rate_wait(step: StepRecord) -> tuple[str, str] | None:
+def rate_wait(step: Call) -> tuple[str, str] | None:
     """The (wait id, rate name) a rate's hook step asked for (``None``: not a rate's hook)."""
     if step.kind != "hook" or not step.detail:
         return None
@@ -81,7 +81,7 @@ def rate_wait(step: StepRecord) -> tuple[str, str] | None:
     return (wait_id, rate) if isinstance(wait_id, str) and isinstance(rate, str) else None
 
 
-def failing_call(steps: Sequence[StepRecord]) -> Resume:
+def failing_call(steps: Sequence[Call]) -> Resume:
     """Where the run's last attempt failed (see the module's docstring): the seq of its failing call,
     or of the first cancel delivered into its code, whichever comes first."""
     ordered = sorted(steps, key=lambda step: step.seq)
@@ -97,7 +97,7 @@ def failing_call(steps: Sequence[StepRecord]) -> Resume:
     return Resume(ordered[-1].seq + 1 if ordered else 0, "the workflow code after the last call")
 
 
-def resume_point(steps: Sequence[StepRecord], grants: Callable[[StepRecord], Grant | None]) -> Resume:
+def resume_point(steps: Sequence[Call], grants: Callable[[Call], Grant | None]) -> Resume:
     """Where a retry resumes: the failing call, moved back to the first kept grant the run no longer
     holds and did not release itself. ``grants`` tells, for a hook step, its grant's state (``None``:
     not a grant, or not granted)."""
@@ -116,7 +116,7 @@ def resume_point(steps: Sequence[StepRecord], grants: Callable[[StepRecord], Gra
     return resume
 
 
-def fork_cut(steps: Sequence[StepRecord], from_seq: int) -> int:
+def fork_cut(steps: Sequence[Call], from_seq: int) -> int:
     """How many of the original's calls a fork from ``from_seq`` copies: those before ``from_seq``,
     cut before the first slot or rate grant among them (a fork holds no slot of the original) and
     before the first call still waiting or that a cancel ended (a fork waits for nothing of the
@@ -131,7 +131,7 @@ def fork_cut(steps: Sequence[StepRecord], from_seq: int) -> int:
     return cut
 
 
-def attempt_of(seq: int, attempts: Sequence[AttemptRecord]) -> int:
+def attempt_of(seq: int, attempts: Sequence[Attempt]) -> int:
     """Which attempt recorded the call at ``seq`` now in the run's steps: the last one whose resume
     point is at or before it (attempt 1 starts at 0; attempt n + 1 at attempt n's ``resume_seq``)."""
     recorded = 1

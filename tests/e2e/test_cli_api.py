@@ -467,7 +467,7 @@ def test_the_client_covers_every_read_endpoint_and_raises_typed_errors(dev_serve
     with DuroClient(dev_server.url) as client:
         assert client.health()["ok"] is True
         assert client.status()["project"] == str(dev_server.project)
-        assert [w["name"] for w in client.workflows()["workflows"]] == ["call", "greet", "hold"]
+        assert [w["name"] for w in client.workflows()["workflows"]] == ["call", "checkout", "greet", "hold"]
         assert client.limit("partner-api")["limit"]["effective_capacity"] == 1
         assert isinstance(client.limit_history("partner-api", minutes=5)["points"], list)
         assert client.schedules() == {"schedules": []}

@@ -172,38 +172,24 @@ async def fork_run(request: Request) -> Response:
     return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(handle.id))), 201)
 
 
-async def retry_runs(request: Request) -> Response:
-    body = await read_body(request, RetryRunsBody)
+async def _bulk(request: Request, model: type[RetryRunsBody | CancelRunsBody], verb: str) -> Response:
+    """``POST /api/runs/retry`` and ``/api/runs/cancel``: the body's fields are the engine call's
+    keyword arguments (``engine.retry_runs`` / ``engine.cancel_runs``)."""
+    body = await read_body(request, model)
+    act = getattr(engine(request), f"{verb}_runs")
     try:
-        report = await engine(request).retry_runs(
-            workflow=body.workflow,
-            status=body.status,
-            since=body.since,
-            until=body.until,
-            error_type=body.error_type,
-            dry_run=body.dry_run,
-            limit=body.limit,
-            version=body.version,
-        )
+        report = await act(**body.model_dump())
     except DuroError as err:
         raise ApiError(422, str(err)) from None
     return answer(BulkOnlyOut(report=BulkOut.model_validate(vars(report))))
+
+
+async def retry_runs(request: Request) -> Response:
+    return await _bulk(request, RetryRunsBody, "retry")
 
 
 async def cancel_runs(request: Request) -> Response:
-    body = await read_body(request, CancelRunsBody)
-    try:
-        report = await engine(request).cancel_runs(
-            workflow=body.workflow,
-            status=body.status,
-            since=body.since,
-            until=body.until,
-            dry_run=body.dry_run,
-            limit=body.limit,
-        )
-    except DuroError as err:
-        raise ApiError(422, str(err)) from None
-    return answer(BulkOnlyOut(report=BulkOut.model_validate(vars(report))))
+    return await _bulk(request, CancelRunsBody, "cancel")
 
 
 routes = [
