@@ -6,16 +6,23 @@ the parent (``child``), which its worker may unload: the child's end makes it du
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 from ._definitions import TERMINAL_STATUS_VALUES, Concurrency
-from ._errors import ChildWorkflowError, ConcurrencyLimitError, RunCancelled, RunIdConflictError
+from ._errors import (
+    ChildWorkflowError,
+    ConcurrencyLimitError,
+    RunCancelled,
+    RunIdConflictError,
+    RunStatusError,
+)
 from ._runtime import LostRun, Runtime
 from ._serde import describe_error, dump_json, restore_error
 from ._states import RunState, StepKind
-from .store import Fenced, OwnStep, StepRecord
+from .store import Fenced, OwnStep, RunRecord, StepRecord
 
 T = TypeVar("T")
 
@@ -25,6 +32,7 @@ class Parent(Protocol):
 
     runtime: Runtime
     run_id: str
+    record: RunRecord  # the run as its worker took it (its attempt: see _start_child_run)
 
     def now_ms(self) -> int: ...
 
@@ -144,9 +152,14 @@ async def _start_child_run(
     ctx: Parent, spec: Any, inp: Any, child_id: str, concurrency: Concurrency | None, rec: StepRecord
 ) -> None:
     try:
-        await ctx.runtime.starter.start(
+        found, created = await ctx.runtime.starter.start(
             spec, inp, run_id=child_id, concurrency=concurrency, parent=ctx.own(rec)
         )
+        if not created and found.status in ("failed", "cancelled") and ctx.record.attempt > 1:
+            # a retried parent runs its failed child call again: the child is retried with it (from
+            # its own failing call, its completed steps kept), unless another retry took it first
+            with contextlib.suppress(RunStatusError):
+                await ctx.runtime.redrive.retry(found.id, None, found)
     except Fenced:
         raise LostRun(ctx.run_id) from None
     except (ConcurrencyLimitError, RunIdConflictError) as refused:

@@ -467,6 +467,7 @@ class Engine:
             schedules=self.schedules,
             handle=self.handle,
             context_engine=self,
+            redrive=self._redrive,
         )
         self._worker = worker
         self._starter.worker = worker

@@ -107,6 +107,12 @@ class RatePort(Protocol):
     async def pause_for(self, ctx: Any, limited: Any) -> int: ...
 
 
+class RetryPort(Protocol):
+    """Retries (duro._redrive), for a retried parent whose re-run child call finds its child failed."""
+
+    async def retry(self, run_id: str, version: str | None = None, known: Any = None) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Runtime:
     """What a run's execution needs, built once by its worker and shared by every run it executes."""
@@ -125,6 +131,7 @@ class Runtime:
     slots: SlotPort
     rates: RatePort
     residency: Residency
+    redrive: RetryPort
 
 
 class SlotCalls:

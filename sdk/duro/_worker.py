@@ -43,7 +43,7 @@ from ._registry import Registry
 from ._residents import Residents
 from ._retention import Retention
 from ._run_ends import RunEnds
-from ._runtime import LostRun, Runtime, Unloaded
+from ._runtime import LostRun, RetryPort, Runtime, Unloaded
 from ._schedules import Schedules, fire_schedules
 from ._starts import Starter
 from ._tracing import traced
@@ -80,6 +80,7 @@ class Worker:
         schedules: Schedules,
         handle: Callable[[str], Any],
         context_engine: object,
+        redrive: RetryPort,
     ) -> None:
         self.options = options
         self.namespace = namespace
@@ -158,6 +159,7 @@ class Worker:
                 workspace=workspace, local=self.rates, gateway=gateway, events=events, wakeups=self.wakeups
             ),
             residency=self.residents,
+            redrive=redrive,
         )
         self._limits_task: asyncio.Task[None] | None = None
         self._rates_task: asyncio.Task[None] | None = None

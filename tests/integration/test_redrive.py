@@ -23,6 +23,7 @@ from duro import (
     RunStatusError,
     WorkerOptions,
     acquire_rate,
+    child,
     define_workspace,
     limit_slot,
     step,
@@ -112,6 +113,12 @@ async def rated(order: str) -> str:
     return await charge(order)
 
 
+@workflow(name="order-with-payment")
+async def order_with_payment(order: str) -> str:
+    await reserve(f"{order}/parent")
+    return await child(checkout, order, run_id=f"{order}-payment")
+
+
 @workflow(name="versioned", version="1")
 async def versioned_v1(order: str) -> str:
     await reserve(order)
@@ -141,7 +148,17 @@ def engine_on(url: str, clock: SimulatedClock, *extra) -> Engine:
         url, workspace=WORKSPACE, clock=clock, options=WorkerOptions(poll_interval=None, unload_after=None)
     )
     run_store_inline(engine)
-    for wf in (checkout, paid_checkout, holder, quoted, waiter, rated, versioned_v1, *extra):
+    for wf in (
+        checkout,
+        paid_checkout,
+        holder,
+        quoted,
+        waiter,
+        rated,
+        order_with_payment,
+        versioned_v1,
+        *extra,
+    ):
         engine.register(wf)
     return engine
 
@@ -384,3 +401,27 @@ async def test_a_rate_grant_is_kept_inside_its_window_and_taken_again_after_it(d
         assert [a.resume_seq for a in await engine.attempts(run_id)] == [1, 0]
         hooks = [(s.seq, s.status, s.attempt) for s in await engine.steps(run_id) if s.kind == "hook"]
         assert hooks == [(0, "completed", 1), (0, "completed", 3)]
+
+
+async def test_a_retried_parent_retries_its_failed_child_with_it(database_url):
+    clock = SimulatedClock(START)
+    async with engine_on(database_url, clock) as engine:
+        parent = await failed(engine, clock, order_with_payment, "pc-1")
+        assert (await engine.get_run("pc-1-payment")).status.value == "failed"
+        broken["charge"] = False
+        await engine.retry(parent)  # the parent alone: its child call runs again, and retries the child
+        await clock.advance(1)
+        assert await engine.result(parent) == "stock for pc-1, charged pc-1"
+        child_run = await engine.get_run("pc-1-payment")
+        assert (child_run.status.value, child_run.attempt) == ("completed", 2)
+        assert calls.count("reserve pc-1/parent") == 1 and calls.count("reserve pc-1") == 1  # each once
+
+        # a bulk retry of both, whichever comes first: each retried once, and both complete
+        broken["charge"] = True
+        second = await failed(engine, clock, order_with_payment, "pc-2")
+        broken["charge"] = False
+        report = await engine.retry_runs()
+        assert second in report.run_ids and len(report.run_ids) + len(report.refused) == 2
+        await clock.advance(1)
+        assert await engine.result(second) == "stock for pc-2, charged pc-2"
+        assert (await engine.get_run("pc-2-payment")).attempt == 2
