@@ -18,6 +18,7 @@ from ._errors import (
     RunCancelled,
     RunIdConflictError,
     RunStatusError,
+    raised_at,
 )
 from ._runtime import LostRun, Runtime
 from ._serde import describe_error, dump_json, restore_error
@@ -61,7 +62,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
     if rec is not None and rec.status == "completed":
         return spec.output.load(rec.result)
     if rec is not None and rec.status == "failed":
-        raise restore_error(rec.error)
+        raise raised_at(restore_error(rec.error), seq)
     if rec is None:
         child_id = run_id or f"{ctx.run_id}.{seq}"
         rec = StepRecord(
@@ -120,7 +121,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
         "running",
     )
     await ctx.resume()
-    raise err
+    raise raised_at(err, seq)
 
 
 async def start_child(
@@ -130,7 +131,7 @@ async def start_child(
     spec = ctx.runtime.registry.spec_for(wf)
     seq, rec = ctx.take_seq("start_child", spec.name)
     if rec is not None and rec.status == "failed":
-        raise restore_error(rec.error)
+        raise raised_at(restore_error(rec.error), seq)
     if rec is None:
         child_id = run_id or f"{ctx.run_id}.{seq}"
         now = ctx.now_ms()
@@ -178,5 +179,5 @@ async def _start_child_run(
                 detail=rec.detail,
             )
         )
-        raise err from refused
+        raise raised_at(err, rec.seq) from refused
     ctx.recorded(rec)

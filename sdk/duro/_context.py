@@ -21,7 +21,15 @@ from ._batching import Pending
 from ._clock import ms_to_datetime
 from ._definitions import Concurrency, StepSpec
 from ._durations import Duration, to_ms
-from ._errors import DuroError, NonDeterminismError, RateLimited, raise_user_exit, retried, user_exit
+from ._errors import (
+    DuroError,
+    NonDeterminismError,
+    RateLimited,
+    raise_user_exit,
+    raised_at,
+    retried,
+    user_exit,
+)
 from ._replay import History
 from ._runtime import LostRun, Runtime, SlotCalls, StoreFailed, store_failed
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -214,7 +222,7 @@ class RunContext(SlotCalls):
         if rec is not None and rec.status == "completed":
             return spec.output.load(rec.result)
         if rec is not None and rec.status == "failed":
-            raise restore_error(rec.error)
+            raise raised_at(restore_error(rec.error), seq)
         started = self._now()
         attempt = tries = 0  # attempts counted against retries; tries: every attempt (see RateLimited)
         if rec is not None and rec.status == "waiting":
@@ -267,6 +275,7 @@ class RunContext(SlotCalls):
                 )
                 if self.cancel is not None and self.cancel.pending:
                     await _cancel.after_call(self)
+                raised_at(err, seq)
                 raise
             await self.write(
                 StepRecord(

@@ -5,9 +5,11 @@ Each message names the run, workflow, limit or field involved and says what to d
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 
 class DuroError(Exception):
@@ -351,3 +353,28 @@ def retried(err: Exception) -> bool:
     """Whether a step's ``retries`` apply to ``err``: the code's errors, its ``SystemExit`` and the
     like included; not duro's own refusals (a result that cannot be stored, say)."""
     return not isinstance(err, DuroError) or isinstance(err, UserExitError)
+
+
+CALL_SEQ = "_duro_call_seq"  # the attribute that marks an error raised by a durable call
+
+
+def raised_at(err: E, seq: int) -> E:
+    """``err``, marked as raised by the run's durable call at ``seq``: a run that fails with it (or
+    with an error it caused) is retried from that call (see ``duro._resume``)."""
+    with contextlib.suppress(AttributeError, TypeError):  # an error that takes no attribute: unmarked
+        setattr(err, CALL_SEQ, seq)
+    return err
+
+
+def call_seq(err: BaseException) -> int | None:
+    """The seq of the durable call that raised ``err``, or the error it came from (its cause or
+    context, the nearest first); ``None`` when no durable call did (the workflow code raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        seq = getattr(current, CALL_SEQ, None)
+        if isinstance(seq, int):
+            return seq
+        current = current.__cause__ or current.__context__
+    return None

@@ -2,11 +2,15 @@
 calls (no I/O, no clock; the store applies them in one transaction, see ``store._redrive``).
 
 A retry keeps the calls before the **failing call** and runs that call and everything after it
-again. The failing call is the first call that did not complete (a step whose retries ran out, a
-wait that timed out or that a cancel interrupted, a failed child) and that the workflow did not go
-on past (a later call started after it ended: the code caught it). A cancel delivered into the code
-is never kept (a replay would deliver it again). With no such call, every call is kept: the workflow
-code raised, and runs again after the last one.
+again. The failing call is the one whose error failed the run (the run's error names it: the durable
+call that raised it, or raised the error it came from; see ``duro._errors.raised_at``), however the
+code went on before re-raising (a ``finally`` that released a slot, an ``except`` that compensated).
+A run whose error names no call (a cancel, or a run that failed before errors named their call)
+fails at the first call that did not complete (a step whose retries ran out, a wait that timed out
+or that a cancel interrupted, a failed child) and that the workflow did not go on past (a later call
+started after it ended: the code caught it). A cancel delivered into the code is never kept (a
+replay would deliver it again). With no such call, every call is kept: the workflow code raised,
+and runs again after the last one.
 
 **Slots stay honest:** a kept slot grant whose slot the run no longer holds (released, expired,
 taken back when it ended), unless a kept call of its own released it, moves the resume point back
@@ -81,13 +85,19 @@ def rate_wait(step: Call) -> tuple[str, str] | None:
     return (wait_id, rate) if isinstance(wait_id, str) and isinstance(rate, str) else None
 
 
-def failing_call(steps: Sequence[Call]) -> Resume:
-    """Where the run's last attempt failed (see the module's docstring): the seq of its failing call,
-    or of the first cancel delivered into its code, whichever comes first."""
+def failing_call(steps: Sequence[Call], raised_at: int | None = None) -> Resume:
+    """Where the run's last attempt failed (see the module's docstring): the seq of its failing call
+    (``raised_at``: the call the run's error names), or of the first cancel delivered into its code,
+    whichever comes first."""
     ordered = sorted(steps, key=lambda step: step.seq)
+    named = next((step for step in ordered if step.seq == raised_at and step.status != "completed"), None)
     for index, step in enumerate(ordered):
         if step.kind == "cancel":
             return Resume(step.seq, "the cancel delivered into the code")
+        if named is not None:
+            if step is named:
+                return Resume(step.seq, f"the call that raised the run's error, {step.name!r} ({step.kind})")
+            continue
         if step.status == "completed":
             continue
         ended = step.ended_at
@@ -97,11 +107,13 @@ def failing_call(steps: Sequence[Call]) -> Resume:
     return Resume(ordered[-1].seq + 1 if ordered else 0, "the workflow code after the last call")
 
 
-def resume_point(steps: Sequence[Call], grants: Callable[[Call], Grant | None]) -> Resume:
-    """Where a retry resumes: the failing call, moved back to the first kept grant the run no longer
-    holds and did not release itself. ``grants`` tells, for a hook step, its grant's state (``None``:
-    not a grant, or not granted)."""
-    resume = failing_call(steps)
+def resume_point(
+    steps: Sequence[Call], grants: Callable[[Call], Grant | None], raised_at: int | None = None
+) -> Resume:
+    """Where a retry resumes: the failing call (``raised_at``: the seq the run's error names),
+    moved back to the first kept grant the run no longer holds and did not release itself.
+    ``grants`` tells, for a hook step, its grant's state (``None``: not a grant, or not granted)."""
+    resume = failing_call(steps, raised_at)
     kept = [step for step in steps if step.seq < resume.seq]
     released = {
         json.loads(step.detail).get("slot_id") for step in kept if step.kind == "release" and step.detail

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from . import _cancel
 from ._clock import Clock
-from ._errors import EngineCrash, RunCancelled
+from ._errors import EngineCrash, RunCancelled, call_seq
 from ._events import EventBus
 from ._gateway import StoreGateway, store_trouble
 from ._options import WorkerOptions
@@ -96,7 +96,8 @@ class RunEnds:
     async def fail(self, ctx: RunContext, cause: BaseException) -> None:
         """End the run ``failed`` with ``cause``; it leaves any limit's queue."""
         run, ended = ctx.record, self.clock.now_ms()
-        end = FinishRun(run.id, self.worker_id, "failed", None, describe_error(cause), ended, run.parent_id)
+        error = describe_error(cause, call_seq(cause))  # where a retry resumes (duro._resume)
+        end = FinishRun(run.id, self.worker_id, "failed", None, error, ended, run.parent_id)
         if await self._end(ctx, end):
             error, created = type(cause).__name__, run.created_at
             self.events.publish("run.failed", run.id, ended, run.workflow, error=error, created_at=created)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pydantic
 
-from ._errors import DuroError, NonDeterminismError, RunCancelled
+from ._errors import CALL_SEQ, DuroError, NonDeterminismError, RunCancelled
 
 _NO_HINT = inspect.Parameter.empty
 
@@ -157,7 +157,7 @@ def dump_json(value: Any) -> str:
         ) from None
 
 
-def describe_error(err: BaseException) -> str:
+def describe_error(err: BaseException, call_seq: int | None = None) -> str:
     """JSON text describing ``err``: type, message, traceback, and how to build it again (its class's
     constructor arguments and attributes, when they are JSON; nested errors described alike).
 
@@ -175,6 +175,8 @@ def describe_error(err: BaseException) -> str:
         data["state"] = state
     if isinstance(err, NonDeterminismError):
         data["detail"] = {"seq": err.seq, "recorded": err.recorded, "asked": err.asked}
+    if call_seq is not None:  # a run's error: the durable call that raised it (see duro._resume)
+        data["call_seq"] = call_seq
     return dump_json(data)
 
 
@@ -195,7 +197,9 @@ def _state(err: BaseException) -> dict[str, Any] | None:
     try:
         return {
             "args": [_encode(value) for value in reduced[1]],
-            "attributes": {str(name): _encode(value) for name, value in attributes.items()},
+            "attributes": {
+                str(name): _encode(value) for name, value in attributes.items() if name != CALL_SEQ
+            },
         }
     except _NotJSON:
         return None

@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from typing import Any, Final, Protocol, TypeVar
 
 from ._durations import Duration, to_ms
-from ._errors import DuroError, StoreUnavailable
+from ._errors import DuroError, StoreUnavailable, raised_at
 from ._replay import History
 from ._runtime import Runtime
 from ._serde import Codec, describe_error, dump_json, restore_error
@@ -79,7 +79,7 @@ async def send_signal(ctx: SignallingRun, run_id: str, name: str, payload: Any) 
     seq, rec = ctx.take_seq(SEND, name)
     if rec is not None:  # sent before this replay (or refused then: the same error again)
         if rec.status == "failed":
-            raise restore_error(rec.error)
+            raise raised_at(restore_error(rec.error), seq)
         return
     moment = ctx.now_ms()
     step = StepRecord(seq, SEND, name, "completed", moment, moment, detail=dump_json({"run_id": run_id}))
@@ -89,6 +89,7 @@ async def send_signal(ctx: SignallingRun, run_id: str, name: str, payload: Any) 
         raise  # nothing was decided: the run fails or is retried as with any write
     except DuroError as refused:  # no such run, or it has ended: nothing was sent
         await ctx.write(step._replace(status="failed", error=describe_error(refused)))
+        raised_at(refused, seq)
         raise
     ctx.checkpoint("signal.sent")  # the harness may crash the box here: the send is recorded already
     ctx.recorded(step)

@@ -26,6 +26,7 @@ from duro import (
     child,
     define_workspace,
     limit_slot,
+    sleep,
     step,
     wait_for_signal,
     workflow,
@@ -117,6 +118,17 @@ async def rated(order: str) -> str:
 async def order_with_payment(order: str) -> str:
     await reserve(f"{order}/parent")
     return await child(checkout, order, run_id=f"{order}-payment")
+
+
+@workflow(name="compensating")
+async def compensating(order: str) -> str:
+    await reserve(order)
+    try:
+        return await charge(order)
+    except PaymentError:
+        await sleep("1m")  # the code goes on past the failure, then fails the run with it
+        await receipt(f"refund {order}")
+        raise
 
 
 @workflow(name="versioned", version="1")
@@ -425,3 +437,18 @@ async def test_a_retried_parent_retries_its_failed_child_with_it(database_url):
         await clock.advance(1)
         assert await engine.result(second) == "stock for pc-2, charged pc-2"
         assert (await engine.get_run("pc-2-payment")).attempt == 2
+
+
+async def test_the_call_whose_error_failed_the_run_is_where_it_resumes_after_the_code_went_on(database_url):
+    clock = SimulatedClock(START)
+    async with engine_on(database_url, clock) as engine:
+        handle = await engine.start(compensating, "k-1", run_id="k-1")
+        await clock.advance(120_000)
+        assert (await handle.info()).status.value == "failed"
+        broken["charge"] = False
+        await handle.retry()
+        await clock.advance(1)
+        assert await handle.result() == "charged k-1"
+        [earlier] = await engine.attempts(handle.id)
+        assert earlier.resume_seq == 1  # the charge, not after the refund the code made before failing
+        assert calls == ["reserve k-1", "charge k-1", "receipt refund k-1", "charge k-1"]

@@ -112,3 +112,36 @@ def test_each_call_is_shown_with_the_attempt_that_made_it():
     assert [attempt_of(seq, attempts[:1]) for seq in range(5)] == [1, 1, 1, 2, 2]
     assert [attempt_of(seq, attempts) for seq in range(5)] == [1, 3, 3, 3, 3]
     assert attempt_of(7, []) == 1
+
+
+def test_the_call_the_runs_error_names_fails_it_even_when_the_code_went_on():
+    # a charge inside limit_slot fails; its release runs a moment later; the run fails with the charge's error
+    steps = [call(0), slot_hook(1, start=1), call(2, status="failed", start=2, end=5), release(3, "run.1", 6)]
+    assert failing_call(steps).seq == 4  # unnamed: the code went on past the charge
+    assert failing_call(steps, raised_at=2).seq == 2
+    released = {1: Grant(1, held=False)}
+    assert resume_point(steps, lambda step: released.get(step.seq), raised_at=2).seq == 1  # the slot first
+    # a named call that completed (not the failure after all): the rules without a name
+    assert failing_call(steps, raised_at=0).seq == 4
+    # a cancel delivered before the named call still comes first
+    cancelled = [call(0), call(1, "cancel", start=1, end=1), call(2, status="failed", start=2, end=3)]
+    assert failing_call(cancelled, raised_at=2).seq == 1
+
+
+def test_an_error_says_which_call_raised_it_and_keeps_that_out_of_its_stored_state():
+    from duro._errors import call_seq, raised_at
+    from duro._serde import describe_error, restore_error
+
+    charge = raised_at(ValueError("refused"), 4)
+    assert call_seq(charge) == 4
+    try:
+        try:
+            raise charge
+        except ValueError as err:
+            raise RuntimeError("checkout failed") from err
+    except RuntimeError as wrapped:
+        assert call_seq(wrapped) == 4  # through its cause
+    assert call_seq(ValueError("the code's own")) is None
+    text = describe_error(charge, call_seq(charge))
+    assert json.loads(text)["call_seq"] == 4
+    assert call_seq(restore_error(text)) is None  # a restored error names no call of this run

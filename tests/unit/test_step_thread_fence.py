@@ -45,6 +45,7 @@ def _context(lease: _Lease) -> RunContext:
         slots=None,  # type: ignore[arg-type]
         rates=None,  # type: ignore[arg-type]
         residency=None,  # type: ignore[arg-type]
+        redrive=None,  # type: ignore[arg-type]
     )
     run = RunRecord(
         "r", "default", "wf", "1", "running", None, None, None, [], None, None, None, "w", None, 0, 0, None

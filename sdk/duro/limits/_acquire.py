@@ -20,7 +20,7 @@ from .._cancel import after_call, cancelled
 from .._config import LimitConfig, Workspace
 from .._context import RunContext
 from .._durations import Duration, to_ms
-from .._errors import DuroError, RunCancelled, SlotTimeoutError
+from .._errors import DuroError, RunCancelled, SlotTimeoutError, raised_at
 from .._events import EventBus
 from .._gateway import StoreGateway
 from .._serde import describe_error, restore_error
@@ -80,7 +80,7 @@ class RunLimits:
         if rec is not None and rec.status == "completed":
             return Slot(**json.loads(rec.result or "{}"))
         if rec is not None and rec.status == "failed":
-            raise restore_error(rec.error)
+            raise raised_at(restore_error(rec.error), seq)
         slot_id = f"{ctx.run_id}.{seq}"
         if rec is not None and ctx.cancel is not None and ctx.cancel.stops_waits:
             await self._leave_cancelled(ctx, config, slot_id, rec)  # replayed to a cancel: it leaves
@@ -167,7 +167,7 @@ class RunLimits:
                     ctx.recorded(failed)
                     outcome = "timed_out"
                     await ctx.resume()
-                    raise error
+                    raise raised_at(error, seq)
                 try:
                     await ctx.park(
                         self._wakeups.wait_for(waiter.wait(), rec.wake_at), "slot", slot_id, rec.wake_at, None

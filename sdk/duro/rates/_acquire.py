@@ -16,7 +16,7 @@ from .._cancel import cancelled
 from .._config import RateConfig, Workspace
 from .._context import RunContext
 from .._durations import Duration, to_ms
-from .._errors import DuroError, RateLimited, RateTimeoutError, RunCancelled
+from .._errors import DuroError, RateLimited, RateTimeoutError, RunCancelled, raised_at
 from .._events import EventBus
 from .._gateway import StoreGateway
 from .._observe import log_rate
@@ -73,7 +73,7 @@ class RunRates:
         if rec is not None and rec.status == "completed":
             return grant_of(rec.result)
         if rec is not None and rec.status == "failed":
-            raise restore_error(rec.error)
+            raise raised_at(restore_error(rec.error), seq)
         wait_id = (
             ctx.call_id(seq)
             if rec is None
@@ -231,7 +231,7 @@ class RunRates:
                     self._events.publish("rate.timed_out", ctx.run_id, ctx.now_ms(), ctx.workflow, rate=name)
                     log_rate("rate.timed_out", name)
                     await ctx.resume()
-                    raise error
+                    raise error if hook is None else raised_at(error, hook.seq)
                 try:
                     await ctx.park(
                         self._wakeups.wait_for(waiter.wait(), wake_at), "rate", wait_id, wake_at, None

@@ -4,6 +4,7 @@ Where a retry resumes and where a fork cuts are pure decisions (``duro._resume``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,7 +53,7 @@ class RedriveRows(StorePart):
             steps = settle_sleeps([StepRecord(*row) for row in listed.fetchall()], run)
             attempts = [AttemptRecord(*row) for row in earlier.fetchall()]
             grants = self._grants(conn, steps, retry.now)
-            resume = resume_point(steps, lambda step: grants.get(step.seq))
+            resume = resume_point(steps, lambda step: grants.get(step.seq), _raised_at(run.error))
             moved = [step for step in steps if step.seq >= resume.seq]
             slots = [found for step in moved if (found := slot_id(step)) is not None]
             with db.committing(conn, answers=False):  # decided: the writes go with the commit
@@ -180,3 +181,12 @@ def _count(quota: QuotaCheck) -> str:
 
 def _count_params(quota: QuotaCheck) -> dict[str, Any]:
     return {"key": quota.key} if quota.namespace is None else {"key": quota.key, "namespace": quota.namespace}
+
+
+def _raised_at(error: str | None) -> int | None:
+    """The seq of the durable call a run's error names (``call_seq``, see ``duro._errors.raised_at``)."""
+    try:
+        found = json.loads(error or "{}").get("call_seq")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
