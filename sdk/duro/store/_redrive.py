@@ -93,7 +93,8 @@ class RedriveRows(StorePart):
             if quota is not None:
                 db.lock_key(conn, f"duro:quota:{quota.key}")
             found = db.run(conn, "select_run", {"id": fork.run_id}).fetchone()
-            original = self._ended(found, fork.run_id, new.namespace, "fork", completed=True)
+            # the original as the engine found it in its read scope: any namespace here
+            original = self._ended(found, fork.run_id, None, "fork", completed=True)
             if db.run(conn, "select_run", {"id": new.id}).fetchone() is not None:
                 raise DuroError(
                     f"cannot fork run {fork.run_id!r} as run {new.id!r}: that id is taken; "
