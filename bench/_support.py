@@ -101,6 +101,34 @@ def start_postgres(skip: bool = False, **options: bool) -> Any:
         return None
 
 
+def write_bulk(db: dict, batches: Iterable[tuple[str, str, dict]]) -> None:
+    """duro's schema on ``db`` (made through the package's own ``SqlStore``), then each batch, a
+    (SQLite statement, PostgreSQL statement, parameters), in a transaction of its own, then fresh
+    planner statistics: rows as an engine leaves them, written in bulk."""
+    from duro.store import SqlStore
+
+    store = SqlStore(db["url"])
+    store.create_schema()
+    store.close()
+    if "path" in db:
+        conn = sqlite_floor_conn(db["path"])
+        for sql, _, params in batches:
+            conn.execute("BEGIN")
+            conn.execute(sql, params)
+            conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(db["dsn"], autocommit=True) as conn:
+        for _, sql, params in batches:
+            conn.execute(sql, params)
+        conn.execute("VACUUM ANALYZE duro_runs")
+        conn.execute("VACUUM ANALYZE duro_steps")
+
+
 def sqlite_floor_conn(path: str) -> sqlite3.Connection:
     """A bare sqlite3 connection with duro's settings (WAL, synchronous=NORMAL, busy timeout 30 s)."""
     conn = sqlite3.connect(path, isolation_level=None)

@@ -97,38 +97,22 @@ _PG_STEPS = (
 
 def build(db: dict, runs: int) -> dict:
     """The schema, then ``runs`` finished runs of 3 steps in bulk: seconds taken and bytes on disk."""
-    from duro.store import SqlStore
-
-    store = SqlStore(db["url"])
-    store.create_schema()
-    store.close()
     now = int(time.time() * 1000)
     # the history (400 to 2 days old), then the same RECENT runs in both stores (the last hour's):
     # a page and replay-check --since 1d find the same rows on either
     history = {"t0": now - 400 * DAY, "step": (398 * DAY) // max(1, runs), "prefix": "h", "n": runs}
     recent = {"t0": now - 3_600_000, "step": 3_600_000 // RECENT, "prefix": "r", "n": RECENT}
+    batches = [
+        (sqlite, postgresql, {**part, "lo": lo, "hi": min(total, lo + CHUNK)})
+        for part in (history, recent)
+        for sqlite, postgresql, total in (
+            (_SQLITE_RUNS, _PG_RUNS, part["n"]),
+            (_SQLITE_STEPS, _PG_STEPS, 3 * part["n"]),
+        )
+        for lo in range(0, total, CHUNK)
+    ]
     began = time.perf_counter()
-    if "path" in db:
-        conn = S.sqlite_floor_conn(db["path"])
-        for part in (history, recent):
-            for sql, total in ((_SQLITE_RUNS, part["n"]), (_SQLITE_STEPS, 3 * part["n"])):
-                for lo in range(0, total, CHUNK):
-                    conn.execute("BEGIN")
-                    conn.execute(sql, {**part, "lo": lo, "hi": min(total, lo + CHUNK)})
-                    conn.execute("COMMIT")
-        conn.execute("ANALYZE")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(db["dsn"], autocommit=True) as conn:
-            for part in (history, recent):
-                for sql, total in ((_PG_RUNS, part["n"]), (_PG_STEPS, 3 * part["n"])):
-                    for lo in range(0, total, CHUNK):
-                        conn.execute(sql, {**part, "lo": lo, "hi": min(total, lo + CHUNK)})
-            conn.execute("VACUUM ANALYZE duro_runs")
-            conn.execute("VACUUM ANALYZE duro_steps")
+    S.write_bulk(db, batches)
     return {"seconds": time.perf_counter() - began, "bytes": _size(db)}
 
 

@@ -63,28 +63,8 @@ _PG_STEPS = (
 
 def build(db: dict, runs: int) -> None:
     """The schema, then ``runs`` failed runs of three steps (the third failed), in bulk."""
-    from duro.store import SqlStore
-
-    store = SqlStore(db["url"])
-    store.create_schema()
-    store.close()
     params = {"n": runs, "t0": int(time.time() * 1000) - 3_600_000, "wf": WORKFLOW}
-    if "path" in db:
-        conn = S.sqlite_floor_conn(db["path"])
-        for sql in (_SQLITE_RUNS, _SQLITE_STEPS):
-            conn.execute("BEGIN")
-            conn.execute(sql, params)
-            conn.execute("COMMIT")
-        conn.execute("ANALYZE")
-        conn.close()
-        return
-    import psycopg
-
-    with psycopg.connect(db["dsn"], autocommit=True) as conn:
-        for sql in (_PG_RUNS, _PG_STEPS):
-            conn.execute(sql, params)
-        conn.execute("VACUUM ANALYZE duro_runs")
-        conn.execute("VACUUM ANALYZE duro_steps")
+    S.write_bulk(db, [(_SQLITE_RUNS, _PG_RUNS, params), (_SQLITE_STEPS, _PG_STEPS, params)])
 
 
 def _engine(url: str) -> Any:

@@ -763,18 +763,23 @@ def _filters(fn: Callable[..., None]) -> Callable[..., None]:
     return fn
 
 
+def _check_duration(option: str, value: str, examples: str = "2h, 30m or 7d") -> None:
+    """A duration option the CLI passes on as written: a usage error (exit 2) naming the spelling
+    it takes when duro cannot read it."""
+    try:
+        duration_ms(value.strip(), option)
+    except DuroError:
+        raise CliFailure(
+            f"{option} must be a duration such as {examples} (units ms, s, m, h, d in lowercase, "
+            f"no spaces), not {value!r}",
+            EXIT_USAGE,
+        ) from None
+
+
 def _check_durations(**given: str | None) -> None:
     for name, value in given.items():
-        if value is None:
-            continue
-        try:
-            duration_ms(value.strip(), f"--{name}")
-        except DuroError:
-            raise CliFailure(
-                f"--{name} must be a duration such as 2h, 30m or 7d (units ms, s, m, h, d in lowercase, "
-                f"no spaces), not {value!r}",
-                EXIT_USAGE,
-            ) from None
+        if value is not None:
+            _check_duration(f"--{name}", value)
 
 
 def _bulk(call: Call, action: str, noun: str, dry_run: bool, yes: bool, **body: Any) -> None:
@@ -936,14 +941,7 @@ def runs_prune(call: Call, older_than: str, dry_run: bool, database_url: str | N
     """Delete finished runs (completed, failed, cancelled) that ended more than --older-than ago, with
     their steps, signals and ended slots. Never an unfinished run, nor a finished child whose parent
     is unfinished. Say --dry-run first to see how many would go."""
-    try:
-        duration_ms(older_than.strip(), "--older-than")
-    except DuroError:
-        raise CliFailure(
-            f"--older-than must be a duration such as 30d, 12h or 90m (units ms, s, m, h, d in lowercase, "
-            f"no spaces), not {older_than!r}",
-            EXIT_USAGE,
-        ) from None
+    _check_duration("--older-than", older_than, "30d, 12h or 90m")
     if database_url is None:
         call.emit(call.client.prune_runs(older_than.strip(), dry_run), render_pruned)
         return

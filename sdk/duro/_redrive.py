@@ -6,7 +6,7 @@ or fork in one transaction (``store.retry_run``, ``store.fork_run``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ._clock import Clock, datetime_to_ms, ms_to_datetime
 from ._definitions import ACTIVE_STATUS_VALUES
 from ._durations import Duration, to_ms
-from ._errors import ConcurrencyLimitError, DuroError, RunNotFoundError, RunStatusError
+from ._errors import ConcurrencyLimitError, DuroError, RunStatusError
 from ._events import EventBus
 from ._gateway import StoreGateway
 from ._registry import Registry
@@ -192,7 +192,7 @@ class Redrive:
         _check_text("retry_runs", workflow=workflow, error_type=error_type)
         statuses = ("failed", "cancelled") if status is None else (status,)
         now = self._clock.now_ms()
-        start, end = self._window(since, until, now, "retry_runs")
+        start, end = _window(since, until, now, "retry_runs")
         chosen: list[RunRecord] = []
         after = (start, "")
         while len(chosen) < limit:
@@ -210,16 +210,7 @@ class Redrive:
             after = (last.ended_at or 0, last.id)
         if dry_run:
             return BulkReport([run.id for run in chosen], {}, True)
-        done: list[str] = []
-        refused: dict[str, str] = {}
-        for run in chosen:  # each its own transaction: a crash leaves each retried or untouched
-            try:
-                await self.retry(run.id, version, run)
-            except (DuroError, RunNotFoundError) as err:
-                refused[run.id] = str(err)
-                continue
-            done.append(run.id)
-        return BulkReport(done, refused, False)
+        return await _each(chosen, lambda run: self.retry(run.id, version, run))
 
     async def cancel_runs(
         self,
@@ -240,8 +231,8 @@ class Redrive:
         _check_text("cancel_runs", workflow=workflow)
         statuses = list(ACTIVE_STATUS_VALUES) if status is None else [status]
         now = self._clock.now_ms()
-        start, end = self._window(since, until, now, "cancel_runs")
-        chosen: list[str] = []
+        start, end = _window(since, until, now, "cancel_runs")
+        chosen: list[RunRecord] = []
         before: tuple[int, str] | None = (end, "")
         while len(chosen) < limit and before is not None:
             page = await self._gateway.call(
@@ -251,7 +242,7 @@ class Redrive:
                 if run.created_at < start:
                     before = None
                     break
-                chosen.append(run.id)
+                chosen.append(run)
                 if len(chosen) == limit:
                     break
             if len(page) < PAGE:
@@ -259,17 +250,8 @@ class Redrive:
             if before is not None:
                 before = (page[-1].created_at, page[-1].id)
         if dry_run:
-            return BulkReport(chosen, {}, True)
-        done: list[str] = []
-        refused: dict[str, str] = {}
-        for run_id in chosen:
-            try:
-                await self._runs.cancel(run_id)
-            except (DuroError, RunNotFoundError) as err:
-                refused[run_id] = str(err)
-                continue
-            done.append(run_id)
-        return BulkReport(done, refused, False)
+            return BulkReport([run.id for run in chosen], {}, True)
+        return await _each(chosen, lambda run: self._runs.cancel(run.id))
 
     # -- the parts -------------------------------------------------------------------------------
 
@@ -301,17 +283,34 @@ class Redrive:
             )
         return await self._starter.key_quota(spec, spec.concurrency, run.concurrency_key)
 
-    def _window(
-        self, since: Duration | datetime | None, until: Duration | datetime | None, now: int, what: str
-    ) -> tuple[int, int]:
-        start = 0 if since is None else _instant(since, now, f"{what} since")
-        end = now + 1 if until is None else _instant(until, now, f"{what} until")
-        return start, end
-
     def _wake(self) -> None:
         local = self._local()
         if local is not None:
             local.wake()  # a worker here claims it at once (others hear the store's notice)
+
+
+async def _each(runs: list[RunRecord], act: Callable[[RunRecord], Awaitable[Any]]) -> BulkReport:
+    """``act`` on each run in turn, each its own transaction (a crash leaves each run acted on or
+    untouched); a run refused is reported with why, and the others go on."""
+    done: list[str] = []
+    refused: dict[str, str] = {}
+    for run in runs:
+        try:
+            await act(run)
+        except DuroError as err:
+            refused[run.id] = str(err)
+            continue
+        done.append(run.id)
+    return BulkReport(done, refused, False)
+
+
+def _window(
+    since: Duration | datetime | None, until: Duration | datetime | None, now: int, what: str
+) -> tuple[int, int]:
+    """A bulk action's window [since, until) in ms: from the beginning, up to now, when not given."""
+    start = 0 if since is None else _instant(since, now, f"{what} since")
+    end = now + 1 if until is None else _instant(until, now, f"{what} until")
+    return start, end
 
 
 def _instant(value: Duration | datetime, now: int, what: str) -> int:

@@ -20,7 +20,7 @@ from ._serde import Codec, describe_error, dump_json, restore_error
 from ._text import NO_NUL, NUL, decode_cursor, encode_cursor, refuse_nul
 from ._wakeups import Wakeups
 from .limits import Limits
-from .store import RunRecord, settle_sleeps
+from .store import RunRecord, StepRecord, settle_sleeps
 
 _JSON = Codec(None)
 
@@ -104,14 +104,7 @@ class Runs:
     async def steps(self, run_id: str) -> builtins.list[StepInfo]:
         run = await self.record(run_id)
         steps = await self._gateway.call(self._store.get_steps, run_id)
-        if run.attempt == 1:
-            return [StepInfo.of(rec) for rec in settle_sleeps(steps, run)]
-        # a retried run: the calls its earlier attempts made again, beside today's, by seq
-        attempts = await self._gateway.call(self._store.get_attempts, run_id)
-        past = await self._gateway.call(self._store.get_past_steps, run_id)
-        shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in settle_sleeps(steps, run)]
-        shown += [StepInfo.of(rec, attempt) for attempt, rec in past]
-        return sorted(shown, key=lambda step: (step.seq, step.attempt))
+        return await self._shown(run, settle_sleeps(steps, run), -1, None)
 
     async def steps_page(self, run_id: str, cursor: str | None, limit: int) -> StepsPage:
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= StepsPage.MAX_LIMIT:
@@ -125,20 +118,26 @@ class Runs:
         found = await self._gateway.call(self._store.get_steps_page, run_id, after, limit + 1)
         settled = settle_sleeps(found, run)[:limit]
         more = len(found) > limit
-        cursor = str(settled[-1].seq) if more and settled else None
-        if run.attempt == 1:
-            return StepsPage([StepInfo.of(rec) for rec in settled], cursor)
-        # a retried run: the calls its earlier attempts made again, beside today's, by seq
-        attempts = await self._gateway.call(self._store.get_attempts, run_id)
-        past = await self._gateway.call(self._store.get_past_steps, run_id)
         last = settled[-1].seq if more and settled else None
-        shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in settled]
+        return StepsPage(await self._shown(run, settled, after, last), None if last is None else str(last))
+
+    async def _shown(
+        self, run: RunRecord, steps: builtins.list[StepRecord], after: int, last: int | None
+    ) -> builtins.list[StepInfo]:
+        """``steps`` (the run's, settled) as users see them; for a retried run with the calls its
+        earlier attempts made and a retry made again in the same seq range (after ``after``, up to
+        ``last``: ``None``, to the end), each call with the attempt that made it, by (seq, attempt)."""
+        if run.attempt == 1:
+            return [StepInfo.of(rec) for rec in steps]
+        attempts = await self._gateway.call(self._store.get_attempts, run.id)
+        past = await self._gateway.call(self._store.get_past_steps, run.id)
+        shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in steps]
         shown += [
             StepInfo.of(rec, attempt)
             for attempt, rec in past
             if rec.seq > after and (last is None or rec.seq <= last)
         ]
-        return StepsPage(sorted(shown, key=lambda step: (step.seq, step.attempt)), cursor)
+        return sorted(shown, key=lambda step: (step.seq, step.attempt))
 
     async def page(
         self, workflow: str | None, status: Any, tag: str | None, cursor: str | None, limit: int

@@ -15,7 +15,16 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from duro import DuroError, Engine, InputError, RunEndedError, RunNotFoundError
+from duro import (
+    ConcurrencyLimitError,
+    DuroError,
+    Engine,
+    InputError,
+    RunEndedError,
+    RunNotFoundError,
+    RunStatusError,
+)
+from duro.contrib.starlette import concurrency_limit_body, retry_after_header
 from duro.store import SqlStore
 from duro.tooling import StoreUnavailable
 
@@ -250,8 +259,16 @@ def validation_errors(err: ValidationError) -> list[dict[str, Any]]:
 
 def duro_error(err: DuroError, status: int = 422) -> ApiError:
     """The answer to an error the engine raised: 404 for a run that does not exist (with its
-    ``run_id``), 409 for a signal to a run that has ended (``run_id``, ``status``), 422 for an input
-    that does not match its workflow (``workflow`` and pydantic's ``errors``); ``status`` otherwise."""
+    ``run_id``), 409 for a signal to a run that has ended or an action on a run in the wrong status
+    (``run_id``, ``status``), 422 for an input that does not match its workflow (``workflow`` and
+    pydantic's ``errors``), 429 for a quota's refusal (the body and ``Retry-After`` that
+    ``duro.contrib.starlette`` answers with too); ``status`` otherwise."""
+    if isinstance(err, ConcurrencyLimitError):
+        refusal = concurrency_limit_body(err)  # error_response puts back its first two fields
+        fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
+        return ApiError(429, refusal["message"], headers=retry_after_header(err), **fields)
+    if isinstance(err, RunStatusError):
+        return ApiError(409, str(err), run_id=err.run_id, status=err.status)
     if isinstance(err, RunNotFoundError):
         where = f" in namespace {err.namespace!r}" if err.namespace is not None else ""
         why = f": {err.reason}" if err.reason else ""

@@ -8,8 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import ConcurrencyLimitError, DuroError, Engine, RunNotFoundError, RunStatus, RunStatusError
-from duro.contrib.starlette import concurrency_limit_body, retry_after_header
+from duro import DuroError, Engine, RunNotFoundError, RunStatus
 from duro.tooling import RunInfo, StepsPage
 
 from ._common import ApiError, answer, duro_error, engine, query_int, read_body, read_json
@@ -138,25 +137,13 @@ async def prune_runs(request: Request) -> Response:
     return answer(PruneOnlyOut(prune=PruneOut.model_validate(vars(report))))
 
 
-def _refused(err: DuroError) -> ApiError:
-    """A re-drive refused: 429 by a quota (as a start's), 409 for a run in the wrong status, 404 for
-    one that does not exist, 422 otherwise (an unknown version, a taken id)."""
-    if isinstance(err, ConcurrencyLimitError):
-        refusal = concurrency_limit_body(err)
-        fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
-        return ApiError(429, refusal["message"], headers=retry_after_header(err), **fields)
-    if isinstance(err, RunStatusError):
-        return ApiError(409, str(err), run_id=err.run_id, status=err.status)
-    return duro_error(err)
-
-
 async def retry_run(request: Request) -> Response:
     body = await read_body(request, RetryBody)
     eng = engine(request)
     try:
         handle = await eng.retry(request.path_params["id"], version=body.version)
     except DuroError as err:
-        raise _refused(err) from None
+        raise duro_error(err) from None
     return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(handle.id))))
 
 
@@ -168,7 +155,7 @@ async def fork_run(request: Request) -> Response:
             request.path_params["id"], body.from_seq, new_run_id=body.run_id, version=body.version
         )
     except DuroError as err:
-        raise _refused(err) from None
+        raise duro_error(err) from None
     return answer(RunOnlyOut(run=RunOut.of(await eng.get_run(handle.id))), 201)
 
 

@@ -7,8 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from duro import Concurrency, ConcurrencyLimitError, DuroError, RunIdConflictError
-from duro.contrib.starlette import concurrency_limit_body, retry_after_header
+from duro import Concurrency, DuroError, RunIdConflictError
 from duro.tooling import WorkflowSpec, version_order
 
 from ._common import ApiError, answer, duro_error, engine, read_body
@@ -81,14 +80,9 @@ async def start_run(request: Request) -> Response:
         info, created = await eng.start_info(
             name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
         )
-    except ConcurrencyLimitError as err:
-        # the body duro.contrib.starlette answers with too; error_response puts back its first two fields
-        refusal = concurrency_limit_body(err)
-        fields = {name: value for name, value in refusal.items() if name not in ("error", "message")}
-        raise ApiError(429, refusal["message"], headers=retry_after_header(err), **fields) from None
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None
-    except DuroError as err:  # an InputError carries the workflow and pydantic's errors
+    except DuroError as err:  # a quota's 429; an InputError carries the workflow and pydantic's errors
         raise duro_error(err) from None
     return answer(RunCreatedOut(run=RunOut.of(info), created=created), 201 if created else 200)
 

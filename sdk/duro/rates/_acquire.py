@@ -74,11 +74,7 @@ class RunRates:
             return grant_of(rec.result)
         if rec is not None and rec.status == "failed":
             raise raised_at(restore_error(rec.error), seq)
-        wait_id = (
-            ctx.call_id(seq)
-            if rec is None
-            else json.loads(rec.detail or "{}").get("wait_id", ctx.call_id(seq))
-        )
+        wait_id = ctx.call_id(seq)  # a replay's waiting request is this attempt's: the same id
         store = self._gateway.store
         local = self._local
         if rec is not None and ctx.cancel is not None and ctx.cancel.stops_waits:

@@ -13,9 +13,8 @@ from sqlalchemy.engine import Connection
 from .._errors import DuroError, RunNotFoundError, RunStatusError
 from .._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
 from ._connection import StorePart
-from ._queries import count_sql
-from ._records import AttemptRecord, Fork, QuotaCheck, Redriven, Retry, RunRecord, StepRecord, settle_sleeps
-from ._runs import _admit, _new_run, to_run
+from ._records import AttemptRecord, Fork, Redriven, Retry, RunRecord, StepRecord, settle_sleeps
+from ._runs import _admit, _new_run, send_count, to_run
 
 
 class RedriveRows(StorePart):
@@ -36,7 +35,7 @@ class RedriveRows(StorePart):
             with db.pipeline(conn):
                 if quota is not None:
                     db.lock_key(conn, f"duro:quota:{quota.key}")
-                    counted = db.run_text(conn, _count(quota), _count_params(quota))
+                    counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
                 found = db.run(conn, "select_run", {"id": retry.run_id})
                 listed = db.run(conn, "select_steps", {"run_id": retry.run_id})
                 earlier = db.run(conn, "select_attempts", {"run_id": retry.run_id})
@@ -101,7 +100,7 @@ class RedriveRows(StorePart):
                     f"pass another new_run_id, or none for a new one"
                 )
             if quota is not None:
-                counted = db.run_text(conn, _count(quota), _count_params(quota))
+                counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
                 _admit(quota, int(counted.fetchone()[0]))
             steps = settle_sleeps(
                 [StepRecord(*row) for row in db.run(conn, "select_steps", {"run_id": fork.run_id})], original
@@ -161,27 +160,16 @@ class RedriveRows(StorePart):
         hooks = [step for step in steps if step.kind == "hook" and step.status == "completed"]
         slots = {found: step.seq for step in hooks if (found := slot_id(step)) is not None}
         waits = {wait[0]: step.seq for step in hooks if (wait := rate_wait(step)) is not None}
-        grants: dict[int, Grant] = {}
+        # not held unless its row says so (a row gone, pruned say, holds nothing)
+        grants = {seq: Grant(seq, False) for seq in (*slots.values(), *waits.values())}
         if slots:
             for slot, state in self.db.run_in(conn, "slot_states", {"ids": list(slots)}):
                 grants[slots[slot]] = Grant(slots[slot], state == "busy")
-            for seq in slots.values():
-                grants.setdefault(seq, Grant(seq, False))  # its row is gone (pruned): not held
         if waits:
             for wait, granted_at, per_ms in self.db.run_in(conn, "rate_grants", {"ids": list(waits)}):
                 held = granted_at is not None and per_ms is not None and granted_at + per_ms > now
                 grants[waits[wait]] = Grant(waits[wait], held)
-            for seq in waits.values():
-                grants.setdefault(seq, Grant(seq, False))
         return grants
-
-
-def _count(quota: QuotaCheck) -> str:
-    return count_sql(tuple(quota.statuses), quota.namespace is not None)
-
-
-def _count_params(quota: QuotaCheck) -> dict[str, Any]:
-    return {"key": quota.key} if quota.namespace is None else {"key": quota.key, "namespace": quota.namespace}
 
 
 def _raised_at(error: str | None) -> int | None:

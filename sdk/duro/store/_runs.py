@@ -68,6 +68,13 @@ def _new_run(new: NewRun) -> tuple[RunRecord, dict[str, Any]]:
     return run, values
 
 
+def send_count(db: Any, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
+    """A quota's count (the runs of ``key`` in ``statuses``), its cursor not read yet (in a
+    pipeline, say): a start's, a retry's and a fork's."""
+    params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
+    return db.run_text(conn, count_sql(tuple(statuses), namespace is not None), params)
+
+
 def _admit(quota: QuotaCheck, active: int) -> None:
     if not admit(quota.key, quota.limit, active).admitted:
         raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
@@ -76,15 +83,10 @@ def _admit(quota: QuotaCheck, active: int) -> None:
 class RunRows(StorePart):
     """Runs: starts, reads, quota counts, cancellation and recoveries."""
 
-    def _send_count(self, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
-        """A quota's count, its cursor not read yet (in a pipeline, say)."""
-        params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}
-        return self.db.run_text(conn, count_sql(tuple(statuses), namespace is not None), params)
-
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         """How many runs tagged ``concurrency:<key>`` are in ``statuses`` (a quota's count)."""
         with self.db.read() as conn:
-            return int(self._send_count(conn, key, statuses, namespace).fetchone()[0])
+            return int(send_count(self.db, conn, key, statuses, namespace).fetchone()[0])
 
     def recent_durations(self, key: str, namespace: str | None, n: int = 20) -> list[int]:
         """How long (ms, creation to end) the last ``n`` completed runs tagged ``concurrency:<key>``
@@ -132,7 +134,7 @@ class RunRows(StorePart):
                     write_step(db, conn, parent.run_id, parent.owner, parent.step, None, None, new.created_at)
                 return existing, False
             if quota is not None:
-                counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
+                counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
                 _admit(quota, int(counted.fetchone()[0]))
             run, values = _new_run(new)
             db.run(conn, "insert_run", values)
@@ -169,7 +171,7 @@ class RunRows(StorePart):
                 with db.pipeline(conn):
                     db.lock_key(conn, f"duro:quota:{quota.key}")
                     found = db.run(conn, "select_run", {"id": new.id})
-                    counted = self._send_count(conn, quota.key, quota.statuses, quota.namespace)
+                    counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
                 row = found.fetchone()
                 if row is not None:
                     return _same_workflow(to_run(row), new), False
