@@ -1,7 +1,8 @@
-"""The two journeys docs/architecture.md walks through cross exactly the SDK files it lists.
+"""The two journeys docs/architecture.md walks through cross exactly the files it lists.
 
-A profiler records every SDK function called, in every thread, from a point inside run A's code to
-a point inside run B's (or, for a start, from the call to the first step's body). The files crossed
+A profiler records every function of the SDK (and of the dev server) called, in every thread, from
+a point inside run A's code to a point inside run B's (or, for a start, from the HTTP request to the
+workflow's code going on after its first step's record is committed). The files crossed
 are compared with the list after "Files crossed" in the journey's section of the architecture page,
 so the page stays true and a new file on either path is a decision, not an accident.
 """
@@ -17,9 +18,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import httpx
 import pytest
 
 import duro
+import duro_devserver
 from duro import (
     Concurrency,
     Engine,
@@ -31,10 +34,13 @@ from duro import (
     step,
     workflow,
 )
+from duro_devserver.app import create_app
+from duro_devserver.source import FixedEngine
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK = str(Path(duro.__file__).resolve().parent) + "/"
+DEVSERVER = str(Path(duro_devserver.__file__).resolve().parent.parent) + "/"
 PAGE = ROOT / "docs" / "architecture.md"
 HEARTBEAT = SDK + "_heartbeat.py"
 # nothing in the background between the two points: no poll, no heartbeat due, nothing unloaded
@@ -49,9 +55,11 @@ class Journey:
         self.calls: set[tuple[str, str]] = set()
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
-        if self.recording and event == "call" and (path := frame.f_code.co_filename).startswith(SDK):
-            if not _in_heartbeat(frame):
-                self.calls.add((path[len(SDK) :], frame.f_code.co_name))
+        if self.recording and event == "call":
+            path = frame.f_code.co_filename
+            for root in (SDK, DEVSERVER):
+                if path.startswith(root) and not _in_heartbeat(frame):
+                    self.calls.add((path[len(root) :], frame.f_code.co_name))
 
     @property
     def files(self) -> list[str]:
@@ -102,26 +110,34 @@ CURRENT: dict[str, Journey] = {}
 
 @step
 async def first_step(n: int) -> int:
-    CURRENT["journey"].recording = False
     return n
 
 
 @workflow(concurrency=Concurrency(key=lambda inp: f"tenant:{inp}", limit=5))
 async def quota_checked(n: int) -> int:
-    return await first_step(n)
+    result = await first_step(n)  # returns once its record is committed
+    CURRENT["journey"].recording = False
+    return result
 
 
-async def test_a_quota_checked_start_to_its_first_step(sqlite_url, journey):
+async def test_an_http_start_to_its_first_step_committed(sqlite_url, journey):
     CURRENT["journey"] = journey
-    async with Engine(sqlite_url, options=QUIET) as engine:
-        engine.register(quota_checked)
-        warm = await engine.start(quota_checked, 0)  # the first run of a process imports and warms up
-        await warm.result()
-        await quiet(engine)
-        journey.recording = True
-        run, _ = await engine.start_info(quota_checked, 1)
-        await eventually(lambda: not journey.recording, timeout=10, what="the first step")
-        assert (await engine.handle(run.id).result()) == 1
+    engine = Engine(sqlite_url, workspace=define_workspace(workflows=[]), options=QUIET)
+    engine.register(quota_checked)
+    app = create_app(FixedEngine(engine))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as client:
+            path = "/api/workflows/quota_checked/runs"
+            warm = await client.post(path, json={"input": 0})  # the first run of a process warms up
+            await engine.handle(warm.json()["run"]["id"]).result()
+            await quiet(engine)
+            journey.recording = True
+            answer = await client.post(path, json={"input": 1})
+            await eventually(lambda: not journey.recording, timeout=10, what="the first step committed")
+            assert answer.status_code == 201, answer.text
+            assert (await engine.handle(answer.json()["run"]["id"]).result()) == 1
     assert journey.files == documented("The path of a start")
 
 
