@@ -1,5 +1,5 @@
 """A capacity raise over a long queue, at the store: N slot requests wait on a limit of capacity 0,
-then ``set_capacity`` raises it to N (``SqlStore.set_limit_override``, applied 1,000 grants a
+then ``set_capacity`` raises it to N (``SqlStore.limits.set_override``, applied 1,000 grants a
 transaction). Meanwhile one thread asks for a slot of the same limit every 10 ms (each a
 ``RequestSlot`` then a give-up) and another reads the limits' states every 10 ms (what the
 listings read), both through the same store, as an engine's API and worker share one; both record
@@ -37,24 +37,24 @@ def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
     )  # queue them all
     store.create_schema()
     for i in range(n):
-        store.apply(RequestSlot(config, f"q{n}-{i:06d}", None, None, None, 1000 + i, None))
+        store.steps.apply(RequestSlot(config, f"q{n}-{i:06d}", None, None, None, 1000 + i, None))
     stop = threading.Event()
     longest = {"acquire": 0.0, "read": 0.0}
     ready = threading.Barrier(3)
 
     def loop(kind: str) -> None:
         other = store  # one store for the process, as an engine's API and worker share it
-        other.limit_states()
+        other.limits.states()
         ready.wait()
         i = 0
         while not stop.is_set():
             started = time.perf_counter()
             if kind == "acquire":
                 slot = f"probe{n}-{i}"
-                other.apply(RequestSlot(config, slot, None, None, None, 2_000_000 + i, None))
-                other.apply(GiveUpSlot(config, slot, 2_000_000 + i, None))
+                other.steps.apply(RequestSlot(config, slot, None, None, None, 2_000_000 + i, None))
+                other.steps.apply(GiveUpSlot(config, slot, 2_000_000 + i, None))
             else:
-                other.limit_states()
+                other.limits.states()
             longest[kind] = max(longest[kind], time.perf_counter() - started)
             i += 1
             stop.wait(0.01)  # paced, as runs asking for slots and a health check are
@@ -66,7 +66,7 @@ def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
         thread.start()
     ready.wait()
     started = time.perf_counter()
-    granted = store.set_limit_override(config, "capacity", n, 5_000_000)
+    granted = store.limits.set_override(config, "capacity", n, 5_000_000)
     raise_s = time.perf_counter() - started
     stop.set()
     for thread in threads:

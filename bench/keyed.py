@@ -1,6 +1,6 @@
 """A keyed limit's hand-out as its queue grows, at the store: N slot requests of K keys wait on a
 keyed limit whose every key is full (``per_key=1``, one slot of each key busy), with one more waiter
-of a fresh key last in the queue. A capacity raise by one (``SqlStore.set_limit_override``) then
+of a fresh key last in the queue. A capacity raise by one (``SqlStore.limits.set_override``) then
 hands the free slot out: the only waiter whose key has room is the last one. The figure: the
 raise's time, for each N over K, on SQLite and PostgreSQL, and the largest case over the smallest
 (the issue's target: 100,000 over 10,000 keys at most 1.5x 100 over 10).
@@ -87,12 +87,12 @@ def sample(url: str, n: int, keys: int) -> dict:
     forge(url, n, keys)
     engine = Engine(url, define_workspace(limits={"api": Limit(capacity=keys, per_key=1, max_hold="1h")}))
     store, config = engine.store, engine.limit_config("api")
-    fresh = store.apply(RequestSlot(config, "fresh", None, None, None, 9_000_000, None, "fresh"))
+    fresh = store.steps.apply(RequestSlot(config, "fresh", None, None, None, 9_000_000, None, "fresh"))
     assert fresh.row.state == "waiting", fresh
-    state = store.limit_states()["api"]
+    state = store.limits.states()["api"]
     assert (state.busy, state.reserved, state.waiting) == (keys, 0, n + 1), state
     started = time.perf_counter()
-    granted = store.set_limit_override(dataclasses.replace(config), "capacity", keys + 1, 10_000_000)
+    granted = store.limits.set_override(dataclasses.replace(config), "capacity", keys + 1, 10_000_000)
     took = time.perf_counter() - started
     assert [row.id for row in granted] == ["fresh"], granted
     engine.close()

@@ -184,7 +184,7 @@ async def case_flat(url: str, size: int, repeats: int, window: float) -> dict:
     eng.store.create_schema()
     config, now = eng.limit_config("crowd"), eng.clock.now_ms()
     for i in range(size + 1):  # the first takes crowd's only slot
-        eng.store.apply(RequestSlot(config, f"crowd.{i}", None, None, None, now))
+        eng.store.steps.apply(RequestSlot(config, f"crowd.{i}", None, None, None, now))
     eng.close()
     samples = []
     async with engine(url, 8) as eng:

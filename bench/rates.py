@@ -158,7 +158,7 @@ def cost_case(url: str, waiters: int) -> dict:
     store = SqlStore(url, decisions_clock="caller")
     store.create_schema()
     t0 = 1_000_000
-    assert store.request_rate(config, "first", None, None, 1, None, t0).wait.state == "granted"
+    assert store.rates.request(config, "first", None, None, 1, None, t0).wait.state == "granted"
     rows = [{"id": f"w{i:06d}", "pos": i + 1, "at": t0 + 1} for i in range(waiters)]
     insert = sa.text(
         "INSERT INTO duro_rate_waits (id, rate_name, rate_key, run_id, cost, pos, state, enqueued_at) "
@@ -177,7 +177,7 @@ def cost_case(url: str, waiters: int) -> dict:
     times = []
     for k in range(5):  # each a second later: one grant each, the head of the queue
         began = time.perf_counter()
-        granted = store.rates_due({"cost": config}, t0 + 1000 * (k + 1)).granted
+        granted = store.rates.due({"cost": config}, t0 + 1000 * (k + 1)).granted
         times.append((time.perf_counter() - began) * 1000)
         assert [w.id for w in granted] == [f"w{k:06d}"], granted
     store.close()

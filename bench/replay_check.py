@@ -150,8 +150,8 @@ def unfinished(store: SqlStore) -> list[tuple[Any, list]]:
     out: list[tuple[Any, list]] = []
     before = None
     while True:
-        page = store.list_runs(None, None, ACTIVE, None, 500, before)
-        out += [(run, store.get_steps(run.id)) for run in page]
+        page = store.runs.page(None, None, ACTIVE, None, 500, before)
+        out += [(run, store.steps.of(run.id)) for run in page]
         if len(page) < 500:
             return out
         before = (page[-1].created_at, page[-1].id)

@@ -34,7 +34,7 @@ def _runs(store: SqlStore, workflow: str | None, statuses: tuple[str, ...]) -> I
     """Every run of these statuses (every namespace), newest first, a page at a time."""
     before: tuple[int, str] | None = None
     while True:
-        page = store.list_runs(None, workflow, statuses, None, PAGE, before)
+        page = store.runs.page(None, workflow, statuses, None, PAGE, before)
         yield from page
         if len(page) < PAGE:
             return
@@ -49,7 +49,7 @@ def _selected(store: SqlStore, workflow: str | None, cutoff: int | None) -> Iter
         return
     after: tuple[int, str] | None = None
     while True:
-        page = store.finished_since(cutoff, after, PAGE)
+        page = store.runs.finished_since(cutoff, after, PAGE)
         yield from (run for run in page if workflow is None or run.workflow == workflow)
         if len(page) < PAGE:
             return
@@ -70,7 +70,7 @@ async def _check(
     try:
         async with simulated(project) as env:
             for run in _selected(store, workflow, cutoff):
-                outcome = await env.engine.replay_history(run, store.get_steps(run.id))
+                outcome = await env.engine.replay_history(run, store.steps.of(run.id))
                 checked += 1
                 if outcome.diverged:
                     diverged.append(outcome)
@@ -168,14 +168,14 @@ def add_commands(main: click.Group) -> None:
             click.echo(f"error: {err}", err=True)
             sys.exit(2)
         try:
-            run = store.get_run(run_id)
+            run = store.runs.get(run_id)
             if run is None:
                 click.echo(
                     f"error: run {run_id!r} does not exist in {store.safe_url}; list runs with `duro runs list`",
                     err=True,
                 )
                 sys.exit(2)
-            text = json.dumps(history_to_json(run, store.get_steps(run_id)), indent=2) + "\n"
+            text = json.dumps(history_to_json(run, store.steps.of(run_id)), indent=2) + "\n"
         except DuroError as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(2)

@@ -349,7 +349,7 @@ def add_health(main: click.Group) -> None:
             _fail(err)
         try:
             store.create_schema()
-            listed = store.list_workers()
+            listed = store.workers.all()
         except Exception as err:  # noqa: BLE001 - any driver error means "unreachable" here
             click.echo(
                 f"error: the store at {store.safe_url} cannot be reached: {' '.join(str(err).split())}",

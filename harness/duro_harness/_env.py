@@ -359,7 +359,7 @@ class DuroEnv:
         dead_worker = old.worker.id if old.worker is not None else None
         await old.abandon()
         if dead_worker is not None:
-            old.store.remove_worker(dead_worker, self.clock.now_ms(), True)
+            old.store.workers.remove(dead_worker, self.clock.now_ms(), True)
         self.restarts += 1
         self.clock.set(self.clock.now_ms() + duration_ms(down_for, "down_for"))
         await self._start_engine()

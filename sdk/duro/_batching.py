@@ -97,7 +97,7 @@ class GroupCommit:
     def write(self, command: Command) -> Awaitable[Any]:
         """The command's result, once committed."""
         if type(command) not in self._batched or (self._flushing is None and self._alone()):
-            return self._call(self._store.apply, command)
+            return self._call(self._store.steps.apply, command)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((command, future))
@@ -147,7 +147,7 @@ class GroupCommit:
             while self._pending:
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
                 try:
-                    results = await self._call(self._store.apply_batch, [command for command, _ in batch])
+                    results = await self._call(self._store.steps.apply_batch, [command for command, _ in batch])
                 except Exception:  # noqa: BLE001 - retry each write alone so one bad write fails alone
                     for command, sink in batch:
                         await self._one(command, sink)
@@ -159,7 +159,7 @@ class GroupCommit:
 
     async def _one(self, command: Command, sink: Sink) -> None:
         try:
-            result = await self._call(self._store.apply, command)
+            result = await self._call(self._store.steps.apply, command)
         except Exception as err:  # noqa: BLE001
             _tell(sink, None, err)
         else:

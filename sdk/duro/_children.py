@@ -1,7 +1,7 @@
 """Child runs: ``child`` (start one and wait for its result) and ``start_child`` (start one and go
 on), the durable calls behind ``RunContext.child`` / ``start_child`` and ``duro.child`` /
 ``duro.start_child``. A child's start is recorded as the parent's step in the child's own insert
-(see ``store.insert_run``), so a crash between the two leaves neither; the wait for its end parks
+(see ``store.runs.insert``), so a crash between the two leaves neither; the wait for its end parks
 the parent (``child``), which its worker may unload: the child's end makes it due again."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
     try:
         while True:  # a child that ended here is read from its end as written
             child = wakeups.ended.get(child_id) or await ctx.runtime.gateway.call(
-                ctx.runtime.gateway.store.get_run, child_id
+                ctx.runtime.gateway.store.runs.get, child_id
             )
             if child is not None and child.status in TERMINAL_STATUS_VALUES:
                 break

@@ -443,11 +443,11 @@ class Engine:
         await self._gateway.call(self.store.create_schema)
         if self.workspace.limits:  # what a client engine without the project lists
             await self._gateway.call(
-                self.store.declare_limits, list(self.workspace.limits.values()), self.clock.now_ms()
+                self.store.limits.declare, list(self.workspace.limits.values()), self.clock.now_ms()
             )
         if self.workspace.rates:
             await self._gateway.call(
-                self.store.declare_rates, list(self.workspace.rates.values()), self.clock.now_ms()
+                self.store.rates.declare, list(self.workspace.rates.values()), self.clock.now_ms()
             )
         self._live.clear()  # what an abandoned worker left
         worker = Worker(

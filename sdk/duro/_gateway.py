@@ -37,6 +37,7 @@ from .store import (
     StepRecord,
     TakeSignal,
     WouldWait,
+    store_call,
 )
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ class StoreGateway:
     @overload
     async def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
     async def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | None:
-        """``store.apply(command)`` through :meth:`call`, typed by the command (as ``SqlStore.apply``)."""
-        return await self.call(self.store.apply, command)
+        """``store.steps.apply(command)`` through :meth:`call`, typed by the command."""
+        return await self.call(self.store.steps.apply, command)
 
     @property
     def threaded(self) -> bool:
@@ -87,7 +88,7 @@ class StoreGateway:
         """``fn(*args)``, a method of the store, without the event loop waiting on the database."""
         if self._hooks.inline_store:
             return fn(*args)
-        if self._now_or_never is not None and getattr(fn, "__name__", "") not in self.store.bulk:
+        if self._now_or_never is not None and store_call(fn) != "bulk":
             try:
                 return self._now_or_never(fn, *args)
             except WouldWait:
@@ -107,10 +108,10 @@ class StoreGateway:
             if sqlite:
                 self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
                 self._bulk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-db-bulk")
-        name = getattr(fn, "__name__", "")
-        if self._bulk_executor is not None and name in self.store.bulk:
+        marked = store_call(fn)
+        if self._bulk_executor is not None and marked == "bulk":
             return self._bulk_executor
-        if self._read_executor is not None and name in self.store.reads:
+        if self._read_executor is not None and marked == "read":
             return self._read_executor
         return self._db_executor
 

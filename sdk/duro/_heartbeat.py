@@ -68,7 +68,7 @@ class Heartbeat:
         sent, now = self._monotonic(), self._clock.now_ms()
         store = self._gateway.store
         await self._gateway.call(
-            store.register_worker, self.worker_id, self._namespace, self._host, os.getpid(), now
+            store.workers.register, self.worker_id, self._namespace, self._host, os.getpid(), now
         )
         self.lease.renewed(sent)
         self.last_sent = now
@@ -143,7 +143,7 @@ class Heartbeat:
         store = self._gateway.store
         sent, now = self._monotonic(), self._clock.now_ms()
         try:
-            stamps = await call(store.heartbeat, self.worker_id, now)
+            stamps = await call(store.workers.heartbeat, self.worker_id, now)
         except BaseException:
             self.watch.missed()
             raise
@@ -164,7 +164,7 @@ class Heartbeat:
             dropped,
         )
         sent = self._monotonic()
-        await call(store.register_worker, self.worker_id, self._namespace, self._host, os.getpid(), now)
+        await call(store.workers.register, self.worker_id, self._namespace, self._host, os.getpid(), now)
         self.lease.renewed(sent)
         self._rejoined()
 
@@ -186,8 +186,8 @@ class Heartbeat:
         gateway = self._gateway
         dead = [
             wid
-            for wid, pid in await gateway.call(gateway.store.local_workers, self._host)
+            for wid, pid in await gateway.call(gateway.store.workers.local, self._host)
             if wid != self.worker_id and not _process_alive(pid)
         ]
         for worker_id in dead:
-            await gateway.call(gateway.store.remove_worker, worker_id, self._clock.now_ms(), True)
+            await gateway.call(gateway.store.workers.remove, worker_id, self._clock.now_ms(), True)

@@ -46,7 +46,7 @@ _LINES = {
 
 
 def log_slot_events(events: Sequence[SlotEvent]) -> None:
-    """A store slot listener (see ``SqlStore.slot_listeners``): one line per event worth a line."""
+    """A store slot listener (see ``SqlStore.slots.listeners``): one line per event worth a line."""
     log = limits_log
     for kind, limit, ms in events:
         line = _LINES.get(kind)
@@ -73,7 +73,7 @@ def log_quota_refused(workflow: str, limit: int) -> None:
 
 def attach_logs(store: SqlStore) -> None:
     """Log what ``store`` decides about slots (once per store: engines may share one)."""
-    listeners = store.slot_listeners
+    listeners = store.slots.listeners
     if log_slot_events not in listeners:
         listeners.append(log_slot_events)
 

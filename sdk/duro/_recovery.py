@@ -53,12 +53,12 @@ class Suspects:
         if run.recovered_steps is None or len(ctx.history) != run.recovered_steps:
             return
         store = self.gateway.store
-        if await self.gateway.call(store.count_first_recovery, run.id, self.worker_id):
+        if await self.gateway.call(store.runs.count_first_recovery, run.id, self.worker_id):
             # its first attempt since the death, beside the others; at a wait it had begun, its
             # count goes back to 0 as for any suspect (a death while it waits is not its doing)
             async def cleared() -> None:
                 ctx.suspect_waits = None
-                await self.gateway.call(store.clear_recoveries, run.id, self.worker_id)
+                await self.gateway.call(store.runs.clear_recoveries, run.id, self.worker_id)
 
             ctx.suspect_waits = cleared
             return
@@ -77,12 +77,12 @@ class Suspects:
 
         async def waits() -> None:
             leave()
-            await self.gateway.call(self.gateway.store.clear_recoveries, run.id, self.worker_id)
+            await self.gateway.call(self.gateway.store.runs.clear_recoveries, run.id, self.worker_id)
 
         unsubscribe = self.events.subscribe(leave, PROGRESS)
         self._leaving[run.id] = leave
         try:
-            attempts = await self.gateway.call(self.gateway.store.count_recovery, run.id, self.worker_id)
+            attempts = await self.gateway.call(self.gateway.store.runs.count_recovery, run.id, self.worker_id)
             if attempts is None:
                 raise LostRun(run.id)
             if attempts > self.max_recoveries:

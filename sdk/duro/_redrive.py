@@ -1,7 +1,7 @@
 """Re-driving ended runs: ``engine.retry`` (a failed or cancelled run goes on from its failing call),
 ``engine.fork`` (a new run from a copy of another's first calls), and the bulk ``retry_runs`` /
 ``cancel_runs``. Where a retry resumes is decided in :mod:`._resume`; the store applies each retry
-or fork in one transaction (``store.retry_run``, ``store.fork_run``)."""
+or fork in one transaction (``store.runs.retry``, ``store.runs.fork``)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ class Redrive:
         now = self._clock.now_ms()
         retry = Retry(run.id, self._read_namespace, run.attempt, target, quota, now)
         try:
-            redriven = await self._gateway.call(self._store.retry_run, retry)
+            redriven = await self._gateway.call(self._store.runs.retry, retry)
         except ConcurrencyLimitError as refused:
             await self._starter.refused(run.workflow, refused, run.id)
             raise
@@ -155,7 +155,7 @@ class Redrive:
             concurrency_key=run.concurrency_key,
         )
         try:
-            redriven = await self._gateway.call(self._store.fork_run, Fork(run.id, from_seq, new, quota))
+            redriven = await self._gateway.call(self._store.runs.fork, Fork(run.id, from_seq, new, quota))
         except ConcurrencyLimitError as refused:
             await self._starter.refused(run.workflow, refused, new.id)
             raise
@@ -170,7 +170,7 @@ class Redrive:
     async def attempts(self, run_id: str) -> list[AttemptInfo]:
         """See ``Engine.attempts``."""
         await self._runs.record(run_id)
-        return [AttemptInfo.of(rec) for rec in await self._gateway.call(self._store.get_attempts, run_id)]
+        return [AttemptInfo.of(rec) for rec in await self._gateway.call(self._store.runs.attempts, run_id)]
 
     async def retry_runs(
         self,
@@ -197,7 +197,7 @@ class Redrive:
         after = (start, "")
         while len(chosen) < limit:
             page = await self._gateway.call(
-                self._store.ended_between, self._namespace, start, end, after, PAGE
+                self._store.runs.ended_between, self._namespace, start, end, after, PAGE
             )
             for run in page:
                 if run.status in statuses and workflow in (None, run.workflow) and _error_is(run, error_type):
@@ -236,7 +236,7 @@ class Redrive:
         before: tuple[int, str] | None = (end, "")
         while len(chosen) < limit and before is not None:
             page = await self._gateway.call(
-                self._store.list_runs, self._read_namespace, workflow, statuses, None, PAGE, before
+                self._store.runs.page, self._read_namespace, workflow, statuses, None, PAGE, before
             )
             for run in page:
                 if run.created_at < start:

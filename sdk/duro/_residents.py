@@ -188,7 +188,7 @@ class Residents:
             store = self.gateway.store
 
             def unload(command: Unload) -> list[str]:
-                return store.apply(command)
+                return store.steps.apply(command)
 
             given = await self.gateway.call(unload, Unload(self.worker_id, waits, self.clock.now_ms()))
         except Exception as err:  # noqa: BLE001 - the store out of reach: again on the next pass

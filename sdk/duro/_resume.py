@@ -1,5 +1,5 @@
 """Where a retry resumes a run, and where a fork cuts its copy: pure decisions over a run's recorded
-calls (no I/O, no clock; the store applies them in one transaction, see ``store._redrive``).
+calls (no I/O, no clock; the store applies them in one transaction, see ``store._runs``).
 
 A retry keeps the calls before the **failing call** and runs that call and everything after it
 again. The failing call is the one whose error failed the run (the run's error names it: the durable

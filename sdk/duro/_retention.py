@@ -1,6 +1,6 @@
 """Retention: finished runs deleted once they are older than the workspace's ``retention``, in the
 background, and ``engine.prune`` on demand — both a bounded batch per transaction (see
-``store._retention``)."""
+``store._runs``)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class Retention:
         while True:
             prune = Prune(self._namespace, cutoff, after, size, dry_run, wait)
             began = self._clock.monotonic_ms()
-            batch: PruneBatch | None = await self._gateway.call(self._store.prune_runs, prune)
+            batch: PruneBatch | None = await self._gateway.call(self._store.runs.prune, prune)
             if batch is None:
                 return None
             runs, steps, slots = runs + batch.runs, steps + batch.steps, slots + batch.slots
@@ -115,7 +115,7 @@ class Retention:
             try:
                 await self._pass(retention_ms, False, wait=False)
                 next_end = await self._gateway.call(
-                    self._store.next_prune_due, self._namespace, now - retention_ms
+                    self._store.runs.next_prune_due, self._namespace, now - retention_ms
                 )
                 due = next_pass_at(now, retention_ms, next_end)
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon

@@ -93,7 +93,7 @@ class Runs:
         """The run as stored, or :class:`RunNotFoundError` (also when it is in another namespace, if
         reads are fenced)."""
         _check_id(run_id)
-        record = await self._gateway.call(self._store.get_run, run_id, self._read_namespace)
+        record = await self._gateway.call(self._store.runs.get, run_id, self._read_namespace)
         if record is None:
             raise RunNotFoundError(run_id, self._read_namespace)
         return record
@@ -103,7 +103,7 @@ class Runs:
 
     async def steps(self, run_id: str) -> builtins.list[StepInfo]:
         run = await self.record(run_id)
-        steps = await self._gateway.call(self._store.get_steps, run_id)
+        steps = await self._gateway.call(self._store.steps.of, run_id)
         return await self._shown(run, settle_sleeps(steps, run), -1, None)
 
     async def steps_page(self, run_id: str, cursor: str | None, limit: int) -> StepsPage:
@@ -115,7 +115,7 @@ class Runs:
         run = await self.record(run_id)
         # one more than asked: whether there is a next page, and a sleep last on this page that a
         # later record settles (see settle_sleeps)
-        found = await self._gateway.call(self._store.get_steps_page, run_id, after, limit + 1)
+        found = await self._gateway.call(self._store.steps.page, run_id, after, limit + 1)
         settled = settle_sleeps(found, run)[:limit]
         more = len(found) > limit
         last = settled[-1].seq if more and settled else None
@@ -129,8 +129,8 @@ class Runs:
         ``last``: ``None``, to the end), each call with the attempt that made it, by (seq, attempt)."""
         if run.attempt == 1:
             return [StepInfo.of(rec) for rec in steps]
-        attempts = await self._gateway.call(self._store.get_attempts, run.id)
-        past = await self._gateway.call(self._store.get_past_steps, run.id)
+        attempts = await self._gateway.call(self._store.runs.attempts, run.id)
+        past = await self._gateway.call(self._store.steps.past, run.id)
         shown = [StepInfo.of(rec, attempt_of(rec.seq, attempts)) for rec in steps]
         shown += [
             StepInfo.of(rec, attempt)
@@ -182,7 +182,7 @@ class Runs:
             if text is not None:
                 refuse_nul(text, f"the {what} filter {text!r}")
         records = await self._gateway.call(
-            self._store.list_runs, self._read_namespace, workflow, statuses, tag, limit, before
+            self._store.runs.page, self._read_namespace, workflow, statuses, tag, limit, before
         )
         return [RunInfo.of(rec) for rec in records]
 
@@ -244,7 +244,7 @@ class Runs:
         run = await self.record(run_id)
         if run.status in TERMINAL_STATUS_VALUES:  # the store checks again as it writes
             raise RunEndedError(run_id, run.status, name)
-        await self._gateway.call(self._store.send_signal, run_id, name, text, self._clock.now_ms())
+        await self._gateway.call(self._store.signals.send, run_id, name, text, self._clock.now_ms())
         self._events.publish("signal.sent", run_id, self._clock.now_ms(), None, name=name)
         local = self._local()
         if local is not None:
@@ -256,10 +256,10 @@ class Runs:
         _check_id(run_id)
         error = describe_error(RunCancelled(f"run {run_id!r} was cancelled"))
         now = self._clock.now_ms()
-        outcome = await self._gateway.call(self._store.cancel_run, run_id, self._read_namespace, error, now)
+        outcome = await self._gateway.call(self._store.runs.cancel, run_id, self._read_namespace, error, now)
         for cancelled_id in outcome.ended:
             if self._events.wants("run.cancelled"):  # which workflow, and since when: a read each
-                run = await self._gateway.call(self._store.get_run, cancelled_id)
+                run = await self._gateway.call(self._store.runs.get, cancelled_id)
                 if run is not None:
                     self._events.publish(
                         "run.cancelled", cancelled_id, now, run.workflow, created_at=run.created_at

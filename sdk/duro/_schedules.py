@@ -158,7 +158,7 @@ class Schedules:
             created_at=now,
             updated_at=now,
         )
-        await self._gateway.call(self._gateway.store.put_schedule, record)
+        await self._gateway.call(self._gateway.store.schedules.put, record)
         self._changed()
         return await self.get(name)
 
@@ -166,7 +166,7 @@ class Schedules:
         """The namespace's schedules, by name."""
         store = self._gateway.store
         return [
-            ScheduleInfo.of(rec) for rec in await self._gateway.call(store.list_schedules, self._namespace)
+            ScheduleInfo.of(rec) for rec in await self._gateway.call(store.schedules.all, self._namespace)
         ]
 
     async def get(self, name: str) -> ScheduleInfo:
@@ -180,7 +180,7 @@ class Schedules:
         """Delete the schedule ``name`` (its runs stay as they are)."""
         valid = isinstance(name, str) and SCHEDULE_NAME.match(name)  # else no schedule has it (nor NUL)
         store = self._gateway.store
-        if not valid or not await self._gateway.call(store.delete_schedule, self._namespace, name):
+        if not valid or not await self._gateway.call(store.schedules.delete, self._namespace, name):
             raise DuroError(f"schedule {name!r} does not exist; list them with engine.schedules.list()")
         self._changed()
 
@@ -190,10 +190,10 @@ class Schedules:
         gateway, store, namespace = self._gateway, self._gateway.store, self._namespace
         now = self._clock.now_ms()
         names = self._registry.local_names
-        for rec in await gateway.call(store.due_schedules, namespace, names, now):
+        for rec in await gateway.call(store.schedules.due, namespace, names, now):
             following = next_window(rec.cron, max(rec.next_fire_at, now))
             if not await gateway.call(
-                store.claim_schedule_window, namespace, rec.name, rec.next_fire_at, following, now
+                store.schedules.claim_window, namespace, rec.name, rec.next_fire_at, following, now
             ):
                 continue  # another worker fired this window
             run_id: str | None = f"schedule:{rec.name}:{rec.next_fire_at}"
@@ -204,8 +204,8 @@ class Schedules:
                 )
             except DuroError as err:
                 run_id, error = None, str(err)
-            await gateway.call(store.record_schedule_outcome, namespace, rec.name, now, run_id, error)
-        return await gateway.call(store.next_schedule_due, namespace, names)
+            await gateway.call(store.schedules.record_outcome, namespace, rec.name, now, run_id, error)
+        return await gateway.call(store.schedules.next_due, namespace, names)
 
 
 async def fire_schedules(

@@ -84,7 +84,7 @@ class Starter:
         if run_id is not None:
             check_run_id(run_id)
             if parent is None:
-                existing = await self._gateway.call(store.get_run, run_id)
+                existing = await self._gateway.call(store.runs.get, run_id)
                 if existing is not None:
                     return _same_workflow(existing, spec.name), False
         value, input_json = spec.prepare_input(inp)
@@ -111,7 +111,7 @@ class Starter:
                 trace_context=trace_context,
             )
             try:
-                record, created = await self._gateway.call(store.insert_run, new, quota, parent)
+                record, created = await self._gateway.call(store.runs.insert, new, quota, parent)
             except ConcurrencyLimitError as refused:
                 await self.refused(spec.name, refused, new.id, conc)
                 raise
@@ -186,7 +186,7 @@ class Starter:
             return given
         try:
             durations = await self._gateway.call(
-                self._gateway.store.recent_durations, refused.key, self._read_namespace, RECENT_RUNS
+                self._gateway.store.runs.recent_durations, refused.key, self._read_namespace, RECENT_RUNS
             )
         except Exception:  # noqa: BLE001 - the refusal is what the caller must hear
             return 1

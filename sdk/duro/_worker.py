@@ -232,7 +232,7 @@ class Worker:
         store, run = self.store, ctx.record
         try:
             if not fresh:
-                ctx.load_history(settle_sleeps(await self.db(store.get_steps, run.id), run))
+                ctx.load_history(settle_sleeps(await self.db(store.steps.of, run.id), run))
                 await self.ends.suspects.enter(ctx)  # left by a dead worker: RunSetAsideError at the last
             if run.cancel_requested_at is not None:
                 self.ends.request(ctx)  # delivered in its replay (see _cancel)
@@ -344,7 +344,7 @@ class Worker:
         await self._halt("shutdown")
         try:
             await self.residents.give_up(waits)
-            await self.db(self.store.remove_worker, self.id, self.clock.now_ms())
+            await self.db(self.store.workers.remove, self.id, self.clock.now_ms())
         except DuroError:
             pass
 
@@ -429,14 +429,14 @@ class Worker:
             condemned=condemned,
             orphans=full and now - self._swept >= self.lease_ms,
         )
-        claimed = await self.db(self.store.claim_runs, claim) if room or condemned or claim.orphans else []
+        claimed = await self.db(self.store.runs.claim, claim) if room or condemned or claim.orphans else []
         if claim.orphans:
             self._swept = now
         residents.backlog = room == 0 or len(claimed) == room  # more may be due: claim again when room frees
         if room > len(claimed) == claim.limit:
             self.wake()  # a full batch, and room for more: the next batch at once
         elif not residents.backlog:
-            due = await self.db(self.store.next_due, claim) if claim.workflows else None
+            due = await self.db(self.store.runs.next_due, claim) if claim.workflows else None
             self._next_due = due if due is None or due > now else None  # due now: taken meanwhile
         for worker, _ in condemned:
             heartbeat.watch.forget(worker)
@@ -515,27 +515,27 @@ class Worker:
     async def _poll_remote_changes(self) -> None:
         signals = self.wakeups.signals
         if signals:
-            for run_id, name in await self.db(self.store.signalled, {r for r, _ in signals.keys()}):
+            for run_id, name in await self.db(self.store.signals.signalled, {r for r, _ in signals.keys()}):
                 self.notify_signal(run_id, name)
         waiting = self.slots.waiting()
         if waiting:
-            states = await self.db(self.store.slot_states, waiting)
+            states = await self.db(self.store.slots.states, waiting)
             for slot_id, state in states.items():
                 if state != "waiting":
                     self.slots.notify_slot(slot_id)
         rate_waits = self.rates.waiting()
         if rate_waits:
-            for wait_id, state in (await self.db(self.store.rate_wait_states, rate_waits)).items():
+            for wait_id, state in (await self.db(self.store.rates.wait_states, rate_waits)).items():
                 if state != "waiting":
                     self.rates.notify_wait(wait_id)
         watched, now = set(self.wakeups.done.keys()), self._monotonic()
         if now - self._statuses_read >= 500:  # the held runs' statuses, twice a second at most
             self._statuses_read, watched = now, watched | set(self.live)
             unheard = [r for r, ctx in self.live.items() if ctx.cancel is None or not ctx.cancel.requested]
-            if unheard and (asked := await self.db(self.store.cancel_requested, unheard)):
+            if unheard and (asked := await self.db(self.store.runs.cancel_requested, unheard)):
                 self.notify_cancelled(list(asked))  # asked for elsewhere, its notice lost (or none sent)
         if watched:
-            statuses = await self.db(self.store.run_statuses, watched)
+            statuses = await self.db(self.store.runs.statuses, watched)
             for run_id, status in statuses.items():
                 if status in TERMINAL_STATUS_VALUES:
                     if run_id in self.live:

@@ -168,7 +168,7 @@ class Meter:
     def attach(self, engine: Engine) -> Callable[[], None]:
         """Count what ``engine`` does from now on; returns a function that stops it."""
         unsubscribe = engine.events.subscribe(self.on_run_event, COUNTED)
-        listeners = engine.store.slot_listeners
+        listeners = engine.store.slots.listeners
         listeners.append(self.on_slot_events)
 
         def detach() -> None:
@@ -298,7 +298,7 @@ class DuroCollector(Collector):
             engine = self._engine()
             declared = engine.workspace.limits
             self.meter.declare(declared, engine.workflows, engine.workspace.rates)  # cached after the first
-            states = engine.store.limit_states() if declared else {}
+            states = engine.store.limits.states() if declared else {}
         except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
             log.warning("duro metrics: the limits' gauges are missing from this scrape: %s", err)
             declared, states = {}, {}
@@ -320,7 +320,7 @@ class DuroCollector(Collector):
             if config.per_key is None:
                 continue
             try:  # the keys themselves never leave the store: only how many, and how many full
-                active, full = engine.store.key_tally(config)
+                active, full = engine.store.keys.tally(config)
             except Exception as err:  # noqa: BLE001 - see above
                 log.warning("duro metrics: the keys' gauges of a limit are missing from this scrape: %s", err)
                 continue
@@ -335,7 +335,7 @@ class DuroCollector(Collector):
             engine = self._engine()
             declared = engine.workspace.rates
             now = engine.clock.now_ms()
-            states = {s.name: s for s in engine.store.rate_states(now)} if declared else {}
+            states = {s.name: s for s in engine.store.rates.states(now)} if declared else {}
         except Exception as err:  # noqa: BLE001 - the store out of reach: the counters still answer
             log.warning("duro metrics: the rates' gauges are missing from this scrape: %s", err)
             return gauges

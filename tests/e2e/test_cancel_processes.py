@@ -56,7 +56,7 @@ def _project(root: Path, name: str) -> Path:
 def _slots(url: str) -> list[tuple[str | None, str]]:
     store = SqlStore(url)
     try:
-        return [(row.run_id, row.state) for row in store.limit_slots("line")]
+        return [(row.run_id, row.state) for row in store.limits.slots("line")]
     finally:
         store.close()
 
@@ -64,7 +64,7 @@ def _slots(url: str) -> list[tuple[str | None, str]]:
 def _status(url: str, run_id: str) -> str | None:
     store = SqlStore(url)
     try:
-        run = store.get_run(run_id)
+        run = store.runs.get(run_id)
         return None if run is None else run.status
     finally:
         store.close()
@@ -83,8 +83,8 @@ def _cancel_to_grant_ms(url: str, holder: str, waiter: str) -> int | None:
     by processes on this host)."""
     store = SqlStore(url)
     try:
-        run = store.get_run(holder)
-        [slot] = [row for row in store.limit_slots("line") if row.run_id == waiter]
+        run = store.runs.get(holder)
+        [slot] = [row for row in store.limits.slots("line") if row.run_id == waiter]
         if run is None or run.cancel_requested_at is None or slot.granted_at is None:
             return None
         return slot.granted_at - run.cancel_requested_at
@@ -133,7 +133,7 @@ def test_a_cancelled_holder_in_one_worker_frees_the_line_for_a_waiter_in_another
         wait_until(lambda: _status(shared_url, holder) == "cancelled", 10, "the holder to end cancelled")
         store = SqlStore(shared_url)
         try:
-            steps = [(s.name, s.status) for s in store.get_steps(holder)]
+            steps = [(s.name, s.status) for s in store.steps.of(holder)]
         finally:
             store.close()
         assert steps == [

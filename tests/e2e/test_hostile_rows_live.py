@@ -52,7 +52,7 @@ def test_hostile_rows_neither_stop_the_server_nor_break_a_page(tmp_path: Path):
     store = SqlStore(url)
     store.create_schema()
     for run_id in ("exits", "interrupts"):  # unfinished, with a failed step to replay
-        store.insert_run(dataclasses.replace(new_run(run_id, workflow="billing"), input="1"), None)
+        store.runs.insert(dataclasses.replace(new_run(run_id, workflow="billing"), input="1"), None)
     store.close()
     with sqlite3.connect(tmp_path / "duro.db") as db:
         for run_id, qualname in (("exits", "SystemExit"), ("interrupts", "KeyboardInterrupt")):

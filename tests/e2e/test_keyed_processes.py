@@ -129,8 +129,8 @@ def test_three_workers_one_killed_never_put_a_key_or_the_limit_over_its_capacity
     assert sampler.disagreements == [], sampler.disagreements[:5]
     store = SqlStore(shared_url)
     try:
-        assert store.limit_slots("partner-api") == []  # every slot back
+        assert store.limits.slots("partner-api") == []  # every slot back
         config = LimitConfig("partner-api", CAPACITY, 3_600_000, PER_KEY)
-        assert store.limit_keys(config) == []  # and every key's row gone with its last slot
+        assert store.keys.of(config) == []  # and every key's row gone with its last slot
     finally:
         store.close()

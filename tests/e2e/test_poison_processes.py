@@ -107,7 +107,7 @@ async def healthy(n: int) -> int:
 def _run(url: str, run_id: str):
     store = SqlStore(url)
     try:
-        return store.get_run(run_id)
+        return store.runs.get(run_id)
     finally:
         store.close()
 

@@ -49,7 +49,7 @@ def health(project: Path, url: str) -> tuple[int, dict]:
 def registered(url: str) -> set[str]:
     store = SqlStore(url)
     try:
-        return {worker["id"] for worker in store.list_workers()}
+        return {worker["id"] for worker in store.workers.all()}
     finally:
         store.close()
 

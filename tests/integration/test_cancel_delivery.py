@@ -282,8 +282,8 @@ async def test_a_replay_delivers_the_cancel_at_the_same_call(duro_env):
     steps = await duro_env.engine.steps(run.id)
     assert [(s.seq, s.name, s.status) for s in steps] == [(0, "go", "cancelled"), (1, "cleanup", "completed")]
     assert calls == ["finally", "finally"]  # a step is run at least once: its record was lost
-    record = duro_env.engine.store.get_run(run.id)
-    checked = await duro_env.replay(history_to_json(record, duro_env.engine.store.get_steps(run.id)))
+    record = duro_env.engine.store.runs.get(run.id)
+    checked = await duro_env.replay(history_to_json(record, duro_env.engine.store.steps.of(run.id)))
     assert not checked.diverged and (checked.ended, checked.replayed) == ("raised", 2)
 
 
@@ -293,6 +293,6 @@ async def test_the_replay_check_sees_a_cancel_delivered_as_a_step_returned(duro_
     await run.cancel()
     gate["work"].set()
     await duro_env.run_until_idle()
-    record = duro_env.engine.store.get_run(run.id)
-    checked = await duro_env.replay(history_to_json(record, duro_env.engine.store.get_steps(run.id)))
+    record = duro_env.engine.store.runs.get(run.id)
+    checked = await duro_env.replay(history_to_json(record, duro_env.engine.store.steps.of(run.id)))
     assert not checked.diverged and (checked.ended, checked.replayed) == ("raised", 4)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from duro._config import LimitConfig
-from duro.store import SqlStore
+from duro.store import SqlStore, store_call
 from duro.store._slots import HAND_OUT_BATCH
 from tests.support import store_ops
 
@@ -19,18 +19,18 @@ def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
         for i in range(WAITING):  # no run behind them: a request made outside any run, as an operator's
             row = store_ops.slot_request(store, config, f"s{i:05d}", None, None, None, 1000 + i)
             assert row is not None and row.state == "waiting"
-        batch = store._hand_out_batch  # one call a transaction: count them, and their grants
+        batch = store.limits._hand_out_batch  # one call a transaction: count them, and their grants
 
         def counted(*args):
             decision = batch(*args)
             batches.append(len(decision.granted))
             return decision
 
-        store._hand_out_batch = counted  # type: ignore[method-assign]
-        granted = store.set_limit_override(config, "capacity", WAITING + 10, 50_000)
+        store.limits._hand_out_batch = counted  # type: ignore[method-assign]
+        granted = store.limits.set_override(config, "capacity", WAITING + 10, 50_000)
         assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]  # queue order, once each
         assert batches == [HAND_OUT_BATCH, HAND_OUT_BATCH, 500]  # three transactions
-        (state,) = [s for name, s in store.limit_states().items() if name == "lines"]
+        (state,) = [s for name, s in store.limits.states().items() if name == "lines"]
         assert (state.reserved, state.waiting) == (WAITING, 0)
     finally:
         store.close()
@@ -62,11 +62,11 @@ def test_a_capacity_raised_in_the_config_is_handed_out_a_batch_at_a_time(databas
         _queue(store, LimitConfig("lines", capacity=0, max_hold_ms=60_000), WAITING)
         raised = {"lines": LimitConfig("lines", capacity=WAITING + 10, max_hold_ms=60_000)}
         begun = _count_writes(store)
-        changed, granted = store.slots_expire(raised, 50_000)
+        changed, granted = store.slots.expire(raised, 50_000)
         assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]
         assert len(begun) == 3  # 1,000 + 1,000 + 500 grants
-        assert store.slots_expire(raised, 50_001) == ([], [])
-        assert store.limit_states()["lines"].reserved == WAITING
+        assert store.slots.expire(raised, 50_001) == ([], [])
+        assert store.limits.states()["lines"].reserved == WAITING
     finally:
         store.close()
 
@@ -76,13 +76,13 @@ def test_lapsed_reservations_expire_a_batch_at_a_time(database_url: str):
     try:
         config = LimitConfig("lines", capacity=0, max_hold_ms=60_000)
         _queue(store, config, WAITING)
-        store.set_limit_override(config, "capacity", WAITING, 50_000)
+        store.limits.set_override(config, "capacity", WAITING, 50_000)
         begun = _count_writes(store)
         later = 50_000 + 10 * 60_000  # every reservation lapsed: requeued, then reserved again
-        changed, granted = store.slots_expire({"lines": config}, later)
+        changed, granted = store.slots.expire({"lines": config}, later)
         assert len({row.id for row in changed}) == WAITING
         assert len(begun) >= 3  # never more than 1,000 expiries (and 1,000 grants) a transaction
-        state = store.limit_states()["lines"]
+        state = store.limits.states()["lines"]
         assert state.reserved + state.waiting == WAITING and state.reserved <= WAITING
     finally:
         store.close()
@@ -94,10 +94,10 @@ def test_runs_that_ended_leave_their_queues_a_batch_at_a_time(database_url: str)
         config = LimitConfig("lines", capacity=0, max_hold_ms=60_000)
         _queue(store, config, WAITING, runs=True)
         begun = _count_writes(store)
-        store.slots_leave({"lines": config}, [f"r{i:05d}" for i in range(WAITING)], 50_000)
+        store.slots.leave({"lines": config}, [f"r{i:05d}" for i in range(WAITING)], 50_000)
         assert len(begun) == 3
-        assert store.limit_states()["lines"].waiting == 0
-        assert {store.get_slot(f"s{i:05d}").state for i in range(WAITING)} == {"cancelled"}
+        assert store.limits.states()["lines"].waiting == 0
+        assert {store.slots.get(f"s{i:05d}").state for i in range(WAITING)} == {"cancelled"}
     finally:
         store.close()
 
@@ -110,12 +110,12 @@ def test_the_next_due_slot_is_of_the_limits_asked_about(database_url: str):
         for name, timeout in (("gone", 2_000), ("kept", 90_000)):
             config = LimitConfig(name, capacity=0, max_hold_ms=60_000)
             store_ops.slot_request(store, config, f"{name}-1", None, None, timeout, 1000)
-        assert store.next_slot_due() == 2_000
-        assert store.next_slot_due(None, ["kept"]) == 90_000
-        assert store.next_slot_due(None, []) is None
+        assert store.slots.next_due() == 2_000
+        assert store.slots.next_due(None, ["kept"]) == 90_000
+        assert store.slots.next_due(None, []) is None
         kept = {"kept": LimitConfig("kept", capacity=0, max_hold_ms=60_000)}
-        assert store.slots_expire(kept, 50_000) == ([], [])  # the other limit's slot is left alone
-        assert store.get_slot("gone-1").state == "waiting"
+        assert store.slots.expire(kept, 50_000) == ([], [])  # the other limit's slot is left alone
+        assert store.slots.get("gone-1").state == "waiting"
     finally:
         store.close()
 
@@ -130,7 +130,7 @@ def test_a_release_beside_a_large_raise_hands_out_one_batch_and_the_pass_the_res
         raised = {"lines": LimitConfig("lines", capacity=WAITING + 1, max_hold_ms=60_000)}
         _, released, granted = store_ops.slot_release(store, raised, "held", 50_000)
         assert released and len(granted) == HAND_OUT_BATCH  # not the whole raise in one transaction
-        changed, rest = store.slots_expire(raised, 50_001)
+        changed, rest = store.slots.expire(raised, 50_001)
         assert [row.id for row in granted + rest] == [f"s{i:05d}" for i in range(WAITING)]
     finally:
         store.close()
@@ -150,16 +150,16 @@ async def test_an_engine_hands_out_in_a_thread_of_its_own_never_on_the_loop(tmp_
         store_ops.slot_request(store, workspace.limits["lines"], "held", None, None, None, 500)  # busy
         _queue(store, workspace.limits["lines"], WAITING)
         threads: dict[str, str] = {}
-        for name in ("set_limit_override", "slots_expire"):
-            method = getattr(store, name)
+        for part, name in ((store.limits, "set_override"), (store.slots, "expire")):
+            method = getattr(part, name)
 
             def seen(*args, _name=name, _method=method):
                 threads[_name] = threading.current_thread().name
                 return _method(*args)
 
-            seen.__name__ = name
-            setattr(store, name, seen)
+            seen.store_call = store_call(method)  # marked as the method it stands in for
+            setattr(part, name, seen)
         info = await engine.limits.set_capacity("lines", WAITING + 1)
         assert info.effective_capacity == WAITING + 1
-        assert threads["set_limit_override"].startswith("duro-db-bulk"), threads
-        assert store.limit_states()["lines"].reserved == WAITING
+        assert threads["set_override"].startswith("duro-db-bulk"), threads
+        assert store.limits.states()["lines"].reserved == WAITING

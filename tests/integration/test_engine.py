@@ -344,13 +344,13 @@ async def test_a_run_that_ends_here_is_answered_without_reading_it_back(tmp_path
     async with Engine(f"sqlite:///{tmp_path / 'here.db'}") as engine:
         engine.register(answered_here)
         reads: list[str] = []
-        get_run = engine.store.get_run
+        get_run = engine.store.runs.get
 
         def counted(run_id: str, namespace: str | None = None):
             reads.append(run_id)
             return get_run(run_id, namespace)
 
-        engine.store.get_run = counted  # type: ignore[method-assign]
+        engine.store.runs.get = counted  # type: ignore[method-assign]
         handle = await engine.start(answered_here, 41)
         assert await handle.result() == 42
         assert reads == []

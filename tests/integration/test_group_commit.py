@@ -77,7 +77,7 @@ async def test_slot_decisions_of_concurrent_runs_share_commits(database_url):
 
 
 def _owned_run(store: SqlStore, run_id: str) -> None:
-    store.insert_run(
+    store.runs.insert(
         NewRun(
             id=run_id, namespace="default", workflow="w", version="1", input=None, owner="me", created_at=1
         ),
@@ -98,8 +98,8 @@ async def test_a_fenced_slot_request_in_a_batch_fails_alone(sqlite_url):
         for run_id in ("mine", "lost"):
             _owned_run(store, run_id)
         batches = []
-        apply_batch = store.apply_batch
-        store.apply_batch = lambda ops: batches.append(len(ops)) or apply_batch(ops)  # type: ignore[method-assign]
+        apply_batch = store.steps.apply_batch
+        store.steps.apply_batch = lambda ops: batches.append(len(ops)) or apply_batch(ops)  # type: ignore[method-assign]
         progress = GroupCommit(store, _inline)
         config = LimitConfig("phones", capacity=2, max_hold_ms=3_600_000)
         mine = progress.write(RequestSlot(config, "mine.0", "mine", None, None, 5, _hook("mine", "me")))
@@ -109,10 +109,10 @@ async def test_a_fenced_slot_request_in_a_batch_fails_alone(sqlite_url):
         assert results[0].row.state == "busy" and isinstance(
             results[1], Fenced
         )  # a SlotOutcome, and the fence
-        assert store.get_slot("lost.0") is None
-        assert [s.status for s in store.get_steps("mine")] == ["completed"]
-        assert store.get_steps("lost") == []
-        assert (store.limit_states()["phones"].busy, store.limit_states()["phones"].waiting) == (1, 0)
+        assert store.slots.get("lost.0") is None
+        assert [s.status for s in store.steps.of("mine")] == ["completed"]
+        assert store.steps.of("lost") == []
+        assert (store.limits.states()["phones"].busy, store.limits.states()["phones"].waiting) == (1, 0)
     finally:
         store.close()
 
@@ -122,11 +122,11 @@ async def test_the_only_run_in_flight_writes_without_waiting_for_a_batch(sqlite_
     store.create_schema()
     try:
         _owned_run(store, "solo")
-        store.apply_batch = lambda ops: pytest.fail("batched")  # type: ignore[method-assign]
+        store.steps.apply_batch = lambda ops: pytest.fail("batched")  # type: ignore[method-assign]
         progress = GroupCommit(store, _inline, alone=lambda: True)
         step = StepRecord(0, "step", "s", "completed", 1, 1, result="1")
         assert await progress.write(RecordStep("solo", "me", step, None, None, 2)) is True
-        assert [s.result for s in store.get_steps("solo")] == ["1"]
+        assert [s.result for s in store.steps.of("solo")] == ["1"]
     finally:
         store.close()
 

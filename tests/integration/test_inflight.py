@@ -116,7 +116,7 @@ async def test_a_signal_sent_before_the_unload_is_not_missed(database_url):
         handle = await ask.start(1)
         await clock.advance(0)
         assert handle.id in engine.worker.live  # resident: it parked, nothing asked it to leave
-        engine.store.send_signal(handle.id, "answer", '"early"', clock.now_ms())  # not told locally
+        engine.store.signals.send(handle.id, "answer", '"early"', clock.now_ms())  # not told locally
         await engine.worker.residents.give_up((engine.worker.live[handle.id].parked,))
         assert row(engine, handle.id)["due_at"] == clock.now_ms()  # due at once
 
@@ -263,7 +263,7 @@ async def test_a_dead_workers_runs_come_back_as_they_were_executing_or_waiting(d
     await clock.advance(0)
     dead = old.worker.id
     await old.abandon()
-    old.store.remove_worker(dead, clock.now_ms())  # found dead
+    old.store.workers.remove(dead, clock.now_ms())  # found dead
     assert row(old, executing.id)["due_at"] <= clock.now_ms()
     assert row(old, waiting.id)["due_at"] == clock.now_ms() + 86_400_000
     old.close()

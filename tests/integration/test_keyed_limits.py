@@ -298,7 +298,7 @@ def test_a_requeued_reservation_does_not_pass_an_older_waiter_deep_in_the_queue(
     try:
 
         def request(slot_id: str, key: str, now: int):
-            return store.apply(RequestSlot(config, slot_id, None, None, None, now, None, key)).row
+            return store.steps.apply(RequestSlot(config, slot_id, None, None, None, now, None, key)).row
 
         assert request("held-k0", "k0", 1).state == "busy"
         assert request("held-k2", "k2", 2).state == "busy"
@@ -306,12 +306,12 @@ def test_a_requeued_reservation_does_not_pass_an_older_waiter_deep_in_the_queue(
             request(f"w-k0-{i:03d}", "k0", 10 + i)  # k0 is full: they wait
         assert request("w-k2", "k2", 700).state == "waiting"
         assert request("w-k1", "k1", 701).state == "waiting"  # the limit is full
-        released = store.apply(ReleaseSlot({"deep": config}, "held-k2", 800))
+        released = store.steps.apply(ReleaseSlot({"deep": config}, "held-k2", 800))
         assert [row.id for row in released.granted] == ["w-k2"]  # reserved: k2 has room again
-        assert store.get_slot("w-k2").state == "reserved"
-        changed, granted = store.slots_expire({"deep": config}, 800 + RESERVATION_MS + 1)
+        assert store.slots.get("w-k2").state == "reserved"
+        changed, granted = store.slots.expire({"deep": config}, 800 + RESERVATION_MS + 1)
         assert [row.id for row in granted] == ["w-k1"], [row.id for row in granted]
-        assert store.get_slot("w-k2").state == "waiting"  # back in the queue, last
+        assert store.slots.get("w-k2").state == "waiting"  # back in the queue, last
     finally:
         store.close()
 

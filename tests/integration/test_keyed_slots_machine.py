@@ -50,7 +50,7 @@ def make_machine(url: str):
             slot_id = next(self.ids)
             self.known.append(slot_id)
             keyed = key if self.config.per_key is not None else None
-            self.store.apply(
+            self.store.steps.apply(
                 RequestSlot(self.config, slot_id, None, None, self.now + timeout, self.now, None, keyed)
             )
 
@@ -58,27 +58,27 @@ def make_machine(url: str):
         @rule(pick=st.integers(min_value=0, max_value=10_000))
         def release(self, pick: int) -> None:
             slot_id = self.known[pick % len(self.known)]
-            self.store.apply(ReleaseSlot({NAME: self.config}, slot_id, self.now))
+            self.store.steps.apply(ReleaseSlot({NAME: self.config}, slot_id, self.now))
 
         @precondition(lambda self: self.known)
         @rule(pick=st.integers(min_value=0, max_value=10_000))
         def confirm(self, pick: int) -> None:
-            self.store.apply(ConfirmSlot(self.config, self.known[pick % len(self.known)], self.now))
+            self.store.steps.apply(ConfirmSlot(self.config, self.known[pick % len(self.known)], self.now))
 
         @rule(ms=st.sampled_from([1_000, 30_000, 61_000, 130_000]))
         def time_passes(self, ms: int) -> None:
             self.now += ms
-            self.store.slots_expire({NAME: self.config}, self.now)
+            self.store.slots.expire({NAME: self.config}, self.now)
 
         @rule(capacity=st.integers(min_value=1, max_value=5))
         def set_capacity(self, capacity: int) -> None:
-            self.store.set_limit_override(self.config, "capacity", capacity, self.now)
+            self.store.limits.set_override(self.config, "capacity", capacity, self.now)
             self.capacity = capacity
 
         @precondition(lambda self: self.config.per_key is not None)
         @rule(key=st.sampled_from(KEYS), capacity=st.sampled_from([None, 1, 2, 3]))
         def set_key_capacity(self, key: str, capacity: int | None) -> None:
-            self.store.set_key_override(self.config, key, capacity, self.now)
+            self.store.limits.set_key_override(self.config, key, capacity, self.now)
             if capacity is None:
                 self.overrides.pop(key, None)
             else:
@@ -88,12 +88,12 @@ def make_machine(url: str):
         def reload(self, per_key: int | None) -> None:
             """duro.config.py changed; the 15 s pass hands out what the new per_key allows."""
             self.config = LimitConfig(NAME, capacity=4, max_hold_ms=60_000, per_key=per_key)
-            self.store.slots_expire({NAME: self.config}, self.now)
+            self.store.slots.expire({NAME: self.config}, self.now)
 
         @invariant()
         def keys_match_the_slots(self) -> None:
-            rows = self.store.limit_slots(NAME)
-            counts = self.store.limit_states().get(NAME)
+            rows = self.store.limits.slots(NAME)
+            counts = self.store.limits.states().get(NAME)
             if counts is not None:
                 by_state = Counter(row.state for row in rows)
                 assert (counts.busy, counts.reserved, counts.waiting) == (
@@ -173,18 +173,18 @@ def test_an_idle_keys_row_is_pruned_by_the_expiry_pass_and_an_overridden_one_kep
     try:
         config = LimitConfig(NAME, capacity=4, max_hold_ms=60_000, per_key=1)
         for key in ("a", "b"):
-            store.apply(RequestSlot(config, f"s-{key}", None, None, None, 1_000, None, key))
-            store.apply(ReleaseSlot({NAME: config}, f"s-{key}", 1_000))
-        store.set_key_override(config, "b", 3, 1_000)
+            store.steps.apply(RequestSlot(config, f"s-{key}", None, None, None, 1_000, None, key))
+            store.steps.apply(ReleaseSlot({NAME: config}, f"s-{key}", 1_000))
+        store.limits.set_key_override(config, "b", 3, 1_000)
         assert _key_rows(store) == {"a": (0, 0, 0, None), "b": (0, 0, 0, None)}  # idle, kept a while
-        assert [key[0] for key in store.limit_keys(config)] == ["b"]  # listed: the override only
-        store.slots_expire({NAME: config}, 2_000)  # the first pass prunes
+        assert [key[0] for key in store.keys.of(config)] == ["b"]  # listed: the override only
+        store.slots.expire({NAME: config}, 2_000)  # the first pass prunes
         assert _key_rows(store) == {"b": (0, 0, 0, None)}
-        store.apply(RequestSlot(config, "s-a2", None, None, None, 3_000, None, "a"))
-        store.apply(ReleaseSlot({NAME: config}, "s-a2", 3_000))
-        store.slots_expire({NAME: config}, 30_000)  # within a minute of the last prune: not again
+        store.steps.apply(RequestSlot(config, "s-a2", None, None, None, 3_000, None, "a"))
+        store.steps.apply(ReleaseSlot({NAME: config}, "s-a2", 3_000))
+        store.slots.expire({NAME: config}, 30_000)  # within a minute of the last prune: not again
         assert set(_key_rows(store)) == {"a", "b"}
-        store.slots_expire({NAME: config}, 70_000)
+        store.slots.expire({NAME: config}, 70_000)
         assert set(_key_rows(store)) == {"b"}
     finally:
         store.close()

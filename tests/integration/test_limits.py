@@ -91,8 +91,8 @@ async def test_a_waiter_in_the_releasing_engine_takes_the_slot_in_the_release_tr
     first, second = await started(duro_env, 2)
     store = duro_env.engine.store
     confirms = []
-    apply = store.apply
-    store.apply = lambda command: (
+    apply = store.steps.apply
+    store.steps.apply = lambda command: (
         (  # every ConfirmSlot the engine makes
             isinstance(command, ConfirmSlot) and confirms.append(command.slot_id)
         )
@@ -383,13 +383,13 @@ async def test_an_unconfirmed_reservation_goes_to_the_next_run_and_the_late_run_
 async def test_the_safety_pass_runs_every_15_seconds_while_slots_are_active(duro_env):
     (run,) = await started(duro_env, 1, work="1h")
     passes = []
-    original = duro_env.engine.store.slots_expire
+    original = duro_env.engine.store.slots.expire
 
     def counting(configs, now):
         passes.append(now)
         return original(configs, now)
 
-    duro_env.engine.store.slots_expire = counting
+    duro_env.engine.store.slots.expire = counting
     duro_env.engine.worker.slots.look_again()
     await duro_env.advance("1m")
     gaps = {b - a for a, b in zip(passes[1:], passes[2:], strict=False)}

@@ -49,7 +49,7 @@ def release_step(seq: int, now: int, slot_id: str) -> StepRecord:
 async def test_a_granted_request_whose_commit_answer_is_lost_comes_back_granted_with_its_step(proxied):
     proxy, store = proxied
     gateway = StoreGateway(store, EngineHooks())
-    store.insert_run(new_run("r1", owner="w1"), None)
+    store.runs.insert(new_run("r1", owner="w1"), None)
     proxy.lose_next_commit_answer()
     outcome = await gateway.apply(
         RequestSlot(LINES, "r1.0", "r1", "a", None, 1000, OwnStep("r1", "w1", hook(0, 1000)))
@@ -57,7 +57,7 @@ async def test_a_granted_request_whose_commit_answer_is_lost_comes_back_granted_
     assert proxy.lost.is_set(), "the proxy lost no answer: the test did not test anything"
     assert outcome.row is not None and outcome.row.state == "busy"
     assert outcome.step is not None and outcome.step.status == "completed"
-    stored = {step.seq: step for step in store.get_steps("r1")}
+    stored = {step.seq: step for step in store.steps.of("r1")}
     assert stored[0].status == "completed"
     gateway.close()
 
@@ -65,7 +65,7 @@ async def test_a_granted_request_whose_commit_answer_is_lost_comes_back_granted_
 async def test_a_release_whose_commit_answer_is_lost_is_recorded_as_released_once(proxied):
     proxy, store = proxied
     gateway = StoreGateway(store, EngineHooks())
-    store.insert_run(new_run("r1", owner="w1"), None)
+    store.runs.insert(new_run("r1", owner="w1"), None)
     granted = await gateway.apply(
         RequestSlot(LINES, "r1.0", "r1", "a", None, 1000, OwnStep("r1", "w1", hook(0, 1000)))
     )
@@ -78,8 +78,8 @@ async def test_a_release_whose_commit_answer_is_lost_is_recorded_as_released_onc
     )
     assert proxy.lost.is_set(), "the proxy lost no answer: the test did not test anything"
     assert released.released is True
-    stored = {step.seq: step for step in store.get_steps("r1")}
+    stored = {step.seq: step for step in store.steps.of("r1")}
     assert json.loads(stored[1].result or "{}") == {"released": True}
-    slot = store.get_slot("r1.0")
+    slot = store.slots.get("r1.0")
     assert slot is not None and slot.state == "released"
     gateway.close()

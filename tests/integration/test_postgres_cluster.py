@@ -104,13 +104,13 @@ async def test_a_claim_wakeup_claims_only_and_the_full_pass_looks_at_everything_
         await eventually(lambda: _busy(worker), 10, "the run to hold the slot")
         await eventually(lambda: loop.full_passes >= 1, 10, "the worker's first pass to end")
         store, reads = worker.store, []
-        statuses = store.run_statuses
+        statuses = store.runs.statuses
 
         def counted(ids):  # type: ignore[no-untyped-def]
             reads.append(sorted(ids))
             return statuses(ids)
 
-        store.run_statuses = counted  # type: ignore[method-assign]
+        store.runs.statuses = counted  # type: ignore[method-assign]
         client = engine(postgres_url)  # never entered: it only starts runs
         try:
             run = await client.start("waiter", "from a client")
@@ -123,7 +123,7 @@ async def test_a_claim_wakeup_claims_only_and_the_full_pass_looks_at_everything_
             assert await run.result(timeout="10s") == "from a client"
         finally:
             client.close()
-            store.run_statuses = statuses  # type: ignore[method-assign]
+            store.runs.statuses = statuses  # type: ignore[method-assign]
 
 
 async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres_url):
@@ -134,7 +134,7 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres
         async with ahead:
             await ahead.worker.tick()  # type: ignore[union-attr]
             changed, granted = await asyncio.to_thread(
-                ahead.store.slots_expire, ahead.workspace.limits, ahead.clock.now_ms()
+                ahead.store.slots.expire, ahead.workspace.limits, ahead.clock.now_ms()
             )
             assert changed == [] and granted == []  # 10 minutes "later" on its clock: not on the database's
             (slot,) = await honest.limits.slots("line")
@@ -150,10 +150,12 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
     store = SqlStore(postgres_url)
     store.create_schema()
     now = await asyncio.to_thread(_db_now, postgres_url)
-    store.register_worker("slow-clock", "default", "elsewhere", 1, now - 3_600_000)  # stamped by the database
+    store.workers.register(
+        "slow-clock", "default", "elsewhere", 1, now - 3_600_000
+    )  # stamped by the database
     from duro.store import Claim, NewRun
 
-    store.insert_run(
+    store.runs.insert(
         NewRun(
             id="r",
             namespace="default",
@@ -167,15 +169,15 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
     )
     far_ahead = now + 3_600_000  # a claimer an hour ahead thinks the owner's heartbeat is an hour old
     assert (
-        store.claim_runs(
+        store.runs.claim(
             Claim(worker_id="fast-clock", namespace="default", workflows=["waiter"], now=far_ahead)
         )
         == []
     )
-    seen = store.heartbeat("slow-clock", now)["slow-clock"]
-    assert store.heartbeat("slow-clock", now)["slow-clock"] > seen  # every beat moves the stamp on
+    seen = store.workers.heartbeat("slow-clock", now)["slow-clock"]
+    assert store.workers.heartbeat("slow-clock", now)["slow-clock"] > seen  # every beat moves the stamp on
     assert (
-        store.claim_runs(
+        store.runs.claim(
             Claim(
                 worker_id="fast-clock",
                 namespace="default",
@@ -186,7 +188,9 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
         )
         == []
     )
-    assert store.heartbeat("slow-clock", now) is not None  # still registered: it beat after the stamp seen
+    assert (
+        store.workers.heartbeat("slow-clock", now) is not None
+    )  # still registered: it beat after the stamp seen
     store.close()
 
 
@@ -217,7 +221,7 @@ async def test_workers_blocked_behind_a_frozen_transaction_keep_their_leases(pos
             loop = asyncio.get_running_loop()
             watched_until, oldest = loop.time() + 3.0, 0  # three leases
             while loop.time() < watched_until:
-                (row,) = await asyncio.to_thread(observer.list_workers)
+                (row,) = await asyncio.to_thread(observer.workers.all)
                 oldest = max(oldest, row["db_now"] - row["heartbeat_at"])
                 await asyncio.sleep(0.05)
             frozen.rollback()
@@ -250,7 +254,7 @@ def test_a_session_frozen_inside_a_transaction_is_ended_by_the_server(postgres_u
                 other.db.run_text(waiting, lock, {})
             db.run_text(frozen, "SELECT 1", {})
     assert store.is_transient(ended.value)  # the engine makes the same call again
-    assert store.list_workers() == []  # the store's next call takes a fresh connection
+    assert store.workers.all() == []  # the store's next call takes a fresh connection
     store.close()
     other.close()
 
@@ -283,7 +287,7 @@ async def test_a_worker_stops_only_after_its_heartbeat_in_flight_has_finished(po
     eng = engine(postgres_url, worker_id="beating", lease="300ms")
     order: list[str] = []
     in_flight, go_on = threading.Event(), threading.Event()
-    beat, close = eng.store.heartbeat, eng.store.close
+    beat, close = eng.store.workers.heartbeat, eng.store.close
 
     def slow_beat(*args: object) -> bool:
         in_flight.set()
@@ -298,7 +302,7 @@ async def test_a_worker_stops_only_after_its_heartbeat_in_flight_has_finished(po
 
     eng.store.close = closing  # type: ignore[method-assign]
     async with eng:
-        eng.store.heartbeat = slow_beat  # type: ignore[method-assign]
+        eng.store.workers.heartbeat = slow_beat  # type: ignore[method-assign]
         await asyncio.to_thread(in_flight.wait, 5)
         threading.Timer(0.2, go_on.set).start()
     assert order == ["beat done", "store closed"]
@@ -326,7 +330,7 @@ def test_listen_delivers_notifications_and_stops(postgres_url):
         def sent() -> (
             bool
         ):  # the listener may not be listening yet: keep starting new runs until one is heard
-            store.insert_run(
+            store.runs.insert(
                 NewRun(
                     id=f"n{next(attempts)}",
                     namespace="default",

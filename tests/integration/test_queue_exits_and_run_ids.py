@@ -180,13 +180,13 @@ async def test_an_operator_release_of_a_reserved_slot_requeues_its_run_and_never
 
         def release_before_confirming(point: str, run_id: str) -> None:
             if point == "slot.confirming" and run_id == waiter and not seen:
-                slot = engine.store.get_slot(f"{waiter}.0")
+                slot = engine.store.slots.get(f"{waiter}.0")
                 seen.append(slot.state)
                 _, released, _ = store_ops.slot_release(
                     engine.store, engine.workspace.limits, slot.id, engine.clock.now_ms(), "operator"
                 )
                 assert released
-                seen.append(engine.store.get_slot(slot.id).state)
+                seen.append(engine.store.slots.get(slot.id).state)
 
         hooks(engine).checkpoints.append(release_before_confirming)
         await engine.signal(holder, "done")
@@ -225,7 +225,7 @@ async def test_a_start_racing_past_the_existence_check_is_still_a_conflict(datab
     path judges the workflow too."""
     async with engine_for(database_url) as engine:
         await engine.start("echo", {"v": 1}, run_id="raced")
-        monkeypatch.setattr(engine.store, "get_run", _not_yet(engine.store.get_run, "raced"))
+        monkeypatch.setattr(engine.store.runs, "get", _not_yet(engine.store.runs.get, "raced"))
         with pytest.raises(RunIdConflictError, match="'raced' belongs to a run of workflow 'echo'"):
             await engine.start("other", {"v": 2}, run_id="raced")
         handle, created = await engine.start_run("echo", {"v": 2}, run_id="raced")
@@ -287,7 +287,7 @@ async def test_http_start_answers_201_200_and_409_from_what_the_start_did(databa
         assert "'echo'" in conflict.json()["message"] and "'other'" in conflict.json()["message"]
         # a start racing another's past the existence check: still 200 (not created), or 409
         await engine.start("echo", {"v": 4}, run_id="web-2")
-        monkeypatch.setattr(engine.store, "get_run", _not_yet(engine.store.get_run, "web-2"))
+        monkeypatch.setattr(engine.store.runs, "get", _not_yet(engine.store.runs.get, "web-2"))
         raced = await client.post("/api/workflows/echo/runs", json={"input": {"v": 5}, "run_id": "web-2"})
         assert raced.status_code == 200 and raced.json()["created"] is False
         assert raced.json()["run"]["input"] == {"v": 4}

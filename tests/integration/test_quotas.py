@@ -19,7 +19,7 @@ from duro import (
     wait_for_signal,
     workflow,
 )
-from duro.store import SqlStore
+from duro.store import SqlStore, store_call
 from tests.support.waiting import eventually
 
 PLANS = {"acme": 2, "globex": 1}
@@ -197,15 +197,15 @@ async def test_register_and_register_remote_take_a_quota(database_url):
     client.close()
 
 
-def test_the_sql_store_has_every_operation_it_names_and_its_capabilities(sqlite_url):
+def test_the_sql_store_marks_its_reads_and_bulk_writes_and_says_its_capabilities(sqlite_url):
     """Every operation is mandatory (there is no fallback for a store without count_active or
-    apply_batch any more): the methods the store names as reads and bulk writes are its own, and it
-    says its capabilities."""
+    apply_batch): a part marks where it defines them the methods that only read and those that may
+    write many transactions, and the store says its capabilities."""
     store = SqlStore(sqlite_url)
-    missing = [name for name in sorted(store.reads | store.bulk) if not callable(getattr(store, name, None))]
-    assert missing == []
-    assert callable(store.count_active) and callable(store.apply_batch)
-    assert store.batches and isinstance(store.notifies, bool) and store.reads
+    assert store_call(store.runs.count_active) == store_call(store.steps.of) == "read"
+    assert store_call(store.limits.set_override) == store_call(store.slots.expire) == "bulk"
+    assert store_call(store.steps.apply_batch) is store_call(store.runs.insert) is None
+    assert store.batches and isinstance(store.notifies, bool)
     store.close()
 
 

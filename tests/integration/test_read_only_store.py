@@ -31,17 +31,17 @@ def test_an_empty_database_is_refused_and_left_empty(database_url: str):
 
 def test_a_read_only_store_reads_and_cannot_write(database_url: str):
     writer = SqlStore(database_url)
-    writer.insert_run(new_run("r1"), None)
+    writer.runs.insert(new_run("r1"), None)
     writer.close()
     reader = SqlStore(database_url, read_only=True)
     try:
-        assert reader.get_run("r1") is not None
+        assert reader.runs.get("r1") is not None
         with pytest.raises(Exception, match="(?i)read-only|readonly"):
-            reader.insert_run(new_run("r2"), None)
+            reader.runs.insert(new_run("r2"), None)
     finally:
         reader.close()
     check = SqlStore(database_url)
     try:
-        assert check.get_run("r2") is None
+        assert check.runs.get("r2") is None
     finally:
         check.close()

@@ -59,7 +59,7 @@ def fresh():
 
 async def exported(env, run) -> str:
     store = env.engine.store
-    return json.dumps(history_to_json(store.get_run(run.id), store.get_steps(run.id)))
+    return json.dumps(history_to_json(store.runs.get(run.id), store.steps.of(run.id)))
 
 
 async def test_compatible_edits_replay_to_the_end_of_the_history_executing_nothing(duro_env):

@@ -38,7 +38,7 @@ async def guarded(n: int) -> str:
 
 def _stored(env, run_id: str) -> dict:
     store = env.engine.store
-    return history_to_json(store.get_run(run_id), store.get_steps(run_id))
+    return history_to_json(store.runs.get(run_id), store.steps.of(run_id))
 
 
 async def test_a_recorded_exception_caught_by_the_code_replays_and_the_run_waits_on(duro_env):
@@ -76,5 +76,5 @@ async def test_a_row_naming_a_base_exception_fails_the_run_in_both(duro_env, err
     await run.signal("go")  # the run is taken up again and replayed from its history
     await duro_env.run_until_idle()
     assert await run.status() == "failed"
-    failed = store.get_run(run.id)
+    failed = store.runs.get(run.id)
     assert type(error).__qualname__ in (failed.error or "")

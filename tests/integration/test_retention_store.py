@@ -84,7 +84,7 @@ def _count(store: SqlStore, table: str) -> int:
 def _prune_all(store: SqlStore, cutoff: int, n: int = 3, dry_run: bool = False) -> list[tuple[int, int, int]]:
     batches, after = [], (-1, "")
     while True:
-        batch = store.prune_runs(Prune("default", cutoff, after, n, dry_run))
+        batch = store.runs.prune(Prune("default", cutoff, after, n, dry_run))
         assert batch is not None
         if batch.last is None:
             return batches
@@ -131,8 +131,8 @@ def test_a_prune_goes_a_bounded_batch_at_a_time_and_keeps_what_must_stay(databas
         assert slots == {"holder.0"}
         assert _count(store, "duro_signals") == 0
         assert _count(store, "duro_steps") == 2 * 5 + 1  # the six kept runs' steps (holder: its hook)
-        assert store.next_prune_due("default", T0 + 500) == T0 + 1_000
-        assert store.next_prune_due("default", T0 + 1_001) is None
+        assert store.runs.next_prune_due("default", T0 + 500) == T0 + 1_000
+        assert store.runs.next_prune_due("default", T0 + 1_001) is None
     finally:
         store.close()
 
@@ -146,10 +146,10 @@ def test_on_postgresql_a_background_batch_gives_way_to_another_pruner(postgres_u
         other = sa.create_engine(postgres_url)  # another worker's session, pruning
         with other.begin() as holder:
             holder.execute(sa.text(QUERIES["lock_key"]), {"key": "duro:prune:default"})
-            assert store.prune_runs(Prune("default", T0 + 1, (-1, ""), 10, wait=False)) is None
-            assert store.prune_runs(Prune("elsewhere", T0 + 1, (-1, ""), 10, wait=False)) is not None
+            assert store.runs.prune(Prune("default", T0 + 1, (-1, ""), 10, wait=False)) is None
+            assert store.runs.prune(Prune("elsewhere", T0 + 1, (-1, ""), 10, wait=False)) is not None
         other.dispose()
-        batch = store.prune_runs(Prune("default", T0 + 1, (-1, ""), 10, wait=False))
+        batch = store.runs.prune(Prune("default", T0 + 1, (-1, ""), 10, wait=False))
         assert batch is not None and batch.runs == 1
     finally:
         store.close()

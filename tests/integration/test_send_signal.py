@@ -217,7 +217,7 @@ async def test_a_replay_check_of_a_history_with_sends_sends_nothing(duro_env):
     target = await duro_env.start(receiver)
     run = await duro_env.start(sender, target.id)
     await duro_env.run_until_idle()
-    history = history_to_json(duro_env.engine.store.get_run(run.id), duro_env.engine.store.get_steps(run.id))
+    history = history_to_json(duro_env.engine.store.runs.get(run.id), duro_env.engine.store.steps.of(run.id))
     outcome = await duro_env.replay(history)
     assert not outcome.diverged and outcome.replayed == 1  # the send replayed, then the wait: history ends
     await duro_env.advance("2h")

@@ -53,7 +53,7 @@ async def call(label: str) -> str:
 def _left_by_dead_workers(path: Path, run_id: str, attempts: int, steps: int) -> None:
     store = SqlStore(f"sqlite:///{path}")
     store.create_schema()
-    store.insert_run(dataclasses.replace(new_run(run_id, workflow="aside.flow"), input=None), None)
+    store.runs.insert(dataclasses.replace(new_run(run_id, workflow="aside.flow"), input=None), None)
     store.close()
     with sqlite3.connect(path) as db:
         db.execute(
@@ -145,7 +145,7 @@ async def test_recovered_runs_resume_side_by_side_a_long_step_holds_up_no_other(
     GATE["long"] = asyncio.Event()
     store = SqlStore(f"sqlite:///{path}")
     store.create_schema()
-    store.insert_run(dataclasses.replace(new_run("long", workflow="aside.long"), input=None), None)
+    store.runs.insert(dataclasses.replace(new_run("long", workflow="aside.long"), input=None), None)
     store.close()
     for n in range(3):
         _left_by_dead_workers(path, f"quick-{n}", attempts=0, steps=0)

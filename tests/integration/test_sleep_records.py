@@ -41,7 +41,7 @@ async def test_a_run_whose_sleep_record_is_fenced_stops_at_once_instead_of_sleep
         async with Engine(database_url, clock=clock, options=WorkerOptions(poll_interval=None)) as engine:
             engine.register(stolen_nap)
             # a live worker, or this one would find the run's new owner dead and claim it back
-            engine.store.register_worker("another-worker", engine.namespace, "elsewhere", 1, clock.now_ms())
+            engine.store.workers.register("another-worker", engine.namespace, "elsewhere", 1, clock.now_ms())
             run_id = "run-stolen"
             await engine.start("stolen_nap", run_id, run_id=run_id)
             await eventually(lambda: run_id not in engine.worker.live, what="the run to leave the worker")

@@ -92,9 +92,9 @@ async def test_killing_a_slot_worker_at_random_points_loses_nothing(database_url
             process.stderr.close()
     assert sorted([await h.result() for h in handles]) == list(range(RUNS))
     assert sampler.samples > 20 and sampler.worst <= CAPACITY, (sampler.samples, sampler.worst)
-    rows = client.store.limit_slots("lines")
+    rows = client.store.limits.slots("lines")
     assert rows == []  # no slot left waiting, reserved or busy
-    state = client.store.limit_states()["lines"]
+    state = client.store.limits.states()["lines"]
     assert (state.busy, state.reserved, state.waiting) == (0, 0, 0)
     for handle in handles:  # each run took exactly one slot, recorded once
         hooks = [s for s in await handle.steps() if s.kind == "hook"]
@@ -104,4 +104,4 @@ async def test_killing_a_slot_worker_at_random_points_loses_nothing(database_url
 
 
 async def _nothing_held(client: Engine) -> bool:
-    return client.store.limit_slots("lines") == []
+    return client.store.limits.slots("lines") == []

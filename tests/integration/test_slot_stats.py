@@ -1,5 +1,5 @@
-"""A limit's last hour (``engine.limits.stats``, ``Store.limit_stats``) and the queues runs wait in
-(``engine.limits.queued_for``, ``Store.queued_limits``): real slots under the harness's simulated
+"""A limit's last hour (``engine.limits.stats``, ``Store.limits.stats``) and the queues runs wait in
+(``engine.limits.queued_for``, ``Store.limits.queued``): real slots under the harness's simulated
 clock, and the store's two reads on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from duro import DuroError, SlotTimeoutError, acquire_slot, release_slot, wait_for_signal, workflow
 from duro._config import LimitConfig
 from duro.store import SqlStore
-from duro.store._slot_stats import LIMIT_STATS, QUEUED_LIMITS, SlotStats
+from duro.store._limits import LIMIT_STATS, QUEUED_LIMITS, SlotStats
 from tests.support import store_ops
 
 LIMIT = "voice-calls"  # capacity 1, max hold 45 m (tests/integration/harness_project)
@@ -116,28 +116,28 @@ def test_the_store_counts_grants_waits_expiries_and_timeouts_by_when_they_happen
     assert store_ops.slot_request(store, line, "t.1", "timer", None, 5000, 1000).state == "waiting"
     assert store_ops.slot_request(store, other, "o.1", "elsewhere", None, None, 1000).state == "busy"
     ids = ["holder", "waiter", "timer", "elsewhere", "nobody"]
-    assert store.queued_limits(ids) == {"waiter": "line", "timer": "line"}
+    assert store.limits.queued(ids) == {"waiter": "line", "timer": "line"}
 
-    store.slots_expire(configs, 5000)  # the timer's request times out
-    assert store.get_slot("t.1").state == "timed_out"
+    store.slots.expire(configs, 5000)  # the timer's request times out
+    assert store.slots.get("t.1").state == "timed_out"
     _, released, granted = store_ops.slot_release(store, configs, "h.1", 7000)
     assert released and [(row.id, row.state) for row in granted] == [("w.1", "reserved")]
-    assert store.queued_limits(ids) == {"waiter": "line"}  # reserved, not confirmed: still queued
-    assert store.limit_stats("line", 0) == SlotStats(1, 0, 0, 0, 0, 1)  # a reservation is no grant
+    assert store.limits.queued(ids) == {"waiter": "line"}  # reserved, not confirmed: still queued
+    assert store.limits.stats("line", 0) == SlotStats(1, 0, 0, 0, 0, 1)  # a reservation is no grant
 
     row, _ = store_ops.slot_confirm(store, line, "w.1", 8000)
     assert (row.state, row.held_since, row.expires_at) == ("busy", 8000, 68_000)
-    assert store.queued_limits(ids) == {}
-    store.slots_expire(configs, 68_000)  # the waiter never released: max_hold takes it back
-    assert (store.get_slot("w.1").state, store.get_slot("w.1").reason) == ("released", "max_hold")
+    assert store.limits.queued(ids) == {}
+    store.slots.expire(configs, 68_000)  # the waiter never released: max_hold takes it back
+    assert (store.slots.get("w.1").state, store.slots.get("w.1").reason) == ("released", "max_hold")
 
-    assert store.limit_stats("line", 0) == SlotStats(2, 0, 7000, 7000, 1, 1)
-    assert store.limit_stats("line", 1001) == SlotStats(1, 7000, 7000, 7000, 1, 1)
-    assert store.limit_stats("line", 8001) == SlotStats(0, None, None, None, 1, 0)
-    assert store.limit_stats("line", 68_001) == SlotStats(0, None, None, None, 0, 0)
-    assert store.limit_stats("other", 0) == SlotStats(1, 0, 0, 0, 0, 0)  # still busy, granted at once
-    assert store.limit_stats("nope", 0) == SlotStats(0, None, None, None, 0, 0)
-    assert store.queued_limits([]) == {}
+    assert store.limits.stats("line", 0) == SlotStats(2, 0, 7000, 7000, 1, 1)
+    assert store.limits.stats("line", 1001) == SlotStats(1, 7000, 7000, 7000, 1, 1)
+    assert store.limits.stats("line", 8001) == SlotStats(0, None, None, None, 1, 0)
+    assert store.limits.stats("line", 68_001) == SlotStats(0, None, None, None, 0, 0)
+    assert store.limits.stats("other", 0) == SlotStats(1, 0, 0, 0, 0, 0)  # still busy, granted at once
+    assert store.limits.stats("nope", 0) == SlotStats(0, None, None, None, 0, 0)
+    assert store.limits.queued([]) == {}
 
 
 def test_the_stats_and_queue_reads_go_through_the_slots_indexes(store):

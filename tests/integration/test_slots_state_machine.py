@@ -150,18 +150,18 @@ def make_machine(url: str, fresh):
         @rule(ms=st.sampled_from([1_000, 30_000, 61_000, 130_000]))
         def time_passes(self, ms: int) -> None:
             self.now += ms
-            self.store.slots_expire(self.configs, self.now)
+            self.store.slots.expire(self.configs, self.now)
             self.model.expire(self.now)
 
         @rule(capacity=st.integers(min_value=1, max_value=4))
         def set_capacity(self, capacity: int) -> None:
-            self.store.set_limit_override(self.config, "capacity", capacity, self.now)
+            self.store.limits.set_override(self.config, "capacity", capacity, self.now)
             self.model.capacity = capacity
             self.model.hand_out(self.now)
 
         @invariant()
         def store_matches_model(self) -> None:
-            rows = self.store.limit_slots("bench")
+            rows = self.store.limits.slots("bench")
             states = {row.id: row.state for row in rows}
             assert len(states) == len(rows)  # no slot twice
             assert [r.id for r in rows if r.state == "waiting"] == self.model.queue  # FIFO
@@ -169,7 +169,7 @@ def make_machine(url: str, fresh):
             assert {r.id for r in rows if r.state == "busy"} == set(self.model.busy)
             for slot_id in self.model.ended:
                 assert slot_id not in states
-            counts = self.store.limit_states().get("bench")
+            counts = self.store.limits.states().get("bench")
             if counts is not None:
                 assert (counts.busy, counts.reserved, counts.waiting) == (
                     len(self.model.busy),

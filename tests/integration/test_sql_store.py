@@ -80,8 +80,8 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
     answer as before."""
     first = SqlStore(database_url)
     first.create_schema()
-    first.insert_run(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
-    first.insert_run(
+    first.runs.insert(NewRun("parent", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
+    first.runs.insert(
         NewRun("child", "default", "wf", "1", "{}", None, 2, parent_id="parent", parent_seq=0), None
     )
     with first._engine.begin() as conn:  # back to schema 3's layout
@@ -104,8 +104,8 @@ def test_schema_3_is_migrated_to_partial_indexes_keeping_every_run(database_url)
         assert "pending" in _index_definition(second, "duro_runs_active")
     else:
         assert "namespace, status, owner" in _index_definition(second, "duro_runs_claim")
-    assert second.count_active("tenant:a", ("pending", "running"), None) == 1
-    assert second.get_run("child").parent_id == "parent"
+    assert second.runs.count_active("tenant:a", ("pending", "running"), None) == 1
+    assert second.runs.get("child").parent_id == "parent"
     second.close()
 
 
@@ -161,7 +161,7 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
     are added, the runs stay, and a new run keeps the context it was started with."""
     first = SqlStore(database_url)
     first.create_schema()
-    first.insert_run(NewRun("old", "default", "wf", "1", "{}", None, 1), None)
+    first.runs.insert(NewRun("old", "default", "wf", "1", "{}", None, 1), None)
     with first._engine.begin() as conn:  # back to schema 5's layout
         conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN trace_context"))
         conn.execute(sa.text("DROP INDEX duro_slots_ended"))
@@ -171,11 +171,11 @@ def test_schema_5_gains_the_trace_context_keeping_every_run(database_url):
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
     assert "ended_at IS NOT NULL" in _index_definition(second, "duro_slots_ended")
-    assert second.get_run("old").trace_context is None
+    assert second.runs.get("old").trace_context is None
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
-    second.insert_run(NewRun("new", "default", "wf", "1", "{}", None, 2, trace_context=context), None)
-    assert second.get_run("new").trace_context == context
-    assert [run.trace_context for run in second.claim_runs(Claim("w", "default", ["wf"], now=10))] == [
+    second.runs.insert(NewRun("new", "default", "wf", "1", "{}", None, 2, trace_context=context), None)
+    assert second.runs.get("new").trace_context == context
+    assert [run.trace_context for run in second.runs.claim(Claim("w", "default", ["wf"], now=10))] == [
         None,
         context,
     ]
@@ -187,7 +187,7 @@ def test_schema_6_gains_the_cancel_request_keeping_every_run(database_url):
     none asked for, and a cancel of a run held by a worker is recorded in it."""
     first = SqlStore(database_url)
     first.create_schema()
-    first.insert_run(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
+    first.runs.insert(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
     with first._engine.begin() as conn:  # back to schema 6's layout
         conn.execute(sa.text("ALTER TABLE duro_runs DROP COLUMN cancel_requested_at"))
         conn.execute(sa.text("UPDATE duro_meta SET value = '6' WHERE key = 'schema_version'"))
@@ -195,9 +195,9 @@ def test_schema_6_gains_the_cancel_request_keeping_every_run(database_url):
     second = SqlStore(database_url)
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
-    assert second.get_run("old").cancel_requested_at is None
-    assert second.cancel_run("old", None, "{}", 5).requested == ["old"]
-    assert second.get_run("old").cancel_requested_at == 5
+    assert second.runs.get("old").cancel_requested_at is None
+    assert second.runs.cancel("old", None, "{}", 5).requested == ["old"]
+    assert second.runs.get("old").cancel_requested_at == 5
     second.close()
 
 
@@ -207,11 +207,11 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     out of the due index."""
     first = SqlStore(database_url)
     first.create_schema()
-    first.register_worker("w-alive", "default", "h", 1, 1)
-    first.insert_run(NewRun("held", "default", "wf", "1", "{}", "w-alive", 1), None)
-    first.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "w-gone", 2), None)
-    first.insert_run(NewRun("pending", "default", "wf", "1", "{}", None, 3), None)
-    first.insert_run(NewRun("done", "default", "wf", "1", "{}", None, 4), None)
+    first.workers.register("w-alive", "default", "h", 1, 1)
+    first.runs.insert(NewRun("held", "default", "wf", "1", "{}", "w-alive", 1), None)
+    first.runs.insert(NewRun("orphan", "default", "wf", "1", "{}", "w-gone", 2), None)
+    first.runs.insert(NewRun("pending", "default", "wf", "1", "{}", None, 3), None)
+    first.runs.insert(NewRun("done", "default", "wf", "1", "{}", None, 4), None)
     with first._engine.begin() as conn:  # back to schema 4's layout
         conn.execute(sa.text("UPDATE duro_runs SET status = 'completed' WHERE id = 'done'"))
         for index in ("duro_runs_due", "duro_runs_owner"):
@@ -225,8 +225,8 @@ def test_schema_4_is_migrated_to_due_work_keeping_every_run(database_url):
     with second._engine.connect() as conn:
         rows = dict(conn.execute(sa.text("SELECT id, due_at FROM duro_runs")).fetchall())
     assert rows == {"held": 1, "orphan": 2, "pending": 3, "done": None}
-    assert second.get_run("orphan").owner is None and second.get_run("held").owner == "w-alive"
-    claimed = second.claim_runs(Claim("w-alive", "default", ["wf"], now=10))
+    assert second.runs.get("orphan").owner is None and second.runs.get("held").owner == "w-alive"
+    claimed = second.runs.claim(Claim("w-alive", "default", ["wf"], now=10))
     assert sorted(run.id for run in claimed) == ["orphan", "pending"]
     assert "owner IS NOT NULL" in _index_definition(second, "duro_runs_owner")
     second.close()
@@ -238,8 +238,8 @@ def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones
     it reads. A run taken from pending is ``fresh`` (never executed: its worker reads no history);
     a run whose owner has no row is taken only once its runs are handed back (``orphans``)."""
     for i in range(3):
-        store.insert_run(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
-    store.insert_run(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
+        store.runs.insert(NewRun(f"r{i}", "default", "wf", "1", "{}", None, i), None)
+    store.runs.insert(NewRun("orphan", "default", "wf", "1", "{}", "a-dead-worker", 3), None)  # running
     statements: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
@@ -247,7 +247,7 @@ def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones
             statements.append((statement, parameters))
 
     sa.event.listen(store._engine, "before_cursor_execute", capture)
-    claimed = store.claim_runs(Claim("w1", "default", ["wf"], now=10, orphans=True))
+    claimed = store.runs.claim(Claim("w1", "default", ["wf"], now=10, orphans=True))
     sa.event.remove(store._engine, "before_cursor_execute", capture)
     assert sorted(run.id for run in claimed) == ["orphan", "r0", "r1", "r2"]
     # taken from pending: nothing to replay; the dead worker's run: its history must be read
@@ -277,7 +277,7 @@ def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
     slow them."""
     from duro.store._queries import QUERIES
 
-    store.insert_run(NewRun("held", "default", "wf", "1", "{}", "w1", 1), None)
+    store.runs.insert(NewRun("held", "default", "wf", "1", "{}", "w1", 1), None)
     with store._engine.connect() as conn:
         if store.dialect == "postgresql":
             conn.connection.driver_connection.execute("SET enable_seqscan = off")
@@ -296,7 +296,7 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
     end, and a count and a refusal's recent durations read it."""
     first = SqlStore(database_url)
     first.create_schema()
-    first.insert_run(NewRun("old", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
+    first.runs.insert(NewRun("old", "default", "wf", "1", "{}", None, 1, concurrency_key="tenant:a"), None)
     with first._engine.begin() as conn:  # back to schema 6's layout
         conn.execute(sa.text("DROP INDEX duro_runs_quota"))
         conn.execute(
@@ -311,7 +311,7 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
     assert "ended_at" in _index_definition(second, "duro_runs_quota")
-    assert second.count_active("tenant:a", ("pending",), None) == 1
+    assert second.runs.count_active("tenant:a", ("pending",), None) == 1
     second.close()
 
 
@@ -325,7 +325,7 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
     first = SqlStore(database_url)
     first.create_schema()
     for i, key in enumerate(["a", "a", "b", "c"]):
-        first.apply(RequestSlot(config, f"s{i}", None, None, None, 1000 + i, None, key))
+        first.steps.apply(RequestSlot(config, f"s{i}", None, None, None, 1000 + i, None, key))
     with first._engine.begin() as conn:  # back to schema 8's layout: overrides only
         conn.execute(sa.text("DROP TABLE duro_limit_keys"))
         conn.execute(
@@ -341,15 +341,15 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
     second = SqlStore(database_url)
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
-    assert second.limit_keys(config) == [
+    assert second.keys.of(config) == [
         ("a", 1, False, 1, 0, 1),
         ("b", 1, False, 1, 0, 0),
         ("c", 1, False, 1, 0, 0),
         ("z", 3, True, 0, 0, 0),
     ]
-    released = second.apply(ReleaseSlot({"api": config}, "s0", 2000))
+    released = second.steps.apply(ReleaseSlot({"api": config}, "s0", 2000))
     assert [row.id for row in released.granted] == ["s1"]  # a's waiter, through its key's row
-    assert second.limit_keys(config)[0] == ("a", 1, False, 0, 1, 0)
+    assert second.keys.of(config)[0] == ("a", 1, False, 0, 1, 0)
     second.close()
 
 
@@ -361,10 +361,10 @@ def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url)
     rate = check_rate("api", 2, "1m")
     first = SqlStore(database_url, decisions_clock="caller")
     first.create_schema()
-    first.declare_rates([rate], 1000)
-    first.request_rate(rate, "w0", None, None, 1, None, 1000)
-    first.request_rate(rate, "w1", None, None, 1, None, 1001)
-    first.request_rate(rate, "w2", None, None, 1, None, 1002)  # waits: the window is full
+    first.rates.declare([rate], 1000)
+    first.rates.request(rate, "w0", None, None, 1, None, 1000)
+    first.rates.request(rate, "w1", None, None, 1, None, 1001)
+    first.rates.request(rate, "w2", None, None, 1, None, 1002)  # waits: the window is full
     with first._engine.begin() as conn:  # back to schema 10: no counts, no end on a grant
         conn.execute(sa.text("UPDATE duro_rate_waits SET ended_at = NULL WHERE state = 'granted'"))
         for index in ("duro_rate_waits_ended", "duro_rate_waits_granted"):
@@ -382,12 +382,12 @@ def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url)
     second = SqlStore(database_url, decisions_clock="caller")
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
-    assert second.get_rate_wait("w0").ended_at == 1000
-    (state,) = second.rate_states(2000)
+    assert second.rates.get_wait("w0").ended_at == 1000
+    (state,) = second.rates.states(2000)
     assert (state.granted, state.waiting) == (2, 1)
-    assert second.request_rate(rate, "w3", None, None, 1, None, 2000).wait.pos == 3  # after w2
-    assert second.rates_due({"api": rate}, 60_999).granted == []  # w0 and w1 still in the window
-    assert [w.id for w in second.rates_due({"api": rate}, 61_000).granted] == ["w2"]
+    assert second.rates.request(rate, "w3", None, None, 1, None, 2000).wait.pos == 3  # after w2
+    assert second.rates.due({"api": rate}, 60_999).granted == []  # w0 and w1 still in the window
+    assert [w.id for w in second.rates.due({"api": rate}, 61_000).granted] == ["w2"]
     with second._engine.begin() as conn:
         names = {name for (name,) in conn.execute(sa.text(_INDEX_NAMES[second.dialect]))}
     assert "duro_rate_waits_ended" in names
@@ -421,15 +421,15 @@ def test_postgresql_transactions_are_the_stores_own_and_reads_keep_the_prepared_
             db.run(conn, "insert_worker", params)
             assert conn.connection.dbapi_connection.info.transaction_status == status.INTRANS
             raise RuntimeError("after the first statement")
-        assert store.list_workers() == []
+        assert store.workers.all() == []
         with pytest.raises(psycopg.errors.InFailedSqlTransaction), db.write() as conn:
             db.run(conn, "insert_worker", params)
             with pytest.raises(psycopg.errors.UniqueViolation):  # caught: the transaction is lost
                 db.run(conn, "insert_worker", params)
-        assert store.list_workers() == []  # and nothing of it was committed
+        assert store.workers.all() == []  # and nothing of it was committed
         for _ in range(10):  # past psycopg's prepare threshold
-            assert store.get_slot("nobody.1") is None
-            assert store.list_workers() == []
+            assert store.slots.get("nobody.1") is None
+            assert store.workers.all() == []
         with db.single_read() as conn:
             prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
             assert conn.connection.dbapi_connection.info.transaction_status == status.IDLE
@@ -446,11 +446,11 @@ def test_schema_12_gains_attempts_and_forks_keeping_every_run(database_url):
 
     first = SqlStore(database_url, decisions_clock="caller")
     first.create_schema()
-    first.insert_run(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
-    first.apply(
+    first.runs.insert(NewRun("old", "default", "wf", "1", "{}", "w", 1), None)
+    first.steps.apply(
         RecordStep("old", "w", StepRecord(0, "step", "work", "failed", 1, 2, error="{}"), None, None, 2)
     )
-    first.apply(FinishRun("old", "w", "failed", None, '{"type": "x.Boom"}', 3, None))
+    first.steps.apply(FinishRun("old", "w", "failed", None, '{"type": "x.Boom"}', 3, None))
     with first._engine.begin() as conn:  # back to schema 12
         for column in ("attempt", "forked_from", "forked_seq"):
             conn.execute(sa.text(f"ALTER TABLE duro_runs DROP COLUMN {column}"))
@@ -461,9 +461,9 @@ def test_schema_12_gains_attempts_and_forks_keeping_every_run(database_url):
     second = SqlStore(database_url, decisions_clock="caller")
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
-    old = second.get_run("old")
+    old = second.runs.get("old")
     assert (old.status, old.attempt, old.forked_from) == ("failed", 1, None)
-    retried = second.retry_run(Retry("old", None, 1, "1", None, 10))
+    retried = second.runs.retry(Retry("old", None, 1, "1", None, 10))
     assert (retried.run.status, retried.run.attempt, retried.resume_seq) == ("pending", 2, 0)
-    assert second.get_steps("old") == [] and [a for a, _ in second.get_past_steps("old")] == [1]
+    assert second.steps.of("old") == [] and [a for a, _ in second.steps.past("old")] == [1]
     second.close()

@@ -61,7 +61,7 @@ async def test_a_worker_hears_a_signal_sent_from_another_process_before_its_poll
             for payload in ("first", "second"):
                 run = await engine.start(waits)
                 await asyncio.wait_for(_until_waiting(engine, run.id), 10)
-                await asyncio.to_thread(sender.send_signal, run.id, "go", f'"{payload}"', 1)
+                await asyncio.to_thread(sender.signals.send, run.id, "go", f'"{payload}"', 1)
                 assert await run.result(timeout="10s" if payload == "first" else "2s") == payload
     finally:
         sender.close()

@@ -180,12 +180,12 @@ async def test_a_store_that_did_not_answer_is_a_clean_503_never_a_500(
 @pytest.mark.parametrize(
     ("method", "store_method", "request_args"),
     [
-        ("post", "insert_run", ("/api/workflows/double/runs", {"input": 1})),  # its DuroError would be a 422
-        ("post", "get_run", ("/api/workflows/double/runs", {"input": 1, "run_id": "r"})),
-        ("get", "get_run", ("/api/runs/r", None)),  # "no such run" would be a 404
-        ("post", "get_run", ("/api/runs/r/signals/go", None)),
-        ("post", "get_run", ("/api/runs/r/cancel", None)),
-        ("get", "list_runs", ("/api/runs", None)),
+        ("post", "insert", ("/api/workflows/double/runs", {"input": 1})),  # its DuroError would be a 422
+        ("post", "get", ("/api/workflows/double/runs", {"input": 1, "run_id": "r"})),
+        ("get", "get", ("/api/runs/r", None)),  # "no such run" would be a 404
+        ("post", "get", ("/api/runs/r/signals/go", None)),
+        ("post", "get", ("/api/runs/r/cancel", None)),
+        ("get", "page", ("/api/runs", None)),
     ],
 )
 async def test_no_route_turns_an_unavailable_store_into_a_404_or_a_422(
@@ -194,7 +194,7 @@ async def test_no_route_turns_an_unavailable_store_into_a_404_or_a_422(
     engine = Engine(f"sqlite:///{tmp_path / 'duro.db'}")
     engine.register(double)
     async with served(engine, run_worker=False) as (_app, client):
-        monkeypatch.setattr(engine.store, store_method, _raising(_unavailable(_locked(), 3)))
+        monkeypatch.setattr(engine.store.runs, store_method, _raising(_unavailable(_locked(), 3)))
         path, payload = request_args
         answer = await (client.post(path, json=payload) if method == "post" else client.get(path))
         assert_clean_503(answer, 3)
@@ -224,11 +224,13 @@ def test_busy_timeout_bounds_how_long_a_write_waits_for_a_locked_file(tmp_path):
         with write_lock(path):
             began = time.perf_counter()
             with pytest.raises(Exception) as caught:  # noqa: B017 - whichever the driver raises, classified below
-                store.insert_run(new, None)
+                store.runs.insert(new, None)
             waited = time.perf_counter() - began
         assert SqlStore.is_unavailable(caught.value) and not SqlStore.is_transient(caught.value)
         assert 0.15 < waited < 5, waited
-        assert store.get_run("r") is None  # nothing was written
-        assert store.insert_run(new, None)[1] is True  # and the same write goes through once the lock is gone
+        assert store.runs.get("r") is None  # nothing was written
+        assert (
+            store.runs.insert(new, None)[1] is True
+        )  # and the same write goes through once the lock is gone
     finally:
         store.close()

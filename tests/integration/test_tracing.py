@@ -196,7 +196,7 @@ def test_with_the_extra_but_no_tracer_provider_duro_makes_no_spans(tmp_path):
             async with engine:
                 run = await engine.start(plain, 1)
                 await run.result(timeout=30)
-                print(_tracing._api is not None, _tracing.active(), engine.store.get_run(run.id).trace_context)
+                print(_tracing._api is not None, _tracing.active(), engine.store.runs.get(run.id).trace_context)
             engine.close()
 
         asyncio.run(main())

@@ -99,11 +99,11 @@ async def test_the_store_refuses_a_signal_to_a_run_that_ended_since_the_check(da
         done = await double.start(3)
         await done.result(timeout="10s")
         with pytest.raises(RunEndedError):
-            engine.store.send_signal(done.id, "go", "null", 0)
+            engine.store.signals.send(done.id, "go", "null", 0)
         with pytest.raises(RunNotFoundError):
-            engine.store.send_signal("nobody", "go", "null", 0)
+            engine.store.signals.send("nobody", "go", "null", 0)
         with pytest.raises(RunNotFoundError):
-            engine.store.cancel_run("nobody", None, "{}", 0)
+            engine.store.runs.cancel("nobody", None, "{}", 0)
 
 
 async def test_an_input_that_does_not_match_is_an_input_error_and_starts_nothing(database_url):

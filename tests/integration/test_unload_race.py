@@ -22,8 +22,8 @@ def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str
     store = SqlStore(postgres_url)
     try:
         store.create_schema()
-        store.insert_run(new_run("p", owner="w1"), None)
-        store.insert_run(new_run("p.0", owner="w2", parent="p"), None)
+        store.runs.insert(new_run("p", owner="w1"), None)
+        store.runs.insert(new_run("p.0", owner="w2", parent="p"), None)
         other = sa.create_engine(store.url.set(drivername="postgresql+psycopg"))
         with other.connect() as conn:
             conn.execute(sa.text("UPDATE duro_runs SET status = 'blocked', due_at = NULL WHERE id = 'p'"))
@@ -42,7 +42,9 @@ def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str
             key = "p.0" if kind == "child" else "go"
             given_up: list[list[str]] = []
             hand_back = threading.Thread(
-                target=lambda: given_up.append(store.apply(Unload("w1", (Waiting("p", kind, key, None),), 6)))
+                target=lambda: given_up.append(
+                    store.steps.apply(Unload("w1", (Waiting("p", kind, key, None),), 6))
+                )
             )
             hand_back.start()
             wait_until(lambda: _lock_waits(other) == 1, 10, "the hand-back to wait for the nudge's row lock")

@@ -1,12 +1,12 @@
-"""``Store.unfinished_by_version``: the unfinished runs of each (workflow, version) of a namespace,
+"""``Store.runs.unfinished_by_version``: the unfinished runs of each (workflow, version) of a namespace,
 the workflows page's versions, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import pytest
 
-from duro.store import NewRun, SqlStore, StepRecord
-from duro.store._versions import UNFINISHED_BY_VERSION
+from duro.store import NewRun, SqlStore, StepRecord, store_call
+from duro.store._runs import UNFINISHED_BY_VERSION
 from tests.support import store_ops
 
 
@@ -22,11 +22,11 @@ def store(database_url):
 
 def start(store: SqlStore, run_id: str, workflow: str, version: str, namespace: str = "default") -> None:
     new = NewRun(run_id, namespace, workflow, version, None, "w1", created_at=1000)
-    store.insert_run(new, None)
+    store.runs.insert(new, None)
 
 
 def test_unfinished_runs_are_counted_by_workflow_and_version_in_their_namespace(store):
-    assert store.unfinished_by_version("default") == {}
+    assert store.runs.unfinished_by_version("default") == {}
     start(store, "c1-running", "charge", "1")  # owned by w1 at its start: running
     start(store, "c1-waiting", "charge", "1")
     waiting = StepRecord(0, "signal", "go", "waiting", 1000)
@@ -38,7 +38,7 @@ def test_unfinished_runs_are_counted_by_workflow_and_version_in_their_namespace(
     assert store_ops.finish_run(store, "d1-failed", "w1", "failed", None, '{"message": "no"}', 2000)
     start(store, "c1-elsewhere", "charge", "1", namespace="other")
 
-    statuses = store.run_statuses(["c1-running", "c1-waiting", "c2-running", "c2-done", "d1-failed"])
+    statuses = store.runs.statuses(["c1-running", "c1-waiting", "c2-running", "c2-done", "d1-failed"])
     assert statuses == {
         "c1-running": "running",
         "c1-waiting": "suspended",
@@ -46,10 +46,10 @@ def test_unfinished_runs_are_counted_by_workflow_and_version_in_their_namespace(
         "c2-done": "completed",
         "d1-failed": "failed",
     }
-    assert store.unfinished_by_version("default") == {("charge", "1"): 2, ("charge", "2"): 1}
-    assert store.unfinished_by_version("other") == {("charge", "1"): 1}
-    assert store.unfinished_by_version("nope") == {}
-    assert "unfinished_by_version" in store.reads
+    assert store.runs.unfinished_by_version("default") == {("charge", "1"): 2, ("charge", "2"): 1}
+    assert store.runs.unfinished_by_version("other") == {("charge", "1"): 1}
+    assert store.runs.unfinished_by_version("nope") == {}
+    assert store_call(store.runs.unfinished_by_version) == "read"
 
 
 def test_the_count_reads_only_the_unfinished_runs_through_an_index(store):

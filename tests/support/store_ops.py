@@ -1,5 +1,5 @@
 """The store's commands in the shape of calls, for the contract tests: ``record_step(store, run_id,
-owner, step, ...)`` is ``store.apply(RecordStep(...))``, with a hook given as (run id, owner, step).
+owner, step, ...)`` is ``store.steps.apply(RecordStep(...))``, with a hook given as (run id, owner, step).
 Each returns what the command's result says, as the tests read it."""
 
 from __future__ import annotations
@@ -38,19 +38,19 @@ def record_step(
     wake_at: int | None = None,
     now: int = 0,
 ) -> bool:
-    return store.apply(RecordStep(run_id, owner, step, run_status, wake_at, now))
+    return store.steps.apply(RecordStep(run_id, owner, step, run_status, wake_at, now))
 
 
 def finish_run(
     store: Store, run_id: str, owner: str | None, status: str, output: str | None, error: str | None, now: int
 ) -> bool:
-    return store.apply(FinishRun(run_id, owner, status, output, error, now))
+    return store.steps.apply(FinishRun(run_id, owner, status, output, error, now))
 
 
 def take_signal(
     store: Store, run_id: str, owner: str | None, name: str, step: StepRecord
 ) -> StepRecord | None:
-    return store.apply(TakeSignal(run_id, owner, name, step))
+    return store.steps.apply(TakeSignal(run_id, owner, name, step))
 
 
 def slot_request(
@@ -63,20 +63,20 @@ def slot_request(
     now: int,
     hook: Hook | None = None,
 ) -> SlotRow | None:
-    return store.apply(RequestSlot(config, slot_id, run_id, label, timeout_at, now, _own(hook))).row
+    return store.steps.apply(RequestSlot(config, slot_id, run_id, label, timeout_at, now, _own(hook))).row
 
 
 def slot_confirm(
     store: Store, config: LimitConfig, slot_id: str, now: int, hook: Hook | None = None
 ) -> tuple[SlotRow | None, list[SlotRow]]:
-    outcome = store.apply(ConfirmSlot(config, slot_id, now, _own(hook)))
+    outcome = store.steps.apply(ConfirmSlot(config, slot_id, now, _own(hook)))
     return outcome.row, list(outcome.granted)
 
 
 def slot_give_up(
     store: Store, config: LimitConfig, slot_id: str, now: int, hook: Hook | None = None
 ) -> SlotRow | None:
-    return store.apply(GiveUpSlot(config, slot_id, now, _own(hook))).row
+    return store.steps.apply(GiveUpSlot(config, slot_id, now, _own(hook))).row
 
 
 def slot_release(
@@ -89,7 +89,7 @@ def slot_release(
     takers: Mapping[str, Hook] | None = None,
 ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
     hand_over = {slot: OwnStep(*taker) for slot, taker in (takers or {}).items()}
-    outcome = store.apply(ReleaseSlot(configs, slot_id, now, reason, _own(hook), hand_over))
+    outcome = store.steps.apply(ReleaseSlot(configs, slot_id, now, reason, _own(hook), hand_over))
     return outcome.row, outcome.released, list(outcome.granted)
 
 
@@ -97,5 +97,5 @@ _COMMANDS: dict[str, Any] = {"record_step": RecordStep, "finish_run": FinishRun}
 
 
 def apply_batch(store: Store, ops: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-    """``store.apply_batch`` of (name, args) pairs: ``("record_step", (run_id, owner, step, ...))``."""
-    return store.apply_batch([_COMMANDS[name](*args) for name, args in ops])
+    """``store.steps.apply_batch`` of (name, args) pairs: ``("record_step", (run_id, owner, step, ...))``."""
+    return store.steps.apply_batch([_COMMANDS[name](*args) for name, args in ops])

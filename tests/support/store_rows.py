@@ -30,6 +30,6 @@ def run_statuses(url: str, run_ids: list[str]) -> dict[str, str]:
 
     store = SqlStore(url)
     try:
-        return store.run_statuses(run_ids)
+        return store.runs.statuses(run_ids)
     finally:
         store.close()

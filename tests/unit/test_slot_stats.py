@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duro.store._slot_stats import SlotStats, percentile, summarize
+from duro.store._limits import SlotStats, percentile, summarize
 
 SINCE = 1_000_000
 

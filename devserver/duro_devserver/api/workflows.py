@@ -58,7 +58,7 @@ async def list_workflows(request: Request) -> Response:
     eng = engine(request)
     specs = eng.workflows
     # a read of the store, off the event loop (as /metrics reads it)
-    unfinished = await run_in_threadpool(eng.store.unfinished_by_version, eng.namespace)
+    unfinished = await run_in_threadpool(eng.store.runs.unfinished_by_version, eng.namespace)
     workflows = [
         _workflow(specs[name], {specs[name].version, *eng.workflow_versions(name)}, unfinished)
         for name in sorted(specs)

@@ -107,7 +107,7 @@ class RunLimits:
             local.changed(None if row is None else row.due_at)
             position = requested.position
         else:  # a replay: the request is in the store, in its place
-            row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
+            row = await self._gateway.call(self._gateway.store.slots.get, slot_id)
             position = None
         if row is not None and row.state == "busy" and rec.status == "completed":
             # granted at once: the request closed its hook step in the same transaction
@@ -179,7 +179,7 @@ class RunLimits:
                 waiter.clear()
                 delivered = local.delivered(slot_id)
                 if delivered is None:
-                    row = await self._gateway.call(self._gateway.store.get_slot, slot_id)
+                    row = await self._gateway.call(self._gateway.store.slots.get, slot_id)
                 else:  # a decision of this process: the row as committed, and our step if it wrote it
                     row, done = delivered[0], delivered[1] or done
         finally:

@@ -101,7 +101,7 @@ class Limits:
         held); the hook steps they were waiting on close then, with the run's end as their status."""
         if run_ids and self._workspace.limits:
             granted = await self._gateway.call(
-                self._gateway.store.slots_leave,
+                self._gateway.store.slots.leave,
                 self._workspace.limits,
                 run_ids,
                 self._clock.now_ms() if now is None else now,
@@ -122,7 +122,7 @@ class Limits:
         client engine without the project), else a clear error listing both."""
         if isinstance(name, str) and name in self._workspace.limits:
             return self._workspace.limits[name]
-        states = await self._gateway.call(self._gateway.store.limit_states)
+        states = await self._gateway.call(self._gateway.store.limits.states)
         stored = _declared(self._workspace, states)
         if isinstance(name, str) and name in stored:
             return stored[name]
@@ -133,7 +133,7 @@ class Limits:
         (as the last worker to start with it declared it: what a client engine ``Engine(url)``
         without the project lists): capacity and max hold (declared, overridden, effective) and
         counts."""
-        states = await self._gateway.call(self._gateway.store.limit_states)
+        states = await self._gateway.call(self._gateway.store.limits.states)
         infos = []
         for name, config in sorted(_declared(self._workspace, states).items()):
             state = states.get(name)
@@ -162,7 +162,7 @@ class Limits:
         read a page at a time (:meth:`slots_page`)."""
         await self._config(name)
         now = self._clock.now_ms()
-        rows = await self._gateway.call(self._gateway.store.limit_slots, name)
+        rows = await self._gateway.call(self._gateway.store.limits.slots, name)
         infos, position = [], 0
         for row in rows:
             if key is not None and row.key != key:
@@ -186,7 +186,7 @@ class Limits:
             refuse_nul(key, f"limit {name!r}: the key filter")
         after, position = _slots_after(cursor)
         now = self._clock.now_ms()
-        found = await self._gateway.call(self._gateway.store.limit_slots_page, name, key, after, limit + 1)
+        found = await self._gateway.call(self._gateway.store.limits.slots_page, name, key, after, limit + 1)
         infos = []
         for _, row in found[:limit]:
             position += row.state == "waiting"
@@ -205,7 +205,7 @@ class Limits:
         if window_ms <= 0:
             raise DuroError(f"limit {name!r}: the stats window must be longer than 0, got {window!r}")
         figures = await self._gateway.call(
-            self._gateway.store.limit_stats, name, self._clock.now_ms() - window_ms
+            self._gateway.store.limits.stats, name, self._clock.now_ms() - window_ms
         )
         return LimitStats(
             window_s=window_ms / 1000,
@@ -223,14 +223,14 @@ class Limits:
         ids = [run_id for run_id in run_ids if NUL not in run_id]  # no run has such an id
         if not ids:
             return {}
-        return await self._gateway.call(self._gateway.store.queued_limits, ids)
+        return await self._gateway.call(self._gateway.store.limits.queued, ids)
 
     async def _release(self, slot_id: str) -> tuple[SlotRow | None, bool]:
         if NUL in slot_id:
             return None, False  # no slot has such an id (and PostgreSQL could not even be asked)
         configs: Mapping[str, LimitConfig] = self._workspace.limits
         if not configs:  # a client engine: the limits as the store knows them
-            configs = _declared(self._workspace, await self._gateway.call(self._gateway.store.limit_states))
+            configs = _declared(self._workspace, await self._gateway.call(self._gateway.store.limits.states))
         outcome = await self._gateway.apply(
             ReleaseSlot(configs, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()),
         )
@@ -270,7 +270,7 @@ class Limits:
         override: busiest first (busy + reserved, then waiting), at most ``limit`` of them;
         ``search``: only the keys that contain it (case-sensitive)."""
         config = await self._keyed(name)
-        found = await self._gateway.call(self._gateway.store.limit_keys, config, int(limit), search)
+        found = await self._gateway.call(self._gateway.store.keys.of, config, int(limit), search)
         return [LimitKey(*row) for row in found]
 
     async def set_key_capacity(self, name: str, key: str, capacity: int | None) -> LimitKey:
@@ -283,10 +283,10 @@ class Limits:
         key = checked
         value = None if capacity is None else _as_duro(check_capacity, name, capacity)
         granted = await self._gateway.call(
-            self._gateway.store.set_key_override, config, key, value, self._clock.now_ms()
+            self._gateway.store.limits.set_key_override, config, key, value, self._clock.now_ms()
         )
         self._notify(granted)
-        return LimitKey(*await self._gateway.call(self._gateway.store.limit_key, config, key))
+        return LimitKey(*await self._gateway.call(self._gateway.store.keys.get, config, key))
 
     async def _keyed(self, name: str) -> LimitConfig:
         config = await self._config(name)
@@ -299,7 +299,7 @@ class Limits:
 
     async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
         granted = await self._gateway.call(
-            self._gateway.store.set_limit_override, config, field, value, self._clock.now_ms()
+            self._gateway.store.limits.set_override, config, field, value, self._clock.now_ms()
         )
         self._notify(granted)
         return next(info for info in await self.list() if info.name == config.name)

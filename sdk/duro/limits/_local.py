@@ -138,10 +138,10 @@ class LocalSlots:
             self._changed.clear()
             now = self._clock.now_ms()
             try:
-                changed, granted = await self._gateway.call(store.slots_expire, self._workspace.limits, now)
+                changed, granted = await self._gateway.call(store.slots.expire, self._workspace.limits, now)
                 for row in changed + granted:
                     self.notify_slot(row.id)
-                next_due = await self._gateway.call(store.next_slot_due, now, list(self._workspace.limits))
+                next_due = await self._gateway.call(store.slots.next_due, now, list(self._workspace.limits))
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
                 store_trouble("the limits pass", err)
                 next_due = now + 1000

@@ -92,7 +92,7 @@ class RunRates:
                 detail=json.dumps(detail if key is None else {**detail, "key": key}),
             )
             requested: RateOutcome = await ctx.decide(
-                store.request_rate,
+                store.rates.request,
                 config,
                 wait_id,
                 ctx.run_id,
@@ -108,7 +108,7 @@ class RunRates:
             local.notify((g for g in requested.granted if g.id != wait_id), requested.handed)
             local.changed(requested.next_due)
         else:  # a replay: the request is in the store, in its place
-            row = await self._gateway.call(store.get_rate_wait, wait_id)
+            row = await self._gateway.call(store.rates.get_wait, wait_id)
         if row is not None and row.state == "granted" and rec.status == "completed":
             return self._granted(ctx, grant_of(rec.result))  # at once: the request closed its hook step
         row, hooked = await self._until_granted(ctx, config, wait_id, row, rec.wake_at, timeout, rec)
@@ -132,7 +132,7 @@ class RunRates:
         now = ctx.now_ms()
         local = self._local
         requested: RateOutcome = await ctx.decide(
-            self._gateway.store.request_rate,
+            self._gateway.store.rates.request,
             config,
             wait_id,
             ctx.run_id,
@@ -160,7 +160,7 @@ class RunRates:
         pause_ms = to_ms(limited.retry_after, f"RateLimited({config.name!r}) retry_after")
         now = ctx.now_ms()
         store = self._gateway.store
-        until = await self._gateway.call(store.pause_rate, config.name, key, now + pause_ms, now, True)
+        until = await self._gateway.call(store.rates.pause, config.name, key, now + pause_ms, now, True)
         assert until is not None  # a pause, not a resume
         log_rate("rate.paused", config.name, pause_ms, "a step")
         self._local.look_again()
@@ -210,7 +210,7 @@ class RunRates:
                             status="failed", ended_at=ctx.now_ms(), error=describe_error(error)
                         )
                     gave_up: RateOutcome = await ctx.decide(
-                        store.give_up_rate,
+                        store.rates.give_up,
                         config,
                         wait_id,
                         ctx.now_ms(),
@@ -238,7 +238,7 @@ class RunRates:
                 waiter.clear()
                 delivered = local.delivered(wait_id)
                 if delivered is None:
-                    row = await self._gateway.call(store.get_rate_wait, wait_id)
+                    row = await self._gateway.call(store.rates.get_wait, wait_id)
                 else:  # a grant of this process: the request as committed, and the hook step it wrote
                     row, hook = delivered[0], delivered[1] or hook
         finally:
@@ -254,7 +254,7 @@ class RunRates:
         store = self._gateway.store
         local = self._local
         left: RateOutcome = await ctx.decide(
-            store.give_up_rate, config, wait_id, ctx.now_ms(), hook, True, local.hand_over()
+            store.rates.give_up, config, wait_id, ctx.now_ms(), hook, True, local.hand_over()
         )
         if step is not None:
             ctx.recorded(step)

@@ -49,7 +49,7 @@ class Rates:
             return
         try:
             granted = await self._gateway.call(
-                self._gateway.store.rates_leave,
+                self._gateway.store.rates.leave,
                 self._workspace.rates,
                 run_ids,
                 self._clock.now_ms() if now is None else now,
@@ -63,7 +63,7 @@ class Rates:
         """In one read: the instant, the store's rates, and every rate this engine knows (its
         workspace's, and those the store knows as the last engine to start with them declared them)."""
         now = self._clock.now_ms()
-        states = {s.name: s for s in await self._gateway.call(self._gateway.store.rate_states, now)}
+        states = {s.name: s for s in await self._gateway.call(self._gateway.store.rates.states, now)}
         return now, states, {**_declared(builtins.list(states.values())), **self._workspace.rates}
 
     async def _config(self, name: Any) -> RateConfig:
@@ -97,7 +97,7 @@ class Rates:
         checked = check_rate_key(config, key) or ""
         now = self._clock.now_ms()
         granted, waiting, paused = await self._gateway.call(
-            self._gateway.store.rate_key_state, config.name, checked, config.per_ms, now
+            self._gateway.store.rates.key_state, config.name, checked, config.per_ms, now
         )
         return granted, waiting, None if paused is None or paused <= now else aware(paused)
 
@@ -106,7 +106,7 @@ class Rates:
         1,000): each with its place in its key's queue."""
         config = await self._config(name)
         checked = None if key is None else check_rate_key(config, key)
-        rows = await self._gateway.call(self._gateway.store.rate_waiters, config.name, checked, MAX_WAITERS)
+        rows = await self._gateway.call(self._gateway.store.rates.waiters, config.name, checked, MAX_WAITERS)
         places: dict[str, int] = {}
         out = []
         for row in rows:
@@ -129,7 +129,7 @@ class Rates:
         config = await self._config(name)
         if limit is not None:
             check_rate(config.name, limit, config.per_ms)  # the same bounds as the declaration
-        await self._gateway.call(self._gateway.store.set_rate_limit, config, limit, self._clock.now_ms())
+        await self._gateway.call(self._gateway.store.rates.set_limit, config, limit, self._clock.now_ms())
         self._look_again()
         return await self.info(config.name)
 
@@ -140,7 +140,7 @@ class Rates:
         checked = None if key is None else check_rate_key(config, key)
         ms = to_ms(duration, f"pause of rate {config.name!r}")
         now = self._clock.now_ms()
-        await self._gateway.call(self._gateway.store.pause_rate, config.name, checked, now + ms, now)
+        await self._gateway.call(self._gateway.store.rates.pause, config.name, checked, now + ms, now)
         log_rate("rate.paused", config.name, ms, "an operator")
         self._look_again()
         return await self.info(config.name)
@@ -151,7 +151,7 @@ class Rates:
         config = await self._config(name)
         checked = None if key is None else check_rate_key(config, key)
         now = self._clock.now_ms()
-        await self._gateway.call(self._gateway.store.pause_rate, config.name, checked, None, now)
+        await self._gateway.call(self._gateway.store.rates.pause, config.name, checked, None, now)
         log_rate("rate.resumed", config.name)
         self._look_again()
         return await self.info(config.name)

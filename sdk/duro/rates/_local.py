@@ -117,12 +117,12 @@ class LocalRates:
             now = self._clock.now_ms()
             rates = self._workspace.rates
             try:
-                made = await self._gateway.call(store.rates_due, rates, now, self.hand_over())
+                made = await self._gateway.call(store.rates.due, rates, now, self.hand_over())
                 self.notify(made.granted, made.handed)
                 if now >= self._pruned + PRUNE_EVERY_MS:  # the ended waits past every window
                     self._pruned = now
-                    await self._gateway.call(store.prune_rates, rates, now)
-                next_due = await self._gateway.call(store.next_rate_due, list(rates))
+                    await self._gateway.call(store.rates.prune, rates, now)
+                next_due = await self._gateway.call(store.rates.next_due, list(rates))
             except Exception as err:  # noqa: BLE001 - the store out of reach for a moment: again soon
                 store_trouble("the rates pass", err)
                 next_due = now + 1000

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         StepRecord,
         WouldWait,
         settle_sleeps,
+        store_call,
     )
     from ._rows import LimitState
     from ._sql import SqlStore, Store
@@ -85,6 +86,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "parse_database_url",
     "settle_sleeps",
+    "store_call",
     "WouldWait",
 ]
 
@@ -125,6 +127,7 @@ __getattr__, __dir__ = lazy_names(
             "StepRecord",
             "WouldWait",
             "settle_sleeps",
+            "store_call",
         ),
         "._rates": (
             "RateOutcome",

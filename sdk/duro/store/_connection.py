@@ -464,10 +464,3 @@ class Connector:
             self._nowait_connections = []
             self._local = _CallState()
         self.engine.dispose()
-
-
-class StorePart:
-    """A part of the SQL store (see ``_sql.SqlStore``, which is made of them): its operations of one
-    concern, written over the one connector the store opens."""
-
-    db: Connector

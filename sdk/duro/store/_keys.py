@@ -25,12 +25,13 @@ from sqlalchemy.engine import Connection
 
 from .._config import LimitConfig
 from .._slots import Decision, KeyView, LimitView, SlotRow
-from ._connection import StorePart
+from ._connection import Connector
 from ._queries import COUNT_KEYS
+from ._records import reads
 from ._rows import slot_row
 
 KEYLESS = ""  # the key row of a keyed limit's slots without a key (queued before it was keyed)
-PRUNE_MS = 60_000  # idle keys' rows are pruned this often at the most (see KeyRows.prune_keys)
+PRUNE_MS = 60_000  # idle keys' rows are pruned this often at the most (see Keys.prune)
 
 # a key as operators list it: (key, capacity in effect, overridden, busy, reserved, waiting)
 KeyListing = tuple[str, int, bool, int, int, int]
@@ -50,14 +51,16 @@ def _listed(per_key: int, row: Sequence[Any]) -> KeyListing:
     return (key, override or per_key, override is not None, int(busy), int(reserved), int(waiting))
 
 
-class KeyRows(StorePart):
+class Keys:
     """A keyed limit's key rows: read by decisions, written with them, listed for operators."""
 
-    _keys_pruned_at: int | None = None  # when this store last pruned idle keys (see prune_keys)
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+        self._pruned_at: int | None = None  # when this store last pruned idle keys (see prune)
 
     # -- decisions -------------------------------------------------------------------------------
 
-    def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
+    def views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
         """The stored counts of ``keys`` of keyed limit ``view``, each with its capacity in effect."""
         assert view.per_key is not None
         wanted = sorted(set(keys))
@@ -65,7 +68,7 @@ class KeyRows(StorePart):
         rows = {row[0]: row[1:] for row in found}
         return {key: _key_view(view.per_key, rows.get(key)) for key in wanted}
 
-    def _send_key_read(self, conn: Connection, config: LimitConfig, key: str) -> Callable[[], KeyView]:
+    def send_read(self, conn: Connection, config: LimitConfig, key: str) -> Callable[[], KeyView]:
         """Send the read of one key's row (in a pipeline: its answer can wait); the call returned
         gives it, once it is in."""
         assert config.per_key is not None
@@ -78,7 +81,7 @@ class KeyRows(StorePart):
 
         return stored
 
-    def _keyed_heads(
+    def heads(
         self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
     ) -> list[SlotRow]:
         """The waiters a hand-out of ``wanted`` slots of a keyed limit may go to, in queue order,
@@ -96,7 +99,7 @@ class KeyRows(StorePart):
         stored = {row[0]: _key_view(view.per_key, row[1:]) for row in found}
         unknown = [k for k in touched if k is not None and k not in stored and k not in decision.keys]
         if unknown:
-            stored.update(self._key_views(conn, view, unknown))
+            stored.update(self.views(conn, view, unknown))
         decision.know_keys({key: known for key, known in stored.items() if key != KEYLESS})
         again = Counter(row.key for row in changed.values())  # stored rows the decision changed
         reads: list[tuple[str, dict[str, Any]]] = []
@@ -118,9 +121,9 @@ class KeyRows(StorePart):
         rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
         return sorted(rows.values(), key=lambda row: row.pos)
 
-    def _write_keys(self, conn: Connection, decision: Decision, now: int) -> None:
+    def write(self, conn: Connection, decision: Decision, now: int) -> None:
         """The decision's changes to its keys' counts, after its slots (a key's oldest waiter is
-        read from them). A key left with nothing keeps its row until :meth:`prune_keys`."""
+        read from them). A key left with nothing keeps its row until :meth:`prune`."""
         view = decision.view
         assert view.per_key is not None
         changes = decision.key_changes()
@@ -137,28 +140,28 @@ class KeyRows(StorePart):
             }
             self.db.run(conn, "keyless_change" if key is None else "key_change", params)
 
-    def prune_keys(self, configs: Iterable[LimitConfig], now: int) -> None:
+    def prune(self, configs: Iterable[LimitConfig], now: int) -> None:
         """Drop the rows of keys with nothing busy, reserved or waiting and no override, of keyed
         limits ``configs``; at most once per ``PRUNE_MS`` (the expiry pass calls it every time). No
         limit's lock: a decision that changes a key at the same moment either finds its row gone
         and makes it again from its own change, or has changed it first, and then it is not idle."""
         keyed = sorted(config.name for config in configs if config.per_key is not None)
-        last = self._keys_pruned_at
+        last = self._pruned_at
         if not keyed or (last is not None and 0 <= now - last < PRUNE_MS):
             return
         with self.db.write() as conn:
             for name in keyed:
                 self.db.run(conn, "keys_prune", {"name": name})
-        self._keys_pruned_at = now
+        self._pruned_at = now
 
-    def _reopen_key(self, conn: Connection, config: LimitConfig, key: str, now: int) -> None:
+    def reopen(self, conn: Connection, config: LimitConfig, key: str, now: int) -> None:
         """A key's capacity changed: whether it has room (its ``open_pos``) judged again."""
         assert config.per_key is not None
         params = {"name": config.name, "key": key, "per_key": config.per_key, "now": now}
         self.db.run(conn, "key_change", {**params, "busy": 0, "reserved": 0, "waiting": 0})
         self.db.run(conn, "key_drop", params)
 
-    def _count_keys(self, conn: Connection, config: LimitConfig, now: int) -> None:
+    def count(self, conn: Connection, config: LimitConfig, now: int) -> None:
         """A limit's keys counted again from its slots, for its ``per_key`` now (cleared when it is
         no longer keyed; operators' capacities are kept), under the limit's lock."""
         params = {"name": config.name, "per_key": config.per_key, "now": now}
@@ -168,7 +171,8 @@ class KeyRows(StorePart):
 
     # -- operators -------------------------------------------------------------------------------
 
-    def limit_keys(self, config: LimitConfig, most: int = 50, search: str | None = None) -> list[KeyListing]:
+    @reads
+    def of(self, config: LimitConfig, most: int = 50, search: str | None = None) -> list[KeyListing]:
         """Keyed limit ``config``'s keys with anything busy, reserved or waiting, and every key with
         an override, busiest first (busy + reserved, then waiting), at most ``most``; ``search``:
         those whose key contains it."""
@@ -180,14 +184,16 @@ class KeyRows(StorePart):
             found = self.db.run(conn, "keys_page_search" if search else "keys_page", params).fetchall()
         return [_listed(config.per_key, row) for row in found]
 
-    def limit_key(self, config: LimitConfig, key: str) -> KeyListing:
-        """One key of keyed limit ``config`` as :meth:`limit_keys` lists it (all 0 if it has no row)."""
+    @reads
+    def get(self, config: LimitConfig, key: str) -> KeyListing:
+        """One key of keyed limit ``config`` as :meth:`of` lists it (all 0 if it has no row)."""
         assert config.per_key is not None
         with self.db.single_read() as conn:
             found = self.db.run(conn, "key_row", {"name": config.name, "key": key}).fetchone()
         return _listed(config.per_key, found) if found is not None else (key, config.per_key, False, 0, 0, 0)
 
-    def key_tally(self, config: LimitConfig) -> tuple[int, int]:
+    @reads
+    def tally(self, config: LimitConfig) -> tuple[int, int]:
         """How many keys of keyed limit ``config`` have anything busy, reserved or waiting, and how
         many of them are at their capacity (the metrics' gauges: never the keys themselves)."""
         assert config.per_key is not None

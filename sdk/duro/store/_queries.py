@@ -536,7 +536,7 @@ RETENTION_QUERIES = {
     "AND ended_at IS NOT NULL AND ended_at >= :cutoff",
 }
 
-# -- re-driving runs (see store._redrive) ---------------------------------------------------------
+# -- re-driving runs (see store._runs) ---------------------------------------------------------
 PAST_STEP_COLUMNS = ("run_id", "attempt", *StepRecord._fields)
 ATTEMPT_COLUMNS = ("run_id", "attempt", "status", "error", "ended_at", "resume_seq", "version", "retried_at")
 REDRIVE_QUERIES = {

@@ -8,7 +8,7 @@ the window's promise holds across processes. Instants are the database server's 
 
 A request is queued, then the queue is decided at once: granted in the same transaction when the
 window allows (its hook step written completed alongside), else it waits and the queue's
-``next_due`` says when its head may go; the expiry pass (:meth:`RateRows.rates_due`) decides every
+``next_due`` says when its head may go; the expiry pass (:meth:`Rates.due`) decides every
 queue whose head is due, and times out waiters past their timeout.
 """
 
@@ -24,9 +24,9 @@ from sqlalchemy.engine import Connection
 from .. import _rates as rules
 from .._config import RateConfig
 from ._commands import OwnStep
-from ._connection import StorePart
+from ._connection import Connector
 from ._queries import RATE_WAIT_COLUMNS
-from ._records import Fenced, StepRecord
+from ._records import Fenced, StepRecord, reads
 from ._rows import write_step
 
 _NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
@@ -53,7 +53,7 @@ class RateWaitRow(NamedTuple):
 
 
 class RateState(NamedTuple):
-    """A rate as the store knows it (``rate_states``): as declared by the last engine to start with
+    """A rate as the store knows it (:meth:`Rates.states`): as declared by the last engine to start with
     it (``None`` until one did), its override and pause, its waiters and the costs granted in the
     window ending now (every key's, on a keyed rate)."""
 
@@ -115,8 +115,11 @@ class Queue(NamedTuple):
     now: int
 
 
-class RateRows(StorePart):
+class Rates:
     """The rates' queues: each call locks one queue's row, decides (``duro._rates``) and writes."""
+
+    def __init__(self, db: Connector) -> None:
+        self.db = db
 
     def _lock_queue(self, conn: Connection, name: str, key: str, now: int) -> Queue:
         """The queue's row, made on first use and locked, and its rate's override and pause. The
@@ -234,7 +237,7 @@ class RateRows(StorePart):
         row = None if first is None else first.fetchone()
         return 0 if row is None else cum - (int(row[0]) - int(row[1]))
 
-    def request_rate(
+    def request(
         self,
         config: RateConfig,
         wait_id: str,
@@ -249,7 +252,7 @@ class RateRows(StorePart):
         """Queue a request for ``cost`` of rate ``config`` (idempotent by ``wait_id``) and decide its
         queue at once. ``hook``, the run's hook step, is written alongside: completed with the grant
         when it was granted now, else as given (waiting). ``timeout_at`` is on the caller's clock;
-        ``hand_over`` as for :meth:`rates_due`."""
+        ``hand_over`` as for :meth:`due`."""
         with self.db.write() as conn:
             queue = self._lock_queue(conn, config.name, key or "", now)
             judged = queue.now
@@ -291,7 +294,7 @@ class RateRows(StorePart):
                     raise Fenced(hook.run_id)
         return RateOutcome(mine, step, tuple(granted), next_due, handed)
 
-    def give_up_rate(
+    def give_up(
         self,
         config: RateConfig,
         wait_id: str,
@@ -329,9 +332,7 @@ class RateRows(StorePart):
                     raise Fenced(hook.run_id)
         return RateOutcome(mine, step, tuple(granted), None, handed)
 
-    def rates_leave(
-        self, configs: Mapping[str, RateConfig], run_ids: Iterable[str], now: int
-    ) -> list[RateWaitRow]:
+    def leave(self, configs: Mapping[str, RateConfig], run_ids: Iterable[str], now: int) -> list[RateWaitRow]:
         """Runs that ended leave the rates' queues they wait in (a grant made stays counted); each
         queue they leave is decided again. Returns the waiters granted."""
         ids = sorted(set(run_ids))
@@ -354,7 +355,7 @@ class RateRows(StorePart):
                 granted += self._decide(conn, config, queue)[0]
         return granted
 
-    def rates_due(
+    def due(
         self, configs: Mapping[str, RateConfig], now: int, hand_over: Mapping[str, OwnStep] = _NOBODY
     ) -> RatePass:
         """Decide every queue of ``configs`` whose head is due or that has a waiter past its timeout,
@@ -378,7 +379,7 @@ class RateRows(StorePart):
             handed |= wrote
         return RatePass(granted, handed)
 
-    def prune_rates(self, configs: Mapping[str, RateConfig], now: int, batch: int = PRUNE_BATCH) -> int:
+    def prune(self, configs: Mapping[str, RateConfig], now: int, batch: int = PRUNE_BATCH) -> int:
         """Delete the ended waits of these rates past every window (``per_ms``, and a minute more
         for clocks that differ), a bounded batch per rate in a transaction of its own; a wait of an
         unfinished run stays. Returns how many went."""
@@ -389,7 +390,8 @@ class RateRows(StorePart):
                 pruned += self.db.run(conn, "rate_prune", params).rowcount
         return pruned
 
-    def next_rate_due(self, names: Iterable[str]) -> int | None:
+    @reads
+    def next_due(self, names: Iterable[str]) -> int | None:
         """The earliest instant a queue of these rates is due (a head's grant or a timeout)."""
         wanted = sorted(names)
         if not wanted:
@@ -398,7 +400,7 @@ class RateRows(StorePart):
             found = self.db.run_in(conn, "next_rate_due", {"names": wanted}).fetchone()[0]
         return None if found is None else int(found)
 
-    def rate_wait_states(self, wait_ids: Iterable[str]) -> dict[str, str]:
+    def wait_states(self, wait_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known rate request, in one query (a worker polling its waiters)."""
         ids = list(wait_ids)
         if not ids:
@@ -408,14 +410,14 @@ class RateRows(StorePart):
 
     # -- operators -------------------------------------------------------------------------------
 
-    def declare_rates(self, configs: Iterable[RateConfig], now: int) -> None:
+    def declare(self, configs: Iterable[RateConfig], now: int) -> None:
         """Write each rate as declared (what a client engine without the project lists)."""
         with self.db.write() as conn:
             for config in configs:
                 params = {"name": config.name, "limit": config.limit, "per_ms": config.per_ms, "now": now}
                 self.db.run(conn, "rate_declare", {**params, "per_key": config.per_key})
 
-    def rate_states(self, now: int) -> list[RateState]:
+    def states(self, now: int) -> list[RateState]:
         with self.db.single_read() as conn:
             rows = self.db.run(conn, "rate_states", {"now": now}).fetchall()
         return [
@@ -423,7 +425,7 @@ class RateRows(StorePart):
             for name, limit, per_ms, per_key, override, paused, waiting, granted in rows
         ]
 
-    def rate_key_state(self, name: str, key: str, per_ms: int, now: int) -> tuple[int, int, int | None]:
+    def key_state(self, name: str, key: str, per_ms: int, now: int) -> tuple[int, int, int | None]:
         """One queue of a rate: the costs granted in the window ending ``now``, its waiters, and its
         own pause."""
         params = {"name": name, "key": key, "since": now - per_ms}
@@ -431,7 +433,7 @@ class RateRows(StorePart):
             granted, waiting, paused = self.db.run(conn, "rate_key_state", params).fetchone()
         return int(granted), int(waiting), paused
 
-    def rate_waiters(self, name: str, key: str | None, most: int) -> list[RateWaitRow]:
+    def waiters(self, name: str, key: str | None, most: int) -> list[RateWaitRow]:
         """A rate's waiters, by key then in queue order (of ``key`` only, when given)."""
         query, params = ("rate_waiters", {"name": name, "n": most})
         if key is not None:
@@ -439,7 +441,7 @@ class RateRows(StorePart):
         with self.db.single_read() as conn:
             return [RateWaitRow(*row) for row in self.db.run(conn, query, params)]
 
-    def set_rate_limit(self, config: RateConfig, limit: int | None, now: int) -> None:
+    def set_limit(self, config: RateConfig, limit: int | None, now: int) -> None:
         """Override a rate's limit (``None``: back to the declared one); its queues are decided by
         the next pass (a raised limit grants at once)."""
         with self.db.write() as conn:
@@ -448,7 +450,7 @@ class RateRows(StorePart):
             self.db.run(conn, "rate_queues_due_now", {"name": config.name, "now": now})
             self.db.notify(conn, ["rates"])
 
-    def pause_rate(
+    def pause(
         self, name: str, key: str | None, until: int | None, now: int, extend: bool = False
     ) -> int | None:
         """Pause a rate (``key``: one key of it) until ``until``; ``None`` resumes it; ``extend``: a
@@ -469,6 +471,7 @@ class RateRows(StorePart):
             self.db.notify(conn, ["rates"])
         return until
 
-    def get_rate_wait(self, wait_id: str) -> RateWaitRow | None:
+    @reads
+    def get_wait(self, wait_id: str) -> RateWaitRow | None:
         with self.db.single_read() as conn:
             return self._read_wait(conn, wait_id)

@@ -1,11 +1,12 @@
 """The records the store returns and takes: plain frozen dataclasses, separate from the SQLModel
-tables. Times are integer milliseconds since the epoch; the engine turns them into datetimes for users."""
+tables, and the marks of how a store call runs (``reads``, ``bulk``). Times are integer milliseconds
+since the epoch; the engine turns them into datetimes for users."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .._errors import DuroError
 from .._states import RunState, StepKind, StepState
@@ -22,6 +23,29 @@ class Fenced(DuroError):
 class WouldWait(Exception):
     """A call made with ``Connector.without_waiting`` would have waited for a lock: it changed nothing,
     and is to be made again where waiting is fine (a thread)."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads(fn: F) -> F:
+    """Mark a part's method as one that only reads: on SQLite the engine runs it apart from the
+    writes, which may wait seconds for a write lock another process holds (WAL lets reads go on
+    meanwhile). See ``StoreGateway.call``, which reads the mark (``store_call``) of what it runs."""
+    fn.store_call = "read"  # type: ignore[attr-defined]
+    return fn
+
+
+def bulk(fn: F) -> F:
+    """Mark a part's method as one that may write many transactions (a hand-out of many slots,
+    1,000 grants each): never tried on the event loop, and on SQLite in a thread of its own."""
+    fn.store_call = "bulk"  # type: ignore[attr-defined]
+    return fn
+
+
+def store_call(fn: Callable[..., Any]) -> str | None:
+    """How a store method is marked: ``"read"``, ``"bulk"`` or ``None`` (a write)."""
+    return getattr(fn, "store_call", None)
 
 
 class RunRecord(NamedTuple):

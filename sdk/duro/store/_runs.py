@@ -1,4 +1,10 @@
-"""Runs: a start (its quota and its parent's step decided with it), reads, and cancellation."""
+"""Runs: a start (its quota and its parent's step decided with it), reads, claims, cancellation,
+retention (finished runs deleted by their end, a bounded batch a transaction) and re-driving (a
+retry moves the run's calls from its resume point aside; a fork copies the original's first calls).
+
+Where a retry resumes and where a fork cuts are pure decisions (``duro._resume``); the claim's rule
+is ``_queries.claim_sql``.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,36 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .._definitions import ACTIVE_STATUS_VALUES
-from .._errors import ConcurrencyLimitError, RunIdConflictError, RunNotFoundError
+from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError, RunNotFoundError, RunStatusError
 from .._quota import admit
+from .._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
 from . import _psycopg
 from ._commands import OwnStep
-from ._connection import StorePart
-from ._queries import RUN_COLUMNS, count_sql, list_runs_sql, recent_durations_sql
-from ._records import CancelOutcome, Fenced, NewRun, QuotaCheck, RunRecord
+from ._connection import Connector
+from ._queries import RUN_COLUMNS, claim_sql, count_sql, list_runs_sql, next_due_sql, recent_durations_sql
+from ._records import (
+    AttemptRecord,
+    CancelOutcome,
+    Claim,
+    Fenced,
+    Fork,
+    NewRun,
+    Prune,
+    PruneBatch,
+    QuotaCheck,
+    Redriven,
+    Retry,
+    RunRecord,
+    StepRecord,
+    reads,
+    settle_sleeps,
+)
 from ._rows import write_step
+from ._tables import ACTIVE_SQL
 
 
 class _RunExists(Exception):
-    """A start's insert found its run id taken by another process's start (see RunRows.insert_run)."""
+    """A start's insert found its run id taken by another process's start (see Runs.insert)."""
 
 
 def to_run(row: Any) -> RunRecord:
@@ -80,14 +104,60 @@ def _admit(quota: QuotaCheck, active: int) -> None:
         raise ConcurrencyLimitError(quota.workflow, quota.key, quota.limit, active)
 
 
-class RunRows(StorePart):
-    """Runs: starts, reads, quota counts, cancellation and recoveries."""
+# One GROUP BY over the namespace's unfinished runs, whose condition repeats the partial indexes'
+# term for term: on SQLite a range of ``duro_runs_claim (namespace, status, owner)`` (one range per
+# active status), on PostgreSQL ``duro_runs_active (namespace, created_at, id) WHERE status IN
+# (active)``. Either way it reads the unfinished runs only, never a finished one; the workflow and
+# version come from the table rows (no index holds them: the count is over in-flight runs, which a
+# worker bounds, so covering them is not worth a wider index on every write).
+UNFINISHED_BY_VERSION = (
+    "SELECT workflow, version, count(*) FROM duro_runs "
+    f"WHERE namespace = :namespace AND status IN {ACTIVE_SQL} "
+    "GROUP BY workflow, version"
+)
 
+PRUNE_LOCK = "duro:prune:"  # + namespace: on PostgreSQL one pruner of a namespace at a time
+
+
+def _last(found: list[Any]) -> tuple[int, str]:
+    """Where the next batch starts: the (ended_at, id) of the last candidate read."""
+    run_id, ended_at = found[-1]
+    return int(ended_at), run_id
+
+
+def _claimed(run: RunRecord, was: str) -> RunRecord:
+    """A claimed run, ``fresh`` (no history to read) when it was ``pending`` from its start: a run
+    pending again after a retry, or a fork, has the history it keeps."""
+    if was == "pending" and run.attempt == 1 and run.forked_from is None:
+        return run._replace(fresh=True)
+    return run
+
+
+def _raised_at(error: str | None) -> int | None:
+    """The seq of the durable call a run's error names (``call_seq``, see ``duro._errors.raised_at``)."""
+    try:
+        found = json.loads(error or "{}").get("call_seq")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+class Runs:
+    """Runs: starts, reads, quota counts, claims, cancellation, recoveries, retention, retries and
+    forks."""
+
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    # -- starts, reads and cancellation ----------------------------------------------------
+
+    @reads
     def count_active(self, key: str, statuses: Sequence[str], namespace: str | None) -> int:
         """How many runs tagged ``concurrency:<key>`` are in ``statuses`` (a quota's count)."""
         with self.db.read() as conn:
             return int(send_count(self.db, conn, key, statuses, namespace).fetchone()[0])
 
+    @reads
     def recent_durations(self, key: str, namespace: str | None, n: int = 20) -> list[int]:
         """How long (ms, creation to end) the last ``n`` completed runs tagged ``concurrency:<key>``
         lasted, latest end first (within ``namespace`` when set): one bounded index walk, made only
@@ -99,7 +169,7 @@ class RunRows(StorePart):
             rows = self.db.run_text(conn, recent_durations_sql(namespace is not None), params)
             return [int(row[0]) for row in rows]
 
-    def insert_run(
+    def insert(
         self, new: NewRun, quota: QuotaCheck | None, parent: OwnStep | None = None
     ) -> tuple[RunRecord, bool]:
         """Insert ``new`` unless its id exists; returns (run, created). Raises ConcurrencyLimitError,
@@ -115,7 +185,7 @@ class RunRows(StorePart):
         except (IntegrityError, _psycopg.driver.errors.UniqueViolation, _RunExists):
             # The id is taken: by an earlier start (on PostgreSQL without a quota the insert is the
             # existence check), or by another process's start between our check and our insert.
-            existing = self.get_run(new.id)
+            existing = self.get(new.id)
             if existing is None:
                 raise
             return _same_workflow(existing, new), False
@@ -189,7 +259,8 @@ class RunRows(StorePart):
             return self.db.run(conn, "insert_run_announced", {**values, "notice": notice})
         return self.db.run(conn, "insert_run_new", values)
 
-    def get_run(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
+    @reads
+    def get(self, run_id: str, namespace: str | None = None) -> RunRecord | None:
         """The run, or ``None`` (also when it is in another namespace than ``namespace``, if given)."""
         with self.db.single_read() as conn:
             row = self.db.run(conn, "select_run", {"id": run_id}).fetchone()
@@ -198,7 +269,8 @@ class RunRows(StorePart):
         record = to_run(row)
         return record if namespace is None or record.namespace == namespace else None
 
-    def list_runs(
+    @reads
+    def page(
         self,
         namespace: str | None,
         workflow: str | None,
@@ -234,7 +306,8 @@ class RunRows(StorePart):
         with self.db.read() as conn:
             return [to_run(row) for row in self.db.run_text(conn, list_runs_sql(filters), params)]
 
-    def run_statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
+    @reads
+    def statuses(self, run_ids: Iterable[str]) -> dict[str, str]:
         """The status of each known run, in one query."""
         ids = list(run_ids)
         if not ids:
@@ -264,6 +337,7 @@ class RunRows(StorePart):
         with self.db.single_write() as conn:
             self.db.run(conn, "clear_recoveries", {"id": run_id, "owner": owner})
 
+    @reads
     def cancel_requested(self, run_ids: Iterable[str]) -> set[str]:
         """Which of these unfinished runs have a cancel request (a worker's poll pass)."""
         ids = list(run_ids)
@@ -272,7 +346,7 @@ class RunRows(StorePart):
         with self.db.read() as conn:
             return {row[0] for row in self.db.run_in(conn, "cancel_requested", {"ids": ids})}
 
-    def cancel_run(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
+    def cancel(self, run_id: str, namespace: str | None, error: str, now: int) -> CancelOutcome:
         """Cancel the run and its unfinished descendants: one that nobody holds and that never made a
         durable call ends ``cancelled`` now (with ``error``); any other unfinished one gets the
         request (``cancel_requested_at``), due at once, for its worker to deliver into its code."""
@@ -306,3 +380,279 @@ class RunRows(StorePart):
                 *(["run", name] for name in sorted(unowned)),
             )
             return outcome
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def claim(self, claim: Claim) -> list[RunRecord]:
+        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (see ``duro._lease``:
+        handing their runs back), then take up to ``claim.limit`` unowned unfinished runs that are
+        due, in due order, in one transaction (the rule is ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
+        workers never start two runs of one serial workflow."""
+        if not claim.workflows:
+            return []
+        db = self.db
+        params = {
+            "namespace": claim.namespace,
+            "workflows": list(claim.workflows),
+            "owner": claim.worker_id,
+            "now": claim.now,
+            "limit": claim.limit,
+        }
+        if claim.serial:
+            params["serial"] = list(claim.serial)
+        if claim.versions:
+            params["versions"] = [tuple(pair) for pair in claim.versions]
+        statements = claim_sql(db.dialect, bool(claim.serial), bool(claim.versions))
+        with db.write() as conn:
+            with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
+                for worker, stamp in claim.condemned:  # its runs go back, each due as it was
+                    if db.run(conn, "condemn", {"id": worker, "stamp": stamp}).fetchall():
+                        db.run(conn, "hand_back_dead", {"id": worker, "now": claim.now})
+                if claim.orphans:
+                    db.run(conn, "hand_back_orphans", {"now": claim.now})
+                for name in sorted(claim.serial):
+                    db.lock_key(conn, f"duro:serial:{claim.namespace}:{name}")
+                taken = db.run_text(conn, statements[0], params)
+            if len(statements) == 1:  # PostgreSQL: the claimed runs, each with its status before
+                rows = taken.fetchall()
+                return [_claimed(to_run(row[:-1]), row[-1]) for row in rows]
+            was = dict(taken.fetchall())  # SQLite: the candidates, then the claim of their ids
+            if not was:
+                return []
+            rows = db.run_text(conn, statements[1], {**params, "ids": list(was)}).fetchall()
+            return [_claimed(to_run(row), was[row[0]]) for row in rows]
+
+    def next_due(self, claim: Claim) -> int | None:
+        """The earliest due time of a run ``claim`` could take (its namespace and workflows; a serial
+        workflow's pending run excepted, see :meth:`claim`), or ``None``: none is due ever."""
+        params: dict[str, Any] = {
+            "namespace": claim.namespace,
+            "workflows": list(claim.workflows),
+            "serial": list(claim.serial),
+        }
+        if claim.versions:
+            params["versions"] = [tuple(pair) for pair in claim.versions]
+        with self.db.single_read() as conn:
+            sql = next_due_sql(bool(claim.serial), bool(claim.versions))
+            row = self.db.run_text(conn, sql, params).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+    # -- retention -------------------------------------------------------------------------
+
+    def prune(self, prune: Prune) -> PruneBatch | None:
+        """One batch in one transaction; ``None`` when another worker is pruning the namespace and
+        ``prune.wait`` is false (PostgreSQL)."""
+        params = {
+            "namespace": prune.namespace,
+            "cutoff": prune.cutoff,
+            "after_at": prune.after[0],
+            "after_id": prune.after[1],
+            "n": prune.n,
+        }
+        if prune.dry_run:
+            with self.db.read() as conn:
+                found = self.db.run(conn, "prune_candidates", params).fetchall()
+                if not found:
+                    return PruneBatch(0, 0, 0, None)
+                ids = {"ids": [run_id for run_id, _ in found]}
+                steps = int(self.db.run_in(conn, "prune_count_steps", ids).fetchone()[0])
+                slots = int(self.db.run_in(conn, "prune_count_slots", ids).fetchone()[0])
+            return PruneBatch(len(found), steps, slots, _last(found))
+        with self.db.write() as conn:
+            key = PRUNE_LOCK + prune.namespace
+            if prune.wait:
+                self.db.lock_key(conn, key)
+            elif self.db.dialect == "postgresql":
+                if not self.db.run(conn, "prune_try_lock", {"key": key}).fetchone()[0]:
+                    return None
+            found = self.db.run(conn, "prune_candidates", params).fetchall()
+            if not found:
+                return PruneBatch(0, 0, 0, None)
+            gone = [row[0] for row in self.db.run_in(conn, "prune_runs", {"ids": [r[0] for r in found]})]
+            if not gone:
+                return PruneBatch(0, 0, 0, _last(found))
+            ids = {"ids": gone}
+            slots = self.db.run_in(conn, "prune_slots", ids).rowcount
+            steps = self.db.run_in(conn, "prune_steps", ids).rowcount
+            steps += self.db.run_in(conn, "prune_past_steps", ids).rowcount
+            self.db.run_in(conn, "prune_attempts", ids)
+            self.db.run_in(conn, "prune_signals", ids)
+        return PruneBatch(len(gone), steps, slots, _last(found))
+
+    @reads
+    def finished_since(self, since: int, after: tuple[int, str] | None, n: int) -> list[RunRecord]:
+        """Up to ``n`` finished runs (every namespace) that ended at or after ``since``, oldest end
+        first, after ``after`` (the (ended_at, id) of the last run of the page before)."""
+        # the first page from ``since`` itself: PostgreSQL starts an index scan at the keyset's bound,
+        # so a bound before ``since`` would walk every run that ended before it (10 million: 0.3 s)
+        at, run_id = after if after is not None else (since, "")
+        params = {"since": since, "after_at": at, "after_id": run_id, "n": n}
+        with self.db.read(transaction=False) as conn:
+            return [to_run(row) for row in self.db.run(conn, "finished_since", params)]
+
+    @reads
+    def next_prune_due(self, namespace: str, cutoff: int) -> int | None:
+        """The earliest end, not before ``cutoff``, of a finished run of ``namespace``: when a retention
+        of (now - cutoff) next has a run to delete."""
+        with self.db.read(transaction=False) as conn:
+            row = self.db.run(conn, "next_prune_due", {"namespace": namespace, "cutoff": cutoff}).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    # -- retries and forks -----------------------------------------------------------------
+
+    def retry(self, retry: Retry) -> Redriven:
+        """Retry a ``failed`` or ``cancelled`` run (see ``duro._resume``). Raises ``RunNotFoundError``,
+        ``RunStatusError`` (not ended, completed, or changed since the caller read it: another retry
+        won) and ``ConcurrencyLimitError``; nothing is written then.
+
+        On PostgreSQL in two round trips (three when the kept calls hold grants): the reads (the
+        quota's lock and count, the run, its steps and earlier attempts) and the guarded update in
+        one pipeline, then the writes sent with the commit."""
+        db = self.db
+        quota = retry.quota
+        params = {"id": retry.run_id, "attempt": retry.attempt, "version": retry.version, "now": retry.now}
+        with db.write() as conn:
+            with db.pipeline(conn):
+                if quota is not None:
+                    db.lock_key(conn, f"duro:quota:{quota.key}")
+                    counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
+                found = db.run(conn, "select_run", {"id": retry.run_id})
+                listed = db.run(conn, "select_steps", {"run_id": retry.run_id})
+                earlier = db.run(conn, "select_attempts", {"run_id": retry.run_id})
+                # the decision's guarded update, in the same trip: it takes the run only as the
+                # caller read it (PostgreSQL: a concurrent retry waits here for our commit, then
+                # finds the run changed); undone with the transaction if anything below refuses
+                taken = db.run(conn, "retry_run", params)
+            run = self._ended(found.fetchone(), retry.run_id, retry.namespace, "retry")
+            updated = taken.fetchone()
+            if run.attempt != retry.attempt or updated is None:
+                raise RunStatusError(run.id, "pending", "retry", "another retry took it first")
+            if quota is not None:
+                _admit(quota, int(counted.fetchone()[0]))
+            steps = settle_sleeps([StepRecord(*row) for row in listed.fetchall()], run)
+            attempts = [AttemptRecord(*row) for row in earlier.fetchall()]
+            grants = self._grants(conn, steps, retry.now)
+            resume = resume_point(steps, lambda step: grants.get(step.seq), _raised_at(run.error))
+            moved = [step for step in steps if step.seq >= resume.seq]
+            slots = [found for step in moved if (found := slot_id(step)) is not None]
+            with db.committing(conn, answers=False):  # decided: the writes go with the commit
+                db.run(
+                    conn,
+                    "insert_attempt",
+                    {
+                        "run_id": run.id,
+                        "attempt": run.attempt,
+                        "status": run.status,
+                        "error": run.error,
+                        "ended_at": run.ended_at,
+                        "resume_seq": resume.seq,
+                        "version": retry.version,
+                        "retried_at": retry.now,
+                    },
+                )
+                for step in moved:
+                    past = {"run_id": run.id, "attempt": attempt_of(step.seq, attempts), **step._asdict()}
+                    db.run(conn, "insert_past_step", past)
+                if moved:
+                    db.run(conn, "drop_steps_from", {"run_id": run.id, "seq": resume.seq})
+                if slots:
+                    db.run_in(conn, "drop_ended_slots", {"ids": slots})  # asked for again, same id
+                db.run(conn, "give_back_signals", {"run_id": run.id, "seq": resume.seq})
+                db.notify(conn, ["run", run.namespace])
+            return Redriven(to_run(updated), resume.seq)
+
+    def fork(self, fork: Fork) -> Redriven:
+        """Start ``fork.new`` with a copy of the original's first calls (see ``duro._resume.fork_cut``).
+        Raises ``RunNotFoundError``, ``RunStatusError`` (the original has not ended),
+        ``RunIdConflictError`` (the new id is taken) and ``ConcurrencyLimitError``."""
+        db = self.db
+        new = fork.new
+        with db.write() as conn:
+            quota = fork.quota
+            if quota is not None:
+                db.lock_key(conn, f"duro:quota:{quota.key}")
+            found = db.run(conn, "select_run", {"id": fork.run_id}).fetchone()
+            # the original as the engine found it in its read scope: any namespace here
+            original = self._ended(found, fork.run_id, None, "fork", completed=True)
+            if db.run(conn, "select_run", {"id": new.id}).fetchone() is not None:
+                raise DuroError(
+                    f"cannot fork run {fork.run_id!r} as run {new.id!r}: that id is taken; "
+                    f"pass another new_run_id, or none for a new one"
+                )
+            if quota is not None:
+                counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
+                _admit(quota, int(counted.fetchone()[0]))
+            steps = settle_sleeps(
+                [StepRecord(*row) for row in db.run(conn, "select_steps", {"run_id": fork.run_id})], original
+            )
+            cut = fork_cut(steps, fork.from_seq)
+            run, values = _new_run(new)
+            run = run._replace(forked_from=fork.run_id, forked_seq=fork.from_seq)
+            values.update(forked_from=fork.run_id, forked_seq=fork.from_seq)
+            db.run(conn, "insert_run", values)
+            if cut:
+                db.run(conn, "copy_steps", {"new_id": new.id, "run_id": fork.run_id, "cut": cut})
+            db.notify(conn, ["run", new.namespace])
+            return Redriven(run, cut)
+
+    @reads
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        """The run's ended attempts that were retried, oldest first."""
+        with self.db.single_read() as conn:
+            return [AttemptRecord(*row) for row in self.db.run(conn, "select_attempts", {"run_id": run_id})]
+
+    @reads
+    def ended_between(
+        self, namespace: str, since: int, until: int, after: tuple[int, str], n: int
+    ) -> list[RunRecord]:
+        """Up to ``n`` runs of ``namespace`` that ended in [since, until), oldest end first, after
+        ``after`` (the (ended_at, id) of the last run of the page before)."""
+        at, run_id = after if after > (since, "") else (since, "")
+        params = {
+            "namespace": namespace,
+            "since": since,
+            "until": until,
+            "after_at": at,
+            "after_id": run_id,
+            "n": n,
+        }
+        with self.db.read(transaction=False) as conn:
+            return [to_run(row) for row in self.db.run(conn, "ended_between", params)]
+
+    def _ended(
+        self, found: Any, run_id: str, namespace: str | None, action: str, completed: bool = False
+    ) -> RunRecord:
+        """The run of row ``found``, if it is in ``namespace`` and has ended as ``action`` needs."""
+        run = None if found is None else to_run(found)
+        if run is None or (namespace is not None and run.namespace != namespace):
+            raise RunNotFoundError(run_id, namespace)
+        if run.status not in ("failed", "cancelled") and not (completed and run.status == "completed"):
+            raise RunStatusError(run.id, run.status, action)
+        return run
+
+    def _grants(self, conn: Connection, steps: Sequence[StepRecord], now: int) -> dict[int, Grant]:
+        """The kept grants' states, by their hook step's seq: a slot held while it is busy, a rate's
+        grant while its window has not passed it."""
+        hooks = [step for step in steps if step.kind == "hook" and step.status == "completed"]
+        slots = {found: step.seq for step in hooks if (found := slot_id(step)) is not None}
+        waits = {wait[0]: step.seq for step in hooks if (wait := rate_wait(step)) is not None}
+        # not held unless its row says so (a row gone, pruned say, holds nothing)
+        grants = {seq: Grant(seq, False) for seq in (*slots.values(), *waits.values())}
+        if slots:
+            for slot, state in self.db.run_in(conn, "slot_states", {"ids": list(slots)}):
+                grants[slots[slot]] = Grant(slots[slot], state == "busy")
+        if waits:
+            for wait, granted_at, per_ms in self.db.run_in(conn, "rate_grants", {"ids": list(waits)}):
+                held = granted_at is not None and per_ms is not None and granted_at + per_ms > now
+                grants[waits[wait]] = Grant(waits[wait], held)
+        return grants
+
+    # -- versions that coexist -------------------------------------------------------------
+
+    @reads
+    def unfinished_by_version(self, namespace: str) -> dict[tuple[str, str], int]:
+        """``{(workflow, version): unfinished runs}`` of ``namespace`` (pending, running, suspended,
+        blocked), in one query; a pair with no unfinished run is left out."""
+        with self.db.single_read() as conn:
+            rows = self.db.run_text(conn, UNFINISHED_BY_VERSION, {"namespace": namespace}).fetchall()
+        return {(workflow, version): count for workflow, version, count in rows}

@@ -10,22 +10,23 @@ from sqlalchemy.engine import Connection
 from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import RunEndedError, RunNotFoundError
 from ._commands import SendSignal, TakeSignal
-from ._connection import StorePart
-from ._records import Fenced, StepRecord
+from ._connection import Connector
+from ._records import Fenced, StepRecord, reads
 from ._rows import write_step
 
 
-class SignalRows(StorePart):
+class Signals:
     """Signals: sent from outside a run or from a run, buffered, and taken by a run's wait."""
 
-    def send_signal(self, run_id: str, name: str, payload: str | None, now: int) -> None:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def send(self, run_id: str, name: str, payload: str | None, now: int) -> None:
         """Buffer signal ``name`` for the run (an error if the run is unknown or finished)."""
         with self.db.write() as conn:
-            self._deliver_signal(conn, run_id, name, payload, now)
+            self._deliver(conn, run_id, name, payload, now)
 
-    def _deliver_signal(
-        self, conn: Connection, run_id: str, name: str, payload: str | None, now: int
-    ) -> None:
+    def _deliver(self, conn: Connection, run_id: str, name: str, payload: str | None, now: int) -> None:
         db = self.db
         found = db.run(conn, "run_status", {"id": run_id}).fetchone()
         if found is None:
@@ -36,19 +37,19 @@ class SignalRows(StorePart):
         db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due
         db.notify(conn, ["signal", run_id, name])
 
-    def _send_from_run(self, conn: Connection, command: SendSignal) -> bool:
+    def send_from_run(self, conn: Connection, command: SendSignal) -> bool:
         """See :class:`SendSignal`."""
         db, step = self.db, command.step
         now = step.ended_at or step.started_at
         written = db.run(conn, "select_step", {"run_id": command.run_id, "seq": step.seq}).fetchone()
         if written is None:  # else this very command committed already: nothing is sent twice
-            self._deliver_signal(conn, command.target, command.name, command.payload, now)
+            self._deliver(conn, command.target, command.name, command.payload, now)
         if not write_step(db, conn, command.run_id, command.owner, step, None, None, now):
             conn.rollback()
             raise Fenced(command.run_id)
         return True
 
-    def _take_signal(self, conn: Connection, command: TakeSignal) -> StepRecord | None:
+    def take(self, conn: Connection, command: TakeSignal) -> StepRecord | None:
         """See :class:`TakeSignal`."""
         db, run_id, step = self.db, command.run_id, command.step
         row = db.run(conn, "next_signal", {"run_id": run_id, "name": command.name}).fetchone()
@@ -61,6 +62,7 @@ class SignalRows(StorePart):
             raise Fenced(run_id)
         return taken
 
+    @reads
     def signalled(self, run_ids: Iterable[str]) -> set[tuple[str, str]]:
         """(run id, signal name) of every unconsumed signal of these runs."""
         ids = list(run_ids)

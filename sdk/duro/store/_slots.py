@@ -23,8 +23,9 @@ from .. import _slots as rules
 from .._config import LimitConfig
 from .._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
-from ._keys import KeyRows
-from ._records import Fenced, RunRecord, StepRecord
+from ._connection import Connector
+from ._keys import Keys
+from ._records import Fenced, RunRecord, StepRecord, bulk, reads
 from ._rows import limit_view, send_slot_read, slot_row, slot_values, step_values, write_step
 from ._runs import to_run
 
@@ -34,7 +35,7 @@ HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise
 
 
 class Opened(NamedTuple):
-    """A slot operation's reads (see ``SlotRows._open``)."""
+    """A slot operation's reads (see ``Slots._open``)."""
 
     view: LimitView
     judged: int  # the instant to judge by
@@ -43,29 +44,33 @@ class Opened(NamedTuple):
     key: KeyView | None = None  # the request's key as stored (a keyed limit's request)
 
 
-class SlotRows(KeyRows):
+class Slots:
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
-    # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
-    # committed them: the engine's metrics and logs listen here (see duro._observe)
-    slot_listeners: list[Callable[[Sequence[SlotEvent]], None]]
+    def __init__(self, db: Connector, keys: Keys) -> None:
+        self.db = db
+        self.keys = keys
+        # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
+        # committed them: the engine's metrics and logs listen here (see duro._observe)
+        self.listeners: list[Callable[[Sequence[SlotEvent]], None]] = []
 
-    def _tell_slots(self, events: Sequence[SlotEvent]) -> None:
+    def tell(self, events: Sequence[SlotEvent]) -> None:
+        """Hand what committed decisions did to the listeners."""
         if not events:
             return
-        for listener in tuple(self.slot_listeners):
+        for listener in tuple(self.listeners):
             try:
                 listener(events)
             except Exception:  # noqa: BLE001 - an observer must never undo what committed
                 log.exception("duro: a slot listener failed; it is dropped")
-                self.slot_listeners.remove(listener)
+                self.listeners.remove(listener)
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
-        return self._lock_limit(conn, config, now)[0]
+    def view(self, conn: Connection, config: LimitConfig, now: int) -> LimitView:
+        return self.lock_limit(conn, config, now)[0]
 
-    def _lock_limit(self, conn: Connection, config: LimitConfig, now: int) -> tuple[LimitView, int]:
+    def lock_limit(self, conn: Connection, config: LimitConfig, now: int) -> tuple[LimitView, int]:
         """The limit's row, created on first use and locked for the rest of the transaction, and the
         instant to judge by (the database's clock on PostgreSQL, read in the same statement)."""
         params = {"name": config.name, "now": now}
@@ -80,7 +85,7 @@ class SlotRows(KeyRows):
         is not the one they were counted for (see ``_keys``)."""
         view, judged = limit_view(config, row)
         if row[-1] != config.per_key:
-            self._count_keys(conn, config, judged)
+            self.keys.count(conn, config, judged)
         return view, judged
 
     def _open(
@@ -93,7 +98,7 @@ class SlotRows(KeyRows):
         key: str | None = None,
     ) -> Opened:
         """A slot operation's reads, in one round trip on PostgreSQL: the limit's row locked (see
-        :meth:`_lock_limit`), then under the lock the slot read, the hook's run fenced (how many
+        :meth:`lock_limit`), then under the lock the slot read, the hook's run fenced (how many
         runs the fence touched, ``None`` without a hook: :meth:`_settle` checks it before anything
         is written) and, for a request of a keyed limit, its key's row read."""
         db = self.db
@@ -101,20 +106,20 @@ class SlotRows(KeyRows):
         with db.pipeline(conn):
             locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
             answer = send_slot_read(db, conn, slot_id, hook, now)
-            key_read = self._send_key_read(conn, config, key) if keyed and key is not None else None
+            key_read = self.keys.send_read(conn, config, key) if keyed and key is not None else None
         row = locked.fetchone()
         slot, fence = answer()
         stored = None if key_read is None else key_read()
         if row is None:  # the limit's first use: its row is made, then locked, and the slot read again
-            view, judged = self._lock_limit(conn, config, now)
+            view, judged = self.lock_limit(conn, config, now)
             slot = self._read_slot(conn, slot_id)
         else:
             view, judged = self._locked(conn, config, row)
         if stored is not None and key is not None and (row is None or row[-1] != config.per_key):
-            stored = self._key_views(conn, view, [key])[key]  # its keys were just counted again
+            stored = self.keys.views(conn, view, [key])[key]  # its keys were just counted again
         return Opened(view, judged, slot, fence, stored)
 
-    def _write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
+    def write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
         view, writes = decision.view, decision.writes
         counts = {
             "name": view.name,
@@ -131,7 +136,7 @@ class SlotRows(KeyRows):
                 self.db.run(conn, "slot_upsert", slot_values(row))
             self.db.run(conn, "limit_update", counts)
         if view.per_key is not None:  # a keyed limit's keys (see _keys)
-            self._write_keys(conn, decision, now)
+            self.keys.write(conn, decision, now)
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
@@ -162,11 +167,11 @@ class SlotRows(KeyRows):
             raise Fenced(hook.run_id)
         with self.db.committing(conn, answers=False):
             if decision is not None:
-                self._write_decision(conn, decision, now)
+                self.write_decision(conn, decision, now)
             if hook is not None:
                 self.db.run(conn, "upsert_step", step_values(hook.run_id, hook.step))
 
-    def _hand_out(
+    def hand_out(
         self,
         conn: Connection,
         decision: Decision,
@@ -192,7 +197,7 @@ class SlotRows(KeyRows):
             changed = {row.id: row for row in decision.writes}
             wanted = min(most, view.free)
             if view.per_key is not None:
-                heads = self._keyed_heads(conn, decision, changed, wanted)
+                heads = self.keys.heads(conn, decision, changed, wanted)
             else:
                 stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
                 rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
@@ -249,9 +254,10 @@ class SlotRows(KeyRows):
 
     # -- operations ------------------------------------------------------------------------------
 
-    def _slot_command(
+    def apply(
         self, conn: Connection, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
     ) -> SlotOutcome:
+        """Apply a slot command in the caller's transaction (see :mod:`._commands` for each)."""
         match command:
             case RequestSlot():
                 return self._request_slot(conn, command)
@@ -310,7 +316,7 @@ class SlotRows(KeyRows):
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
         decision = rules.confirm(view, row, now)
-        self._hand_out(conn, decision, now)
+        self.hand_out(conn, decision, now)
         confirmed = next(w for w in decision.writes if w.id == command.slot_id)
         hook = command.hook
         if hook is not None and confirmed.state == "busy":
@@ -365,7 +371,7 @@ class SlotRows(KeyRows):
         else:
             decision = rules.leave(view, row, now)
         if decision is not None:
-            self._hand_out(conn, decision, now)
+            self.hand_out(conn, decision, now)
         self._settle(conn, decision, now, command.hook, fence)
         return SlotOutcome(
             next((written for written in decision.writes if written.id == row.id), row)
@@ -392,14 +398,14 @@ class SlotRows(KeyRows):
                 self._settle(conn, None, db.now(conn, command.now), hook, fence)
             return SlotOutcome(row, None if hook is None else hook.step)
         if limit is None:  # a slot of a limit whose row is gone: made again
-            view, now = self._lock_limit(conn, configs[row.limit], command.now)
+            view, now = self.lock_limit(conn, configs[row.limit], command.now)
             row = self._read_slot(conn, command.slot_id) or row
         else:
             view, now = self._locked(conn, configs[row.limit], limit)
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         handed: dict[str, StepRecord] = {}
-        adopted = self._hand_out(conn, decision, now, command.hand_over, command.adopt, handed=handed)
+        adopted = self.hand_out(conn, decision, now, command.hand_over, command.adopt, handed=handed)
         if hook is not None:
             hook = OwnStep(
                 hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
@@ -417,9 +423,8 @@ class SlotRows(KeyRows):
             events=tuple(decision.events),
         )
 
-    def slots_leave(
-        self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int
-    ) -> list[SlotRow]:
+    @bulk
+    def leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
         hook step is closed alongside, with the run's end (cancelled, failed) as status and end time.
         Runs go ``HAND_OUT_BATCH`` a transaction (a parent cancelled with 10,000 children waiting)."""
@@ -443,21 +448,20 @@ class SlotRows(KeyRows):
             for row in sorted(leaving, key=lambda r: (r.limit, r.pos)):
                 if row.limit not in configs:
                     continue
-                view, judged = self._lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
+                view, judged = self.lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
                 row = self._read_slot(conn, row.id) or row  # again, under the limit's lock
                 decision = rules.leave(view, row, judged)
-                self._hand_out(conn, decision, judged)
-                self._write_decision(conn, decision, judged)
+                self.hand_out(conn, decision, judged)
+                self.write_decision(conn, decision, judged)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
             for run_id in ended:  # its request may have timed out meanwhile: not queued, still waited on
                 self.db.run(conn, "hook_leave", {"run_id": run_id, "now": now})
-        self._tell_slots(events)
+        self.tell(events)
         return granted
 
-    def slots_expire(
-        self, configs: Mapping[str, LimitConfig], now: int
-    ) -> tuple[list[SlotRow], list[SlotRow]]:
+    @bulk
+    def expire(self, configs: Mapping[str, LimitConfig], now: int) -> tuple[list[SlotRow], list[SlotRow]]:
         """Apply every expiry due by ``now`` (max_hold, reservations, timeouts), then hand free
         capacity out (freed by expiries, or added by a larger capacity in the config since the last
         pass). Returns (rows that changed on their own, rows granted).
@@ -470,7 +474,7 @@ class SlotRows(KeyRows):
         full = True
         while full:
             full = self._expire_slots(configs, now, changed, granted)
-        self.prune_keys(configs.values(), now)
+        self.keys.prune(configs.values(), now)
         return changed, granted
 
     def _expire_slots(
@@ -489,7 +493,7 @@ class SlotRows(KeyRows):
             for name, config in sorted(configs.items()):
                 if budget <= 0:
                     break
-                view = self._view(conn, config, now)
+                view = self.view(conn, config, now)
                 if name not in due and not (view.free > 0 and view.waiting > 0):
                     continue  # nothing due, nothing to hand out (a capacity raised in the config is)
                 # read before the lock: another worker's pass may have applied them since
@@ -498,16 +502,17 @@ class SlotRows(KeyRows):
                 ]
                 decision = rules.expire(view, fresh, now)
                 changed.extend(decision.writes)
-                self._hand_out(conn, decision, now, most=budget)
-                self._write_decision(conn, decision, now)
+                self.hand_out(conn, decision, now, most=budget)
+                self.write_decision(conn, decision, now)
                 budget -= len(decision.granted)
                 did += len(decision.writes)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
-        self._tell_slots(events)
+        self.tell(events)
         return did > 0 and (len(found) == HAND_OUT_BATCH or budget <= 0)
 
-    def next_slot_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
+    @reads
+    def next_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
         """The earliest instant a slot is due, on the caller's clock when ``now`` (the caller's) is
         given: on PostgreSQL dues are database time, and a worker whose clock runs ahead must not
         wake early and spin. ``limits``: of these limits only (a worker's expiry pass applies those
@@ -526,7 +531,8 @@ class SlotRows(KeyRows):
                 return int(due)
             return int(due) + now - self.db.now(conn, now)
 
-    def slot_states(self, slot_ids: Iterable[str]) -> dict[str, str]:
+    @reads
+    def states(self, slot_ids: Iterable[str]) -> dict[str, str]:
         """The state of each known slot, in one query (a worker polling its waiters)."""
         ids = list(slot_ids)
         if not ids:
@@ -534,7 +540,8 @@ class SlotRows(KeyRows):
         with self.db.single_read() as conn:
             return dict(self.db.run_in(conn, "slot_states", {"ids": ids}).fetchall())
 
-    def get_slot(self, slot_id: str) -> SlotRow | None:
+    @reads
+    def get(self, slot_id: str) -> SlotRow | None:
         """The slot request, or ``None``."""
         with self.db.single_read() as conn:
             return self._read_slot(conn, slot_id)

@@ -1,10 +1,12 @@
 """The SQL store: SQLite (embedded default) and PostgreSQL (many processes), one implementation.
 
-``SqlStore`` is made of one part per concern (``StorePart``), each over the one
+``SqlStore`` is composed of one part per concern, each an object over the one
 :class:`._connection.Connector` it opens (the engine, the transactions, the named queries of
-:mod:`._queries`): runs, steps and the commands, signals, slots, limits, claims, schedules, workers
-and versions. Each operation is written once, in its part, with its docstring; this module holds
-what the store is as a whole: how it opens, its attributes, and its connection.
+:mod:`._queries`): ``runs``, ``steps`` (and every write of a run's progress), ``signals``,
+``slots``, ``keys``, ``limits``, ``rates``, ``schedules`` and ``workers``. Each operation is
+written once, in its part, with its docstring, marked where it is defined when it only reads
+(``@reads``) or may write many transactions (``@bulk``); this module holds what the store is as a
+whole: how it opens, its parts, and its connection.
 """
 
 from __future__ import annotations
@@ -18,89 +20,29 @@ from sqlalchemy.engine import URL
 from .._durations import Duration, to_ms
 from .._errors import DuroError
 from . import _engines, _notify, _schema
-from ._claims import ClaimRows
 from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
-from ._limit_rows import LimitRows
-from ._rates import RateRows
-from ._redrive import RedriveRows
-from ._retention import RetentionRows
-from ._runs import RunRows
-from ._schedules import ScheduleRows
-from ._signals import SignalRows
-from ._slot_stats import SlotStatsRows
-from ._slots import SlotRows
-from ._steps import StepRows
+from ._keys import Keys
+from ._limits import Limits
+from ._rates import Rates
+from ._records import reads
+from ._runs import Runs
+from ._schedules import Schedules
+from ._signals import Signals
+from ._slots import Slots
+from ._steps import Steps
 from ._urls import DEFAULT_SQLITE_URL
-from ._versions import VersionRows
-from ._workers import WorkerRows
+from ._workers import Workers
 
 T = TypeVar("T")
 
 
-class SqlStore(
-    RunRows,
-    StepRows,
-    SignalRows,
-    LimitRows,
-    SlotRows,
-    SlotStatsRows,
-    RateRows,
-    RetentionRows,
-    RedriveRows,
-    ClaimRows,
-    ScheduleRows,
-    WorkerRows,
-    VersionRows,
-):
-    """The store on SQLite or PostgreSQL: named SQL queries over the SQLModel tables.
+class SqlStore:
+    """The store on SQLite or PostgreSQL: named SQL queries over the SQLModel tables, by part.
 
     What the engine needs of a store, every operation mandatory. What varies between the dialects
-    is said by the attributes (``dialect``, ``reads``, ``bulk``, ``batches``, ``notifies``), never
-    probed. The contract suite (``tests/integration/store_contract``) runs against both."""
-
-    # the methods that only read: on SQLite the engine runs them apart from the writes, which may
-    # wait seconds for a write lock another process holds (WAL lets reads go on meanwhile)
-    reads = frozenset(
-        {
-            "schema_version",
-            "count_active",
-            "recent_durations",
-            "get_run",
-            "list_runs",
-            "run_statuses",
-            "cancel_requested",
-            "get_steps",
-            "get_steps_page",
-            "signalled",
-            "list_schedules",
-            "due_schedules",
-            "next_schedule_due",
-            "list_workers",
-            "local_workers",
-            "next_slot_due",
-            "slot_states",
-            "get_slot",
-            "limit_states",
-            "limit_slots",
-            "limit_slots_page",
-            "limit_keys",
-            "limit_stats",
-            "queued_limits",
-            "next_rate_due",
-            "get_rate_wait",
-            "unfinished_by_version",
-            "next_prune_due",
-            "finished_since",
-            "get_attempts",
-            "get_past_steps",
-            "ended_between",
-        }
-    )
-
-    # the methods that may write many transactions (a hand-out of many slots, 1,000 grants each):
-    # never tried on the event loop, and on SQLite in a thread of their own (see StoreGateway.call)
-    bulk = frozenset({"set_limit_override", "slots_expire", "slots_leave"})
+    is said by the attributes (``dialect``, ``batches``, ``notifies``), never probed. The contract
+    suite (``tests/integration/store_contract``) runs against both."""
 
     def __init__(
         self,
@@ -156,7 +98,15 @@ class SqlStore(
         )
         # PostgreSQL: LISTEN/NOTIFY; a SQLite file: its data_version (see _notify.watch_sqlite)
         self.notifies = self.dialect == "postgresql" or db.file is not None
-        self.slot_listeners = []  # see SlotRows.slot_listeners
+        self.runs = Runs(db)
+        self.signals = Signals(db)
+        self.keys = Keys(db)
+        self.slots = Slots(db, self.keys)
+        self.steps = Steps(db, self.signals, self.slots)
+        self.limits = Limits(db, self.slots, self.keys)
+        self.rates = Rates(db)
+        self.schedules = Schedules(db)
+        self.workers = Workers(db)
 
     @property
     def safe_url(self) -> str:
@@ -204,6 +154,7 @@ class SqlStore(
         """Create the tables, or migrate them to this version; idempotent."""
         _schema.create_schema(self.db)
 
+    @reads
     def schema_version(self) -> int:
         return _schema.schema_version(self.db)
 

@@ -29,11 +29,12 @@ from ._commands import (
     TakeSignal,
     Unload,
 )
+from ._connection import Connector
 from ._queries import QUERIES, upsert_steps_sql
-from ._records import Fenced, StepRecord
+from ._records import Fenced, StepRecord, reads
 from ._rows import due_for, send_step, write_step
-from ._signals import SignalRows
-from ._slots import SlotRows
+from ._signals import Signals
+from ._slots import Slots
 
 # per shape (see step_rows), the columns of a full row that shape keeps: the six required ones and
 # its optional ones
@@ -88,19 +89,34 @@ def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
     return all(type(command) is RecordStep for command in commands)
 
 
-class StepRows(SignalRows, SlotRows):
-    """A run's steps, and its progress writes: the typed commands, of signals and slots too."""
+class Steps:
+    """A run's steps, and its progress writes: the typed commands, of signals and slots too (each
+    applied by its own part, in the transaction this part opens)."""
 
-    def get_steps(self, run_id: str) -> list[StepRecord]:
+    def __init__(self, db: Connector, signals: Signals, slots: Slots) -> None:
+        self.db = db
+        self.signals = signals
+        self.slots = slots
+
+    @reads
+    def of(self, run_id: str) -> list[StepRecord]:
         """The run's steps in sequence order, as written (see ``settle_sleeps``)."""
         with self.db.single_read() as conn:
             return [StepRecord(*row) for row in self.db.run(conn, "select_steps", {"run_id": run_id})]
 
-    def get_steps_page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
+    @reads
+    def page(self, run_id: str, after: int, limit: int) -> list[StepRecord]:
         """At most ``limit`` of the run's steps after sequence number ``after``, in order."""
         params = {"run_id": run_id, "after": after, "n": limit}
         with self.db.single_read() as conn:
             return [StepRecord(*row) for row in self.db.run(conn, "select_steps_after", params)]
+
+    @reads
+    def past(self, run_id: str) -> list[tuple[int, StepRecord]]:
+        """The calls earlier attempts made and a retry made again: (attempt, step), by seq."""
+        with self.db.single_read() as conn:
+            rows = self.db.run(conn, "select_past_steps", {"run_id": run_id}).fetchall()
+        return [(int(row[0]), StepRecord(*row[1:])) for row in rows]
 
     @overload
     def apply(self, command: RecordStep | FinishRun | SendSignal) -> bool: ...
@@ -115,7 +131,7 @@ class StepRows(SignalRows, SlotRows):
         with self.db.write() as conn:
             result: bool | StepRecord | SlotOutcome | list[str] | None = self._apply_command(conn, command)
         if type(result) is SlotOutcome:
-            self._tell_slots(result.events)
+            self.slots.tell(result.events)
         return result
 
     def _apply_command(self, conn: Connection, command: Command) -> Any:
@@ -125,11 +141,11 @@ class StepRows(SignalRows, SlotRows):
             case FinishRun():
                 return self._finish_run(conn, command)
             case TakeSignal():
-                return self._take_signal(conn, command)
+                return self.signals.take(conn, command)
             case SendSignal():
-                return self._send_from_run(conn, command)
+                return self.signals.send_from_run(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
-                return self._slot_command(conn, command)
+                return self.slots.apply(conn, command)
             case Unload():
                 return self._unload(conn, command)
 
@@ -168,7 +184,7 @@ class StepRows(SignalRows, SlotRows):
             results = self._apply_each(commands)
         for result in results:
             if type(result) is SlotOutcome:
-                self._tell_slots(result.events)
+                self.slots.tell(result.events)
         return results
 
     def _apply_each(self, commands: Sequence[Command]) -> list[Any]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._connection import StorePart
+from ._connection import Connector
 from ._queries import WORKER_COLUMNS
+from ._records import reads
 
 
-class WorkerRows(StorePart):
+class Workers:
     """Workers: their rows, which are their leases."""
 
-    def register_worker(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
+    def __init__(self, db: Connector) -> None:
+        self.db = db
+
+    def register(self, worker_id: str, namespace: str, host: str, pid: int, now: int) -> None:
         """Add (or renew) the worker's row; its heartbeat is the lease on the runs it owns. Runs a
         previous life of this id owned are handed back to be claimed."""
         db = self.db
@@ -39,7 +43,7 @@ class WorkerRows(StorePart):
                 return None
             return dict(db.run(conn, "stamps", {"namespace": row[0]}).fetchall())
 
-    def remove_worker(self, worker_id: str, now: int, dead: bool = False) -> None:
+    def remove(self, worker_id: str, now: int, dead: bool = False) -> None:
         """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim.
         ``dead``: its process is gone, so each run it was executing counts a recovery (``recoveries``,
         in a row while the run's history has not grown), as for a worker condemned by a claim."""
@@ -50,7 +54,8 @@ class WorkerRows(StorePart):
             if db.run(conn, "hand_back_dead" if dead else "hand_back", params).rowcount:
                 db.notify(conn, ["run", None if found is None else found[0]])
 
-    def list_workers(self) -> list[dict[str, Any]]:
+    @reads
+    def all(self) -> list[dict[str, Any]]:
         """Every registered worker with its heartbeat age in ms (on the decisions' clock) and how
         many unfinished runs it owns: what ``duro health`` shows."""
         db = self.db
@@ -63,7 +68,8 @@ class WorkerRows(StorePart):
             for row in rows
         ]
 
-    def local_workers(self, host: str) -> list[tuple[str, int]]:
+    @reads
+    def local(self, host: str) -> list[tuple[str, int]]:
         """(worker id, pid) of the workers registered from ``host``."""
         with self.db.read() as conn:
             return [(worker_id, pid) for worker_id, pid in self.db.run(conn, "local_workers", {"host": host})]

@@ -30,7 +30,7 @@ def quota(key, limit, statuses=("pending", "running", "suspended", "blocked"), n
 
 def _pinged(store: Store, heard: list[list]) -> bool:
     """Whether a notice sent now reaches ``heard`` (deleting a schedule announces its namespace)."""
-    store.delete_schedule("ping", "ping")
+    store.schedules.delete("ping", "ping")
     return ["sched", "ping"] in heard
 
 
@@ -42,7 +42,7 @@ def _start_together(store: Store, starters: int, run: NewRun, check: QuotaCheck 
     def start() -> None:
         barrier.wait(10)
         try:
-            results.append(store.insert_run(run, check))
+            results.append(store.runs.insert(run, check))
         except Exception as err:  # noqa: BLE001 - the caller's assertion shows it
             results.append(err)
 
@@ -56,7 +56,7 @@ def _start_together(store: Store, starters: int, run: NewRun, check: QuotaCheck 
 
 def _queued_with_hook(store, config, run_id, now, timeout_at=None):
     """A run of worker w1 whose slot request waits in ``config``'s queue, its hook step written with it."""
-    store.insert_run(new_run(run_id, owner="w1"), None)
+    store.runs.insert(new_run(run_id, owner="w1"), None)
     hook = StepRecord(0, "hook", f"Esperando hueco · {config.name}", "waiting", now, wake_at=timeout_at)
     row = store_ops.slot_request(
         store, config, f"{run_id}.0", run_id, None, timeout_at, now, (run_id, "w1", hook)
