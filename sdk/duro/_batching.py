@@ -147,7 +147,9 @@ class GroupCommit:
             while self._pending:
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
                 try:
-                    results = await self._call(self._store.steps.apply_batch, [command for command, _ in batch])
+                    results = await self._call(
+                        self._store.steps.apply_batch, [command for command, _ in batch]
+                    )
                 except Exception:  # noqa: BLE001 - retry each write alone so one bad write fails alone
                     for command, sink in batch:
                         await self._one(command, sink)
