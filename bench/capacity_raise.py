@@ -66,7 +66,7 @@ def measure(url: str, n: int, probes: bool = True) -> dict[str, float]:
         thread.start()
     ready.wait()
     started = time.perf_counter()
-    granted = store.limits.set_override(config, "capacity", n, 5_000_000)
+    granted = store.slots.set_override(config, "capacity", n, 5_000_000)
     raise_s = time.perf_counter() - started
     stop.set()
     for thread in threads:

@@ -92,7 +92,7 @@ def sample(url: str, n: int, keys: int) -> dict:
     state = store.limits.states()["api"]
     assert (state.busy, state.reserved, state.waiting) == (keys, 0, n + 1), state
     started = time.perf_counter()
-    granted = store.limits.set_override(dataclasses.replace(config), "capacity", keys + 1, 10_000_000)
+    granted = store.slots.set_override(dataclasses.replace(config), "capacity", keys + 1, 10_000_000)
     took = time.perf_counter() - started
     assert [row.id for row in granted] == ["fresh"], granted
     engine.close()

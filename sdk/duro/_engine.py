@@ -443,7 +443,7 @@ class Engine:
         await self._gateway.call(self.store.create_schema)
         if self.workspace.limits:  # what a client engine without the project lists
             await self._gateway.call(
-                self.store.limits.declare, list(self.workspace.limits.values()), self.clock.now_ms()
+                self.store.slots.declare, list(self.workspace.limits.values()), self.clock.now_ms()
             )
         if self.workspace.rates:
             await self._gateway.call(

@@ -320,7 +320,7 @@ class DuroCollector(Collector):
             if config.per_key is None:
                 continue
             try:  # the keys themselves never leave the store: only how many, and how many full
-                active, full = engine.store.keys.tally(config)
+                active, full = engine.store.limits.key_tally(config)
             except Exception as err:  # noqa: BLE001 - see above
                 log.warning("duro metrics: the keys' gauges of a limit are missing from this scrape: %s", err)
                 continue

@@ -131,6 +131,6 @@ def test_three_workers_one_killed_never_put_a_key_or_the_limit_over_its_capacity
     try:
         assert store.limits.slots("partner-api") == []  # every slot back
         config = LimitConfig("partner-api", CAPACITY, 3_600_000, PER_KEY)
-        assert store.keys.of(config) == []  # and every key's row gone with its last slot
+        assert store.limits.keys(config) == []  # and every key's row gone with its last slot
     finally:
         store.close()

@@ -19,15 +19,15 @@ def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
         for i in range(WAITING):  # no run behind them: a request made outside any run, as an operator's
             row = store_ops.slot_request(store, config, f"s{i:05d}", None, None, None, 1000 + i)
             assert row is not None and row.state == "waiting"
-        batch = store.limits._hand_out_batch  # one call a transaction: count them, and their grants
+        batch = store.slots._hand_out_batch  # one call a transaction: count them, and their grants
 
         def counted(*args):
             decision = batch(*args)
             batches.append(len(decision.granted))
             return decision
 
-        store.limits._hand_out_batch = counted  # type: ignore[method-assign]
-        granted = store.limits.set_override(config, "capacity", WAITING + 10, 50_000)
+        store.slots._hand_out_batch = counted  # type: ignore[method-assign]
+        granted = store.slots.set_override(config, "capacity", WAITING + 10, 50_000)
         assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]  # queue order, once each
         assert batches == [HAND_OUT_BATCH, HAND_OUT_BATCH, 500]  # three transactions
         (state,) = [s for name, s in store.limits.states().items() if name == "lines"]
@@ -76,7 +76,7 @@ def test_lapsed_reservations_expire_a_batch_at_a_time(database_url: str):
     try:
         config = LimitConfig("lines", capacity=0, max_hold_ms=60_000)
         _queue(store, config, WAITING)
-        store.limits.set_override(config, "capacity", WAITING, 50_000)
+        store.slots.set_override(config, "capacity", WAITING, 50_000)
         begun = _count_writes(store)
         later = 50_000 + 10 * 60_000  # every reservation lapsed: requeued, then reserved again
         changed, granted = store.slots.expire({"lines": config}, later)
@@ -150,7 +150,7 @@ async def test_an_engine_hands_out_in_a_thread_of_its_own_never_on_the_loop(tmp_
         store_ops.slot_request(store, workspace.limits["lines"], "held", None, None, None, 500)  # busy
         _queue(store, workspace.limits["lines"], WAITING)
         threads: dict[str, str] = {}
-        for part, name in ((store.limits, "set_override"), (store.slots, "expire")):
+        for part, name in ((store.slots, "set_override"), (store.slots, "expire")):
             method = getattr(part, name)
 
             def seen(*args, _name=name, _method=method):

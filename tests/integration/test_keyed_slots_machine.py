@@ -72,13 +72,13 @@ def make_machine(url: str):
 
         @rule(capacity=st.integers(min_value=1, max_value=5))
         def set_capacity(self, capacity: int) -> None:
-            self.store.limits.set_override(self.config, "capacity", capacity, self.now)
+            self.store.slots.set_override(self.config, "capacity", capacity, self.now)
             self.capacity = capacity
 
         @precondition(lambda self: self.config.per_key is not None)
         @rule(key=st.sampled_from(KEYS), capacity=st.sampled_from([None, 1, 2, 3]))
         def set_key_capacity(self, key: str, capacity: int | None) -> None:
-            self.store.limits.set_key_override(self.config, key, capacity, self.now)
+            self.store.slots.set_key_override(self.config, key, capacity, self.now)
             if capacity is None:
                 self.overrides.pop(key, None)
             else:
@@ -175,9 +175,9 @@ def test_an_idle_keys_row_is_pruned_by_the_expiry_pass_and_an_overridden_one_kep
         for key in ("a", "b"):
             store.steps.apply(RequestSlot(config, f"s-{key}", None, None, None, 1_000, None, key))
             store.steps.apply(ReleaseSlot({NAME: config}, f"s-{key}", 1_000))
-        store.limits.set_key_override(config, "b", 3, 1_000)
+        store.slots.set_key_override(config, "b", 3, 1_000)
         assert _key_rows(store) == {"a": (0, 0, 0, None), "b": (0, 0, 0, None)}  # idle, kept a while
-        assert [key[0] for key in store.keys.of(config)] == ["b"]  # listed: the override only
+        assert [key[0] for key in store.limits.keys(config)] == ["b"]  # listed: the override only
         store.slots.expire({NAME: config}, 2_000)  # the first pass prunes
         assert _key_rows(store) == {"b": (0, 0, 0, None)}
         store.steps.apply(RequestSlot(config, "s-a2", None, None, None, 3_000, None, "a"))

@@ -203,7 +203,7 @@ def test_the_sql_store_marks_its_reads_and_bulk_writes_and_says_its_capabilities
     write many transactions, and the store says its capabilities."""
     store = SqlStore(sqlite_url)
     assert store_call(store.runs.count_active) == store_call(store.steps.of) == "read"
-    assert store_call(store.limits.set_override) == store_call(store.slots.expire) == "bulk"
+    assert store_call(store.slots.set_override) == store_call(store.slots.expire) == "bulk"
     assert store_call(store.steps.apply_batch) is store_call(store.runs.insert) is None
     assert store.batches and isinstance(store.notifies, bool)
     store.close()

@@ -155,7 +155,7 @@ def make_machine(url: str, fresh):
 
         @rule(capacity=st.integers(min_value=1, max_value=4))
         def set_capacity(self, capacity: int) -> None:
-            self.store.limits.set_override(self.config, "capacity", capacity, self.now)
+            self.store.slots.set_override(self.config, "capacity", capacity, self.now)
             self.model.capacity = capacity
             self.model.hand_out(self.now)
 

@@ -341,7 +341,7 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
     second = SqlStore(database_url)
     second.create_schema()
     assert second.schema_version() == SCHEMA_VERSION == 13
-    assert second.keys.of(config) == [
+    assert second.limits.keys(config) == [
         ("a", 1, False, 1, 0, 1),
         ("b", 1, False, 1, 0, 0),
         ("c", 1, False, 1, 0, 0),
@@ -349,7 +349,7 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
     ]
     released = second.steps.apply(ReleaseSlot({"api": config}, "s0", 2000))
     assert [row.id for row in released.granted] == ["s1"]  # a's waiter, through its key's row
-    assert second.keys.of(config)[0] == ("a", 1, False, 0, 1, 0)
+    assert second.limits.keys(config)[0] == ("a", 1, False, 0, 1, 0)
     second.close()
 
 

@@ -270,7 +270,7 @@ class Limits:
         override: busiest first (busy + reserved, then waiting), at most ``limit`` of them;
         ``search``: only the keys that contain it (case-sensitive)."""
         config = await self._keyed(name)
-        found = await self._gateway.call(self._gateway.store.keys.of, config, int(limit), search)
+        found = await self._gateway.call(self._gateway.store.limits.keys, config, int(limit), search)
         return [LimitKey(*row) for row in found]
 
     async def set_key_capacity(self, name: str, key: str, capacity: int | None) -> LimitKey:
@@ -283,10 +283,10 @@ class Limits:
         key = checked
         value = None if capacity is None else _as_duro(check_capacity, name, capacity)
         granted = await self._gateway.call(
-            self._gateway.store.limits.set_key_override, config, key, value, self._clock.now_ms()
+            self._gateway.store.slots.set_key_override, config, key, value, self._clock.now_ms()
         )
         self._notify(granted)
-        return LimitKey(*await self._gateway.call(self._gateway.store.keys.get, config, key))
+        return LimitKey(*await self._gateway.call(self._gateway.store.limits.key, config, key))
 
     async def _keyed(self, name: str) -> LimitConfig:
         config = await self._config(name)
@@ -299,7 +299,7 @@ class Limits:
 
     async def _override(self, config: LimitConfig, field: str, value: int | None) -> LimitInfo:
         granted = await self._gateway.call(
-            self._gateway.store.limits.set_override, config, field, value, self._clock.now_ms()
+            self._gateway.store.slots.set_override, config, field, value, self._clock.now_ms()
         )
         self._notify(granted)
         return next(info for info in await self.list() if info.name == config.name)

@@ -23,10 +23,14 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .._errors import DuroError, StoreUnavailable
+from .._slots import SlotRow
+from .._states import RunState
+from ._commands import OwnStep
 from ._engines import server_engine, sqlite_busy, sqlite_engine
 from ._notify import payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
-from ._records import WouldWait
+from ._records import StepRecord, WouldWait
+from ._rows import due_for, slot_row, step_values
 from ._schema import create_schema
 from ._server import ServerTransactions
 from ._urls import DEFAULT_BUSY_TIMEOUT_MS, URL_HINT, parse_database_url
@@ -450,6 +454,112 @@ class Connector:
             conn.execution_options(duro_write=True)
             with conn.begin():
                 yield conn
+
+    # -- the fence ------------------------------------------------------------------------------
+    # A run's writes are fenced on its owner and on its status not being terminal: a worker that
+    # lost a run (cancelled, or taken over after its lease ran out) changes nothing. Each write
+    # touches the run first (the fence); the caller learns from the fence's row count whether it
+    # still owns the run. On PostgreSQL the fence and the write are one statement.
+
+    def send_fence(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        now: int,
+        status: str | None = None,
+        wake_at: int | None = None,
+    ) -> Any:
+        """Touch the run if ``owner`` still owns it unfinished (and set its status and timer); the
+        cursor's ``rowcount`` is 1 if it did."""
+        if status is None:
+            return self.run(conn, "fence", {"id": run_id, "owner": owner, "now": now})
+        return self.run(
+            conn,
+            "fence_status",
+            {
+                "id": run_id,
+                "owner": owner,
+                "now": now,
+                "status": status,
+                "wake_at": wake_at,
+                "due_at": due_for(status, wake_at, now),
+            },
+        )
+
+    def write_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        run_status: RunState | None,
+        wake_at: int | None,
+        now: int,
+    ) -> bool:
+        """Record ``step`` (if any) and set the run's status and timer, if ``owner`` still owns it."""
+        if step is not None and self.dialect == "postgresql":
+            touched: int = self.send_step(conn, run_id, owner, step, now, run_status, wake_at).rowcount
+            return touched == 1
+        if self.send_fence(conn, run_id, owner, now, run_status, wake_at).rowcount != 1:
+            return False
+        if step is not None:
+            self.run(conn, "upsert_step", step_values(run_id, step))
+        return True
+
+    def send_step(
+        self,
+        conn: Connection,
+        run_id: str,
+        owner: str | None,
+        step: StepRecord | None,
+        now: int,
+        run_status: RunState | None = None,
+        wake_at: int | None = None,
+    ) -> Any:
+        """``write_step`` without waiting for the fence's answer (in a pipeline): the returned cursor's
+        ``rowcount`` is 1 once the pipeline syncs if ``owner`` still owned the run. On PostgreSQL the
+        fence is inside the step's write (one statement: a fenced one writes nothing); on SQLite the
+        step is written whatever the fence says, and the caller rolls back when it is not 1."""
+        if step is None:
+            return self.send_fence(conn, run_id, owner, now, run_status, wake_at)
+        if self.dialect == "postgresql":
+            values = step_values(run_id, step)
+            values.update(owner=owner, now=now)
+            if run_status is None:
+                return self.run(conn, "fenced_step", values)
+            values.update(
+                run_status=run_status, run_wake_at=wake_at, run_due_at=due_for(run_status, wake_at, now)
+            )
+            return self.run(conn, "fenced_step_status", values)
+        fence = self.send_fence(conn, run_id, owner, now, run_status, wake_at)
+        self.run(conn, "upsert_step", step_values(run_id, step))
+        return fence
+
+    def send_slot_read(
+        self, conn: Connection, slot_id: str, hook: OwnStep | None, now: int
+    ) -> Callable[[], tuple[SlotRow | None, int | None]]:
+        """Send the slot's read and the hook's fence, after the limit's lock; the call returned gives
+        the slot and how many runs the fence touched (``None`` without a hook) once they are in.
+        On PostgreSQL the two are one statement: only holders of the limit's lock write its slots,
+        so the read's snapshot cannot miss a change while the fence waits for the run's row."""
+        if hook is not None and self.dialect == "postgresql":
+            params = {"id": slot_id, "run_id": hook.run_id, "owner": hook.owner, "now": now}
+            cursor = self.run(conn, "slot_select_fenced", params)
+
+            def fenced() -> tuple[SlotRow | None, int | None]:
+                touched, *values = cursor.fetchone()
+                return (None if values[0] is None else slot_row(values)), int(touched)
+
+            return fenced
+        found = self.run(conn, "slot_select", {"id": slot_id})
+        fence = None if hook is None else self.send_fence(conn, hook.run_id, hook.owner, now)
+
+        def read() -> tuple[SlotRow | None, int | None]:
+            slot = found.fetchone()
+            return (None if slot is None else slot_row(slot)), (None if fence is None else fence.rowcount)
+
+        return read
 
     def single_read(self) -> AbstractContextManager[Connection]:
         return self.read(transaction=False)

@@ -1,9 +1,8 @@
-"""The operators' side of limits: their rows, their slots, overrides (a capacity raise hands the
-freed slots out, a bounded batch a transaction), and a limit's recent figures.
+"""The operators' view of limits: their rows, their slots, a keyed limit's keys, and a limit's recent
+figures (what operators change, the overrides, are slot transactions: see ``_slots``).
 
-A limit's recent figures (waits, grants, lost releases, timeouts) and the queues runs wait in.
-
-Two reads of ``duro_slots`` for the faces (Studio's limit page and runs list, the API): the SQL, and
+A limit's recent figures (waits, grants, lost releases, timeouts) and the queues runs wait in are two
+reads of ``duro_slots`` for the faces (Studio's limit page and runs list, the API): the SQL, and
 the pure summary of what it returns (:func:`summarize`, nearest-rank percentiles), tested apart.
 
 A *wait* is ``held_since - enqueued_at`` of a slot that became held in the window (what the
@@ -18,17 +17,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
-
-from sqlalchemy.engine import Connection
+from typing import Any, NamedTuple
 
 from .._config import LimitConfig
-from .._slots import Decision, SlotRow
+from .._slots import SlotRow
 from ._connection import Connector
-from ._keys import Keys
-from ._records import bulk, reads
+from ._records import reads
 from ._rows import LimitState, slot_row
-from ._slots import HAND_OUT_BATCH, Slots
+
+# a key as operators list it: (key, capacity in effect, overridden, busy, reserved, waiting)
+KeyListing = tuple[str, int, bool, int, int, int]
+
+
+def _listed(per_key: int, row: Sequence[Any]) -> KeyListing:
+    key, override, busy, reserved, waiting = row
+    return (key, override or per_key, override is not None, int(busy), int(reserved), int(waiting))
+
 
 SLOT_LISTING_ORDER = ("busy", "reserved", "waiting")  # a limit's slots as listed: held first, then the queue
 
@@ -106,26 +110,14 @@ def summarize(rows: Iterable[StatsRow], since: int) -> SlotStats:
 class Limits:
     """A limit's row and its slots as operators see and change them, and its figures."""
 
-    def __init__(self, db: Connector, slots: Slots, keys: Keys) -> None:
+    def __init__(self, db: Connector) -> None:
         self.db = db
-        self._slots = slots
-        self._keys = keys
 
     @reads
     def states(self) -> dict[str, LimitState]:
         """Each limit's row: overrides and counts, by name."""
         with self.db.single_read() as conn:
             return {r[0]: LimitState(*r) for r in self.db.run(conn, "limit_rows", {})}
-
-    def declare(self, configs: Iterable[LimitConfig], now: int) -> None:
-        """Record each limit's declared capacity, max hold and per_key (a worker's config, at its
-        start), so that an engine without the project lists them (:meth:`states`); a limit whose
-        per_key changed has its keys counted again (see ``_keys``)."""
-        with self.db.write() as conn:
-            for config in sorted(configs, key=lambda c: c.name):  # locks in name order, as everywhere
-                self._slots.lock_limit(conn, config, now)
-                params = {"name": config.name, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms}
-                self.db.run(conn, "limit_declare", params)
 
     @reads
     def slots(self, name: str, max_rows: int = 10_000) -> list[SlotRow]:
@@ -154,51 +146,6 @@ class Limits:
                     break
         return found
 
-    @bulk
-    def set_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
-        """Set (or with None reset) an override; a capacity raise hands slots out at once, in
-        transactions of at most ``HAND_OUT_BATCH`` grants each: a raise to 100,000 with as many
-        waiting holds the limit's lock (and SQLite's write lock) a batch at a time, and the limit's
-        other operations go on in between."""
-        with self.db.write() as conn:
-            now = self.db.now(conn, now)
-            self._slots.view(conn, config, now)
-            self.db.run(
-                conn,
-                "set_capacity" if field == "capacity" else "set_max_hold",
-                {"name": config.name, "value": value, "now": now},
-            )
-            decision = self._hand_out_batch(conn, config, now)
-        self._slots.tell(decision.events)
-        granted = list(decision.granted)
-        while decision.granted and decision.view.free > 0 and decision.view.waiting > 0:  # more of both
-            with self.db.write() as conn:
-                decision = self._hand_out_batch(conn, config, self.db.now(conn, now))
-            self._slots.tell(decision.events)
-            granted += decision.granted
-        return granted
-
-    def set_key_override(self, config: LimitConfig, key: str, value: int | None, now: int) -> list[SlotRow]:
-        """Set (or with None reset) the capacity of one key of keyed limit ``config``, under the
-        limit's lock; a raise hands that key's waiters their slots at once (what the limit can give)."""
-        with self.db.write() as conn:
-            now = self.db.now(conn, now)
-            self._slots.view(conn, config, now)
-            params = {"name": config.name, "key": key, "value": value, "now": now}
-            self.db.run(conn, "key_override_reset" if value is None else "key_override_set", params)
-            self._keys.reopen(conn, config, key, now)
-            decision = self._hand_out_batch(conn, config, now)
-        self._slots.tell(decision.events)
-        return list(decision.granted)
-
-    def _hand_out_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
-        """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""
-        decision = Decision(self._slots.view(conn, config, now))
-        self._slots.hand_out(conn, decision, now, most=HAND_OUT_BATCH)
-        self._slots.write_decision(conn, decision, now)
-        self.db.notify(conn, ["limits"])
-        return decision
-
     @reads
     def stats(self, name: str, since_ms: int) -> SlotStats:
         """The limit's figures since ``since_ms``, in one query: slots that became held and their
@@ -216,3 +163,35 @@ class Limits:
             return {}
         with self.db.single_read() as conn:
             return dict(self.db.run_text(conn, QUEUED_LIMITS, {"ids": ids}).fetchall())
+
+    @reads
+    def keys(self, config: LimitConfig, most: int = 50, search: str | None = None) -> list[KeyListing]:
+        """Keyed limit ``config``'s keys with anything busy, reserved or waiting, and every key with
+        an override, busiest first (busy + reserved, then waiting), at most ``most``; ``search``:
+        those whose key contains it."""
+        assert config.per_key is not None
+        params: dict[str, Any] = {"name": config.name, "n": max(0, int(most))}
+        if search:
+            params["search"] = search
+        with self.db.single_read() as conn:
+            found = self.db.run(conn, "keys_page_search" if search else "keys_page", params).fetchall()
+        return [_listed(config.per_key, row) for row in found]
+
+    @reads
+    def key(self, config: LimitConfig, key: str) -> KeyListing:
+        """One key of keyed limit ``config`` as :meth:`keys` lists it (all 0 if it has no row)."""
+        assert config.per_key is not None
+        with self.db.single_read() as conn:
+            found = self.db.run(conn, "key_row", {"name": config.name, "key": key}).fetchone()
+        return _listed(config.per_key, found) if found is not None else (key, config.per_key, False, 0, 0, 0)
+
+    @reads
+    def key_tally(self, config: LimitConfig) -> tuple[int, int]:
+        """How many keys of keyed limit ``config`` have anything busy, reserved or waiting, and how
+        many of them are at their capacity (the metrics' gauges: never the keys themselves)."""
+        assert config.per_key is not None
+        with self.db.single_read() as conn:
+            active, full = self.db.run(
+                conn, "keys_tally", {"name": config.name, "per_key": config.per_key}
+            ).fetchone()
+        return int(active), int(full)

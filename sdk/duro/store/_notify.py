@@ -23,8 +23,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from . import _psycopg
-
-NOTIFY_CHANNEL = "duro"
+from ._tables import NOTIFY_CHANNEL
 
 
 def payloads(messages: tuple[list[Any], ...]) -> dict[str, list[str]]:

@@ -19,9 +19,8 @@ from __future__ import annotations
 from functools import cache
 
 from .._slots import SlotRow
-from ._notify import NOTIFY_CHANNEL
 from ._records import RunRecord, StepRecord
-from ._tables import ACTIVE_SQL, TERMINAL_SQL
+from ._tables import ACTIVE_SQL, NOTIFY_CHANNEL, TERMINAL_SQL
 
 # A run's, a step's and a slot's columns are their records' fields, in order (the record is the
 # row's one shape; tests/unit checks both against the tables): a query selects them in that order,
@@ -598,7 +597,7 @@ POSTGRESQL: dict[str, str] = {
     "limit_lock": QUERIES["limit_lock"] + " FOR UPDATE",
     "rate_key_lock": QUERIES["rate_key_lock"] + " FOR UPDATE OF k",
     "limit_lock_of_slot": QUERIES["limit_lock_of_slot"] + " FOR UPDATE",
-    # a slot read beside its run's fence (see _rows.send_slot_read): the count the fence
+    # a slot read beside its run's fence (see Connector.send_slot_read): the count the fence
     # touched, then the slot's columns (NULL when there is no such slot)
     "slot_select_fenced": f"WITH fence AS ({QUERIES['fence'].replace(':id', ':run_id')} RETURNING 1) "
     f"SELECT (SELECT count(*) FROM fence), {_list(SLOT_COLUMNS, 's.')} "

@@ -27,7 +27,6 @@ from ._commands import OwnStep
 from ._connection import Connector
 from ._queries import RATE_WAIT_COLUMNS
 from ._records import Fenced, StepRecord, reads
-from ._rows import write_step
 
 _NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})
@@ -213,7 +212,7 @@ class Rates:
             if taker is None:
                 continue
             step = taker.step._replace(status="completed", ended_at=now, result=grant_json(row))
-            if write_step(self.db, conn, taker.run_id, taker.owner, step, None, None, now):
+            if self.db.write_step(conn, taker.run_id, taker.owner, step, None, None, now):
                 handed[row.id] = step  # its run waits in the caller's memory: no nudge, no notice
         told = [row for row in granted if row.id not in handed and row.id != own]
         if told:
@@ -290,7 +289,7 @@ class Rates:
                 step = hook.step
                 if mine.state == "granted":
                     step = step._replace(status="completed", ended_at=judged, result=grant_json(mine))
-                if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
+                if not self.db.write_step(conn, hook.run_id, hook.owner, step, None, None, judged):
                     raise Fenced(hook.run_id)
         return RateOutcome(mine, step, tuple(granted), next_due, handed)
 
@@ -328,7 +327,7 @@ class Rates:
             step = None
             if hook is not None:
                 step = hook.step
-                if not write_step(self.db, conn, hook.run_id, hook.owner, step, None, None, judged):
+                if not self.db.write_step(conn, hook.run_id, hook.owner, step, None, None, judged):
                     raise Fenced(hook.run_id)
         return RateOutcome(mine, step, tuple(granted), None, handed)
 

@@ -40,22 +40,12 @@ from ._records import (
     reads,
     settle_sleeps,
 )
-from ._rows import write_step
+from ._rows import to_run
 from ._tables import ACTIVE_SQL
 
 
 class _RunExists(Exception):
     """A start's insert found its run id taken by another process's start (see Runs.insert)."""
-
-
-def to_run(row: Any) -> RunRecord:
-    values = dict(zip(RUN_COLUMNS, row, strict=True))
-    try:
-        tags = json.loads(values["tags"] or "[]")
-    except ValueError:
-        tags = []  # a corrupt or hostile row: its tags are unreadable, the run is not
-    values["tags"] = tags if isinstance(tags, list) else []
-    return RunRecord(**values)
 
 
 def _same_workflow(existing: RunRecord, new: NewRun) -> RunRecord:
@@ -201,7 +191,7 @@ class Runs:
             if row is not None:
                 existing = _same_workflow(to_run(row), new)  # or nothing is written, a parent's step neither
                 if parent is not None:
-                    write_step(db, conn, parent.run_id, parent.owner, parent.step, None, None, new.created_at)
+                    db.write_step(conn, parent.run_id, parent.owner, parent.step, None, None, new.created_at)
                 return existing, False
             if quota is not None:
                 counted = send_count(db, conn, quota.key, quota.statuses, quota.namespace)
@@ -210,8 +200,7 @@ class Runs:
             db.run(conn, "insert_run", values)
             if new.owner is None:
                 db.notify(conn, ["run", new.namespace])
-            if parent is not None and not write_step(
-                db,
+            if parent is not None and not db.write_step(
                 conn,
                 parent.run_id,
                 parent.owner,

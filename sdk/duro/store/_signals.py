@@ -12,7 +12,6 @@ from .._errors import RunEndedError, RunNotFoundError
 from ._commands import SendSignal, TakeSignal
 from ._connection import Connector
 from ._records import Fenced, StepRecord, reads
-from ._rows import write_step
 
 
 class Signals:
@@ -44,7 +43,7 @@ class Signals:
         written = db.run(conn, "select_step", {"run_id": command.run_id, "seq": step.seq}).fetchone()
         if written is None:  # else this very command committed already: nothing is sent twice
             self._deliver(conn, command.target, command.name, command.payload, now)
-        if not write_step(db, conn, command.run_id, command.owner, step, None, None, now):
+        if not db.write_step(conn, command.run_id, command.owner, step, None, None, now):
             conn.rollback()
             raise Fenced(command.run_id)
         return True
@@ -57,7 +56,7 @@ class Signals:
             return None
         db.run(conn, "consume_signal", {"id": row[0], "seq": step.seq})
         taken = step._replace(status="completed", result=row[1])
-        if not write_step(db, conn, run_id, command.owner, taken, "running", None, step.ended_at or 0):
+        if not db.write_step(conn, run_id, command.owner, taken, "running", None, step.ended_at or 0):
             conn.rollback()
             raise Fenced(run_id)
         return taken

@@ -8,12 +8,27 @@ lost or granted twice. Counts live on the limit's row and the queue is read thro
 
 A limit's configuration (capacity and max hold from ``duro.config.py``) is passed in as
 ``LimitConfig``; operator overrides on the row win over it until reset.
+
+A keyed limit's keys (``duro_limit_keys``, see ``_tables.LimitKeyRow``): each key has a row while it has a busy, reserved or waiting slot (or an operator's capacity): its
+counts, and while it has room its oldest waiter's position (``open_pos``). A key left with nothing
+keeps its row a while (its next slot updates it in place: no row and index entries written and
+erased at every pair), until the expiry pass prunes idle keys, once a minute at most. So a hand-out reads the
+keys that can take a slot, oldest waiter first, and only those keys' first waiters: 100,000 waiters
+behind 10,000 full keys cost what 100 do. A request reads its own key's row, never counts slots.
+
+Every slot decision of a keyed limit writes its keys' changes in its own transaction, under the
+limit's lock, so the rows never disagree with the slots. When a limit's ``per_key``
+changes (``duro.config.py`` on a reload, a worker started with another config), its keys are counted
+again from its slots by the first transaction that locks it with the new value. Two workers that
+disagree on ``per_key`` (a rolling deploy) count them again at each other's turn: correct, slower,
+until one config is left.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -24,14 +39,25 @@ from .._config import LimitConfig
 from .._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector
-from ._keys import Keys
+from ._queries import COUNT_KEYS
 from ._records import Fenced, RunRecord, StepRecord, bulk, reads
-from ._rows import limit_view, send_slot_read, slot_row, slot_values, step_values, write_step
-from ._runs import to_run
+from ._rows import limit_view, slot_row, slot_values, step_values, to_run
 
 log = logging.getLogger("duro.store")
 
 HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
+
+KEYLESS = ""  # the key row of a keyed limit's slots without a key (queued before it was keyed)
+PRUNE_MS = 60_000  # idle keys' rows are pruned this often at the most (see Slots._prune_keys)
+
+
+def _key_view(per_key: int, row: Sequence[Any] | None) -> KeyView:
+    """A key's row (``_KEY_COUNTS`` after the key: override, busy, reserved, waiting) as a decision
+    reads it; no row is a key with nothing active and no override."""
+    if row is None:
+        return KeyView(per_key)
+    override, busy, reserved, waiting = row
+    return KeyView(override or per_key, int(busy), int(reserved), int(waiting))
 
 
 class Opened(NamedTuple):
@@ -47,9 +73,9 @@ class Opened(NamedTuple):
 class Slots:
     """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
 
-    def __init__(self, db: Connector, keys: Keys) -> None:
+    def __init__(self, db: Connector) -> None:
         self.db = db
-        self.keys = keys
+        self._keys_pruned_at: int | None = None  # when this store last pruned idle keys (see _prune_keys)
         # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
         # committed them: the engine's metrics and logs listen here (see duro._observe)
         self.listeners: list[Callable[[Sequence[SlotEvent]], None]] = []
@@ -85,7 +111,7 @@ class Slots:
         is not the one they were counted for (see ``_keys``)."""
         view, judged = limit_view(config, row)
         if row[-1] != config.per_key:
-            self.keys.count(conn, config, judged)
+            self._count_keys(conn, config, judged)
         return view, judged
 
     def _open(
@@ -105,8 +131,8 @@ class Slots:
         keyed = key is not None and config.per_key is not None
         with db.pipeline(conn):
             locked = db.run(conn, "limit_lock", {"name": config.name, "now": now})
-            answer = send_slot_read(db, conn, slot_id, hook, now)
-            key_read = self.keys.send_read(conn, config, key) if keyed and key is not None else None
+            answer = db.send_slot_read(conn, slot_id, hook, now)
+            key_read = self._send_key_read(conn, config, key) if keyed and key is not None else None
         row = locked.fetchone()
         slot, fence = answer()
         stored = None if key_read is None else key_read()
@@ -116,7 +142,7 @@ class Slots:
         else:
             view, judged = self._locked(conn, config, row)
         if stored is not None and key is not None and (row is None or row[-1] != config.per_key):
-            stored = self.keys.views(conn, view, [key])[key]  # its keys were just counted again
+            stored = self._key_views(conn, view, [key])[key]  # its keys were just counted again
         return Opened(view, judged, slot, fence, stored)
 
     def write_decision(self, conn: Connection, decision: Decision, now: int) -> None:
@@ -136,7 +162,7 @@ class Slots:
                 self.db.run(conn, "slot_upsert", slot_values(row))
             self.db.run(conn, "limit_update", counts)
         if view.per_key is not None:  # a keyed limit's keys (see _keys)
-            self.keys.write(conn, decision, now)
+            self._write_keys(conn, decision, now)
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
@@ -197,7 +223,7 @@ class Slots:
             changed = {row.id: row for row in decision.writes}
             wanted = min(most, view.free)
             if view.per_key is not None:
-                heads = self.keys.heads(conn, decision, changed, wanted)
+                heads = self._keyed_heads(conn, decision, changed, wanted)
             else:
                 stored = self.db.run(conn, "queue_heads", {"name": view.name, "n": wanted + len(changed)})
                 rows = {row.id: changed.get(row.id, row) for row in map(slot_row, stored)}
@@ -214,7 +240,7 @@ class Slots:
                 if hook is None:
                     continue
                 done = hook.step._replace(status="completed", ended_at=now, result=slot_json(row))
-                if write_step(self.db, conn, hook.run_id, hook.owner, done, None, None, now):
+                if self.db.write_step(conn, hook.run_id, hook.owner, done, None, None, now):
                     taken.add(row.id)
                     if handed is not None and row.id in hooks:
                         handed[row.id] = done
@@ -251,6 +277,117 @@ class Slots:
     def _read_slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
         found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
         return None if found is None else slot_row(found)
+
+    # -- a keyed limit's keys ----------------------------------------------------------------------
+
+    def _key_views(self, conn: Connection, view: LimitView, keys: Iterable[str]) -> dict[str, KeyView]:
+        """The stored counts of ``keys`` of keyed limit ``view``, each with its capacity in effect."""
+        assert view.per_key is not None
+        wanted = sorted(set(keys))
+        found = self.db.run_in(conn, "key_rows", {"name": view.name, "keys": wanted}).fetchall()
+        rows = {row[0]: row[1:] for row in found}
+        return {key: _key_view(view.per_key, rows.get(key)) for key in wanted}
+
+    def _send_key_read(self, conn: Connection, config: LimitConfig, key: str) -> Callable[[], KeyView]:
+        """Send the read of one key's row (in a pipeline: its answer can wait); the call returned
+        gives it, once it is in."""
+        assert config.per_key is not None
+        per_key = config.per_key
+        cursor = self.db.run(conn, "key_row", {"name": config.name, "key": key})
+
+        def stored() -> KeyView:
+            row = cursor.fetchone()
+            return _key_view(per_key, None if row is None else row[1:])
+
+        return stored
+
+    def _keyed_heads(
+        self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
+    ) -> list[SlotRow]:
+        """The waiters a hand-out of ``wanted`` slots of a keyed limit may go to, in queue order,
+        their keys' counts made known to the decision. Rows this decision changed are read from it.
+
+        The keys that can take a slot are the stored keys with room (oldest waiter first) and the
+        keys this decision changed, as they stand now. The oldest ``wanted`` waiters that can be
+        granted are among the first ``wanted`` such keys, each giving at most its room: a key past
+        them has its oldest waiter behind ``wanted`` grantable waiters already. So the hand-out
+        reads ``wanted`` (+ the changed) key rows and as many short queues, one round trip."""
+        view = decision.view
+        assert view.per_key is not None
+        touched = decision.key_changes()
+        found = self.db.run(conn, "open_keys", {"name": view.name, "n": wanted + len(touched)}).fetchall()
+        stored = {row[0]: _key_view(view.per_key, row[1:]) for row in found}
+        unknown = [k for k in touched if k is not None and k not in stored and k not in decision.keys]
+        if unknown:
+            stored.update(self._key_views(conn, view, unknown))
+        decision.know_keys({key: known for key, known in stored.items() if key != KEYLESS})
+        again = Counter(row.key for row in changed.values())  # stored rows the decision changed
+        reads: list[tuple[str, dict[str, Any]]] = []
+        for key in dict.fromkeys([*stored, *(k for k in touched if k is not None)]):
+            now = decision.key_view(key) if key != KEYLESS else None
+            if now is not None and now.free > 0 and now.waiting > 0:
+                params = {"name": view.name, "key": key, "n": min(now.free, wanted) + again[key]}
+                reads.append(("key_waiters", params))
+        if KEYLESS in stored or None in touched:
+            reads.append(("keyless_waiters", {"name": view.name, "n": wanted + again[None]}))
+        with self.db.pipeline(conn):
+            cursors = [self.db.run(conn, query, params) for query, params in reads]
+        rows = {
+            row.id: row
+            for cursor in cursors
+            for row in map(slot_row, cursor.fetchall())
+            if row.id not in changed
+        }
+        rows.update({row.id: row for row in changed.values() if row.state == "waiting"})
+        return sorted(rows.values(), key=lambda row: row.pos)
+
+    def _write_keys(self, conn: Connection, decision: Decision, now: int) -> None:
+        """The decision's changes to its keys' counts, after its slots (a key's oldest waiter is
+        read from them). A key left with nothing keeps its row until :meth:`_prune_keys`."""
+        view = decision.view
+        assert view.per_key is not None
+        changes = decision.key_changes()
+        for key in sorted(changes, key=lambda key: key or KEYLESS) if len(changes) > 1 else changes:
+            busy, reserved, waiting = changes[key]
+            params = {
+                "name": view.name,
+                "key": KEYLESS if key is None else key,
+                "busy": busy,
+                "reserved": reserved,
+                "waiting": waiting,
+                "per_key": view.per_key,
+                "now": now,
+            }
+            self.db.run(conn, "keyless_change" if key is None else "key_change", params)
+
+    def _prune_keys(self, configs: Iterable[LimitConfig], now: int) -> None:
+        """Drop the rows of keys with nothing busy, reserved or waiting and no override, of keyed
+        limits ``configs``; at most once per ``PRUNE_MS`` (the expiry pass calls it every time). No
+        limit's lock: a decision that changes a key at the same moment either finds its row gone
+        and makes it again from its own change, or has changed it first, and then it is not idle."""
+        keyed = sorted(config.name for config in configs if config.per_key is not None)
+        last = self._keys_pruned_at
+        if not keyed or (last is not None and 0 <= now - last < PRUNE_MS):
+            return
+        with self.db.write() as conn:
+            for name in keyed:
+                self.db.run(conn, "keys_prune", {"name": name})
+        self._keys_pruned_at = now
+
+    def _reopen_key(self, conn: Connection, config: LimitConfig, key: str, now: int) -> None:
+        """A key's capacity changed: whether it has room (its ``open_pos``) judged again."""
+        assert config.per_key is not None
+        params = {"name": config.name, "key": key, "per_key": config.per_key, "now": now}
+        self.db.run(conn, "key_change", {**params, "busy": 0, "reserved": 0, "waiting": 0})
+        self.db.run(conn, "key_drop", params)
+
+    def _count_keys(self, conn: Connection, config: LimitConfig, now: int) -> None:
+        """A limit's keys counted again from its slots, for its ``per_key`` now (cleared when it is
+        no longer keyed; operators' capacities are kept), under the limit's lock."""
+        params = {"name": config.name, "per_key": config.per_key, "now": now}
+        for query in COUNT_KEYS if config.per_key is not None else COUNT_KEYS[:2]:
+            self.db.run(conn, query, params)
+        self.db.run(conn, "limit_per_key", params)
 
     # -- operations ------------------------------------------------------------------------------
 
@@ -387,7 +524,7 @@ class Slots:
         configs, hook, db = command.configs, command.hook, self.db
         with db.pipeline(conn):  # as _open does, the limit found by the slot's
             locked = db.run(conn, "limit_lock_of_slot", {"id": command.slot_id, "now": command.now})
-            answer = send_slot_read(db, conn, command.slot_id, hook, command.now)
+            answer = db.send_slot_read(conn, command.slot_id, hook, command.now)
         limit = locked.fetchone()
         row, fence = answer()
         if row is None or row.limit not in configs:
@@ -474,7 +611,7 @@ class Slots:
         full = True
         while full:
             full = self._expire_slots(configs, now, changed, granted)
-        self.keys.prune(configs.values(), now)
+        self._prune_keys(configs.values(), now)
         return changed, granted
 
     def _expire_slots(
@@ -545,3 +682,60 @@ class Slots:
         """The slot request, or ``None``."""
         with self.db.single_read() as conn:
             return self._read_slot(conn, slot_id)
+
+    # -- operators' changes ------------------------------------------------------------------------
+
+    def declare(self, configs: Iterable[LimitConfig], now: int) -> None:
+        """Record each limit's declared capacity, max hold and per_key (a worker's config, at its
+        start), so that an engine without the project lists them (``store.limits.states``); a limit whose
+        per_key changed has its keys counted again (see :meth:`_count_keys`)."""
+        with self.db.write() as conn:
+            for config in sorted(configs, key=lambda c: c.name):  # locks in name order, as everywhere
+                self.lock_limit(conn, config, now)
+                params = {"name": config.name, "capacity": config.capacity, "max_hold_ms": config.max_hold_ms}
+                self.db.run(conn, "limit_declare", params)
+
+    @bulk
+    def set_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
+        """Set (or with None reset) an override; a capacity raise hands slots out at once, in
+        transactions of at most ``HAND_OUT_BATCH`` grants each: a raise to 100,000 with as many
+        waiting holds the limit's lock (and SQLite's write lock) a batch at a time, and the limit's
+        other operations go on in between."""
+        with self.db.write() as conn:
+            now = self.db.now(conn, now)
+            self.view(conn, config, now)
+            self.db.run(
+                conn,
+                "set_capacity" if field == "capacity" else "set_max_hold",
+                {"name": config.name, "value": value, "now": now},
+            )
+            decision = self._hand_out_batch(conn, config, now)
+        self.tell(decision.events)
+        granted = list(decision.granted)
+        while decision.granted and decision.view.free > 0 and decision.view.waiting > 0:  # more of both
+            with self.db.write() as conn:
+                decision = self._hand_out_batch(conn, config, self.db.now(conn, now))
+            self.tell(decision.events)
+            granted += decision.granted
+        return granted
+
+    def set_key_override(self, config: LimitConfig, key: str, value: int | None, now: int) -> list[SlotRow]:
+        """Set (or with None reset) the capacity of one key of keyed limit ``config``, under the
+        limit's lock; a raise hands that key's waiters their slots at once (what the limit can give)."""
+        with self.db.write() as conn:
+            now = self.db.now(conn, now)
+            self.view(conn, config, now)
+            params = {"name": config.name, "key": key, "value": value, "now": now}
+            self.db.run(conn, "key_override_reset" if value is None else "key_override_set", params)
+            self._reopen_key(conn, config, key, now)
+            decision = self._hand_out_batch(conn, config, now)
+        self.tell(decision.events)
+        return list(decision.granted)
+
+    def _hand_out_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
+        """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""
+        decision = Decision(self.view(conn, config, now))
+        self.hand_out(conn, decision, now, most=HAND_OUT_BATCH)
+        self.write_decision(conn, decision, now)
+        self.db.notify(conn, ["limits"])
+        return decision

@@ -3,7 +3,9 @@
 ``SqlStore`` is composed of one part per concern, each an object over the one
 :class:`._connection.Connector` it opens (the engine, the transactions, the named queries of
 :mod:`._queries`): ``runs``, ``steps`` (and every write of a run's progress), ``signals``,
-``slots``, ``keys``, ``limits``, ``rates``, ``schedules`` and ``workers``. Each operation is
+``slots`` (the slot transactions, a keyed limit's keys and operators' overrides with them),
+``limits`` (what operators read), ``rates``, ``schedules`` and ``workers``. No part imports
+another: ``steps`` applies a signal's or a slot's command through the calls it is handed. Each operation is
 written once, in its part, with its docstring, marked where it is defined when it only reads
 (``@reads``) or may write many transactions (``@bulk``); this module holds what the store is as a
 whole: how it opens, its parts, and its connection.
@@ -22,7 +24,6 @@ from .._errors import DuroError
 from . import _engines, _notify, _schema
 from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
-from ._keys import Keys
 from ._limits import Limits
 from ._rates import Rates
 from ._records import reads
@@ -100,10 +101,11 @@ class SqlStore:
         self.notifies = self.dialect == "postgresql" or db.file is not None
         self.runs = Runs(db)
         self.signals = Signals(db)
-        self.keys = Keys(db)
-        self.slots = Slots(db, self.keys)
-        self.steps = Steps(db, self.signals, self.slots)
-        self.limits = Limits(db, self.slots, self.keys)
+        self.slots = Slots(db)
+        self.steps = Steps(
+            db, self.signals.take, self.signals.send_from_run, self.slots.apply, self.slots.tell
+        )
+        self.limits = Limits(db)
         self.rates = Rates(db)
         self.schedules = Schedules(db)
         self.workers = Workers(db)

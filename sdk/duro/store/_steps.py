@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeGuard, overload
 
 from sqlalchemy.engine import Connection
 
+from .._slots import SlotEvent
 from .._states import RunState
 from ._commands import (
     Command,
@@ -32,9 +33,7 @@ from ._commands import (
 from ._connection import Connector
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord, reads
-from ._rows import due_for, send_step, write_step
-from ._signals import Signals
-from ._slots import Slots
+from ._rows import due_for
 
 # per shape (see step_rows), the columns of a full row that shape keeps: the six required ones and
 # its optional ones
@@ -78,7 +77,7 @@ def step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[A
 
 def _decides_alone(command: Command) -> bool:
     """A command of one statement, fenced in its own SQL (on PostgreSQL): a step record (see
-    ``_rows.send_step``), or the end of a run that was not cancelled and has no parent to nudge
+    ``Connector.send_step``), or the end of a run that was not cancelled and has no parent to nudge
     (a child's end is still announced, by the same statement)."""
     if type(command) is RecordStep:
         return True
@@ -89,14 +88,27 @@ def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
     return all(type(command) is RecordStep for command in commands)
 
 
-class Steps:
-    """A run's steps, and its progress writes: the typed commands, of signals and slots too (each
-    applied by its own part, in the transaction this part opens)."""
+SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 
-    def __init__(self, db: Connector, signals: Signals, slots: Slots) -> None:
+
+class Steps:
+    """A run's steps, and its progress writes: the typed commands. A signal's or a slot's command
+    is applied by the part that owns it (handed in as the calls below, when the store is built), in
+    the transaction this part opens."""
+
+    def __init__(
+        self,
+        db: Connector,
+        take_signal: Callable[[Connection, TakeSignal], StepRecord | None],
+        send_signal: Callable[[Connection, SendSignal], bool],
+        slot_command: Callable[[Connection, SlotCommand], SlotOutcome],
+        tell_slots: Callable[[Sequence[SlotEvent]], None],
+    ) -> None:
         self.db = db
-        self.signals = signals
-        self.slots = slots
+        self._take_signal = take_signal
+        self._send_signal = send_signal
+        self._slot_command = slot_command
+        self._tell_slots = tell_slots
 
     @reads
     def of(self, run_id: str) -> list[StepRecord]:
@@ -131,21 +143,21 @@ class Steps:
         with self.db.write() as conn:
             result: bool | StepRecord | SlotOutcome | list[str] | None = self._apply_command(conn, command)
         if type(result) is SlotOutcome:
-            self.slots.tell(result.events)
+            self._tell_slots(result.events)
         return result
 
     def _apply_command(self, conn: Connection, command: Command) -> Any:
         match command:
             case RecordStep(run_id, owner, step, run_status, wake_at, now):
-                return write_step(self.db, conn, run_id, owner, step, run_status, wake_at, now)
+                return self.db.write_step(conn, run_id, owner, step, run_status, wake_at, now)
             case FinishRun():
                 return self._finish_run(conn, command)
             case TakeSignal():
-                return self.signals.take(conn, command)
+                return self._take_signal(conn, command)
             case SendSignal():
-                return self.signals.send_from_run(conn, command)
+                return self._send_signal(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
-                return self.slots.apply(conn, command)
+                return self._slot_command(conn, command)
             case Unload():
                 return self._unload(conn, command)
 
@@ -184,7 +196,7 @@ class Steps:
             results = self._apply_each(commands)
         for result in results:
             if type(result) is SlotOutcome:
-                self.slots.tell(result.events)
+                self._tell_slots(result.events)
         return results
 
     def _apply_each(self, commands: Sequence[Command]) -> list[Any]:
@@ -214,7 +226,7 @@ class Steps:
     def _send_alone(self, conn: Connection, command: Command) -> Any:
         if type(command) is RecordStep:
             run_id, owner, step, status, wake_at, now = command
-            return send_step(self.db, conn, run_id, owner, step, now, status, wake_at)
+            return self.db.send_step(conn, run_id, owner, step, now, status, wake_at)
         assert type(command) is FinishRun
         return self._send_finish(conn, command, announced=True)
 
@@ -226,9 +238,7 @@ class Steps:
                 for command in commands:
                     match command:
                         case RecordStep(run_id, owner, step, status, wake_at, now):
-                            sent.append(
-                                (send_step(db, conn, run_id, owner, step, now, status, wake_at), None)
-                            )
+                            sent.append((db.send_step(conn, run_id, owner, step, now, status, wake_at), None))
                         case FinishRun():
                             sent.append((self._send_finish(conn, command), (command.run_id, command.status)))
                             if command.status == "cancelled":  # only if it did end (see the query)

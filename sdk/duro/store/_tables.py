@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from .._definitions import ACTIVE_STATUS_VALUES, TERMINAL_STATUS_VALUES
 
 SCHEMA_VERSION = 13
+NOTIFY_CHANNEL = "duro"  # PostgreSQL's LISTEN/NOTIFY channel of every duro store (see _notify)
 
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
