@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from duro import DuroError
-from duro.tooling import duration_ms
+from duro.tooling import ENDED, RETRYABLE, RUN_STATES, UNFINISHED, duration_ms
 
 from ._extras import dev_extra
 
@@ -30,7 +30,6 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
-RUN_STATUSES = ("pending", "running", "suspended", "blocked", "completed", "failed", "cancelled")
 INPUT_EXAMPLE = """--input '{"id": "A-1", "qty": 2}' (an object), --input '"acme"' (a string)"""
 PAYLOAD_EXAMPLE = """--payload '{"approved": true}'"""
 
@@ -362,15 +361,12 @@ def render_started(answer: dict[str, Any]) -> str:
     return f"run {rid} of {workflow} already exists ({status}): nothing started"
 
 
-ENDED_STATUSES = ("completed", "failed", "cancelled")
-
-
 def render_cancelled(answer: dict[str, Any], before: str | None = None) -> str:
     """``duro runs cancel``: the run's status afterwards; ``before``, its status before the cancel
     (a run that had already ended, cancelled included, had nothing to cancel)."""
     run = answer.get("run", {})
     rid, status = clean(run.get("id")), clean(run.get("status"))
-    if before in ENDED_STATUSES or (status in ENDED_STATUSES and status != "cancelled"):
+    if before in ENDED or (status in ENDED and status != "cancelled"):
         return f"run {rid} is {status}: nothing to cancel"
     if status == "cancelled":
         return f"cancelled run {rid}"
@@ -394,7 +390,7 @@ def render_would_retry(answer: dict[str, Any]) -> str:
     lines = []
     for run in answer.get("runs", []):
         rid, status = clean(run.get("id")), clean(run.get("status"))
-        if status in ("failed", "cancelled"):
+        if status in RETRYABLE:
             lines.append(f"would retry run {rid} ({status})")
         else:
             lines.append(f"would refuse run {rid}: it is {status} (a retry takes a failed or cancelled run)")
@@ -692,7 +688,7 @@ def runs_group() -> None:
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice(RUN_STATUSES, case_sensitive=False),
+    type=click.Choice(RUN_STATES, case_sensitive=False),
     help="Only runs in this status (repeat for several).",
 )
 @click.option("--tag", default=None, help="Only runs with this tag, e.g. concurrency:tenant:acme.")
@@ -801,7 +797,7 @@ def _bulk(call: Call, action: str, noun: str, dry_run: bool, yes: bool, **body: 
 @click.argument("run_ids", nargs=-1)
 @click.option(
     "--status",
-    type=click.Choice(["failed", "cancelled", "any"], case_sensitive=False),
+    type=click.Choice([*RETRYABLE, "any"], case_sensitive=False),
     default="failed",
     show_default=True,
     help="With a filter: runs that ended this way (any: failed or cancelled).",
@@ -873,7 +869,7 @@ def runs_fork(call: Call, run_id: str, from_seq: int, new_run_id: str | None, ve
 @click.argument("run_ids", nargs=-1)
 @click.option(
     "--status",
-    type=click.Choice(["pending", "running", "suspended", "blocked"], case_sensitive=False),
+    type=click.Choice(UNFINISHED, case_sensitive=False),
     default=None,
     help="With a filter: only runs in this status (default: every unfinished run).",
 )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from duro import DuroError
-from duro.tooling import duration_ms
+from duro.tooling import UNFINISHED, duration_ms
 
 from .cli_api import runs_group
 from .cli_server import project_database_url
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from duro.store import RunRecord, SqlStore
     from duro.tooling import ReplayOutcome
 
-ACTIVE = ("pending", "running", "suspended", "blocked")
 PAGE = 500
 
 
@@ -44,7 +43,7 @@ def _runs(store: SqlStore, workflow: str | None, statuses: tuple[str, ...]) -> I
 def _selected(store: SqlStore, workflow: str | None, cutoff: int | None) -> Iterator[RunRecord]:
     """The unfinished runs, then those that ended since ``cutoff`` (read by their end: however long
     the history, only what the window holds)."""
-    yield from _runs(store, workflow, ACTIVE)
+    yield from _runs(store, workflow, UNFINISHED)
     if cutoff is None:
         return
     after: tuple[int, str] | None = None

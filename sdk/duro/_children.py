@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
-from ._definitions import TERMINAL_STATUS_VALUES, Concurrency
+from ._definitions import Concurrency
 from ._errors import (
     ChildWorkflowError,
     ConcurrencyLimitError,
@@ -22,7 +22,7 @@ from ._errors import (
 )
 from ._runtime import LostRun, Runtime
 from ._serde import describe_error, dump_json, restore_error
-from ._states import RunState, StepKind
+from ._states import ENDED, RETRYABLE, RunState, StepKind
 from .store import Fenced, OwnStep, RunRecord, StepRecord
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
             child = wakeups.ended.get(child_id) or await ctx.runtime.gateway.call(
                 ctx.runtime.gateway.store.runs.get, child_id
             )
-            if child is not None and child.status in TERMINAL_STATUS_VALUES:
+            if child is not None and child.status in ENDED:
                 break
             await ctx.park(waiter.wait(), "child", child_id, None, rec)
             waiter.clear()
@@ -156,7 +156,7 @@ async def _start_child_run(
         found, created = await ctx.runtime.starter.start(
             spec, inp, run_id=child_id, concurrency=concurrency, parent=ctx.own(rec)
         )
-        if not created and found.status in ("failed", "cancelled") and ctx.record.attempt > 1:
+        if not created and found.status in RETRYABLE and ctx.record.attempt > 1:
             # a retried parent runs its failed child call again: the child is retried with it (from
             # its own failing call, its completed steps kept), unless another retry took it first
             with contextlib.suppress(RunStatusError):

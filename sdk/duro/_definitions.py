@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from ._durations import Duration, to_ms
 from ._errors import ConfigError, DuroError, InputError
 from ._serde import Codec, hint_classes, is_structured, qualified_name
+from ._states import ENDED
 from ._text import NUL
 
 
@@ -32,12 +33,8 @@ class RunStatus(enum.StrEnum):
     @property
     def terminal(self) -> bool:
         """Whether the run has ended (completed, failed or cancelled): it never changes again."""
-        return self in TERMINAL_STATUSES
+        return self.value in ENDED
 
-
-TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-ACTIVE_STATUS_VALUES = ("pending", "running", "suspended", "blocked")
-TERMINAL_STATUS_VALUES = ("completed", "failed", "cancelled")
 
 DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = (
     RunStatus.PENDING,

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ._clock import Clock, datetime_to_ms, ms_to_datetime
-from ._definitions import ACTIVE_STATUS_VALUES
 from ._durations import Duration, to_ms
 from ._errors import ConcurrencyLimitError, DuroError, RunStatusError
 from ._events import EventBus
@@ -20,6 +19,7 @@ from ._gateway import StoreGateway
 from ._registry import Registry
 from ._serde import error_summary
 from ._starts import Starter
+from ._states import ENDED, RETRYABLE, UNFINISHED
 from ._text import check_run_id, refuse_nul
 from .store import AttemptRecord, Fork, NewRun, QuotaCheck, Retry, RunRecord
 
@@ -108,7 +108,7 @@ class Redrive:
         """See ``Engine.retry``. ``known``: the run as just read (a bulk retry's page), not read again:
         the store decides on the run as it finds it, and refuses one that changed since."""
         run = known if known is not None else await self._runs.record(run_id)
-        if run.status not in ("failed", "cancelled"):
+        if run.status not in RETRYABLE:
             raise RunStatusError(run.id, run.status, "retry")
         target = self._version(run, version)
         quota = await self._quota(run)
@@ -138,7 +138,7 @@ class Redrive:
         if new_run_id is not None:
             check_run_id(new_run_id)
         run = await self._runs.record(run_id)
-        if run.status not in ("completed", "failed", "cancelled"):
+        if run.status not in ENDED:
             raise RunStatusError(run.id, run.status, "fork")
         target = self._version(run, version)
         quota = await self._quota(run)
@@ -184,13 +184,13 @@ class Redrive:
         version: str | None = None,
     ) -> BulkReport:
         """See ``Engine.retry_runs``."""
-        if status not in ("failed", "cancelled", None):
+        if status is not None and status not in RETRYABLE:
             raise DuroError(
                 f"retry_runs: status {status!r} cannot be retried; use 'failed', 'cancelled' or None (both)"
             )
         _check_bulk(limit, dry_run, "retry_runs")
         _check_text("retry_runs", workflow=workflow, error_type=error_type)
-        statuses = ("failed", "cancelled") if status is None else (status,)
+        statuses = RETRYABLE if status is None else (status,)
         now = self._clock.now_ms()
         start, end = _window(since, until, now, "retry_runs")
         chosen: list[RunRecord] = []
@@ -222,14 +222,14 @@ class Redrive:
         limit: int,
     ) -> BulkReport:
         """See ``Engine.cancel_runs``."""
-        if status is not None and status not in ACTIVE_STATUS_VALUES:
+        if status is not None and status not in UNFINISHED:
             raise DuroError(
                 f"cancel_runs: status {status!r} is not a status of an unfinished run; use one of "
-                f"{', '.join(ACTIVE_STATUS_VALUES)}, or None for all of them"
+                f"{', '.join(UNFINISHED)}, or None for all of them"
             )
         _check_bulk(limit, dry_run, "cancel_runs")
         _check_text("cancel_runs", workflow=workflow)
-        statuses = list(ACTIVE_STATUS_VALUES) if status is None else [status]
+        statuses = list(UNFINISHED) if status is None else [status]
         now = self._clock.now_ms()
         start, end = _window(since, until, now, "cancel_runs")
         chosen: list[RunRecord] = []

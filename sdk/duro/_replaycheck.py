@@ -27,7 +27,7 @@ from ._registry import Registry
 from ._replay import History
 from ._runtime import Runtime
 from ._serde import restore_error, stored_json
-from ._states import StepKind
+from ._states import ENDED, StepKind
 from .store import RunRecord, StepRecord, settle_sleeps
 
 FORMAT = "duro.history/1"
@@ -49,7 +49,7 @@ class CheckedHistory(History):
 
     def take(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]:
         seq, rec = super().take(kind, name)
-        if rec is None or rec.status not in ("completed", "failed", "cancelled"):
+        if rec is None or rec.status not in ENDED:
             raise HistoryEnd(seq)
         return seq, rec
 

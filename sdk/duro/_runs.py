@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._clock import Clock, datetime_to_ms
-from ._definitions import TERMINAL_STATUS_VALUES, RunStatus
+from ._definitions import RunStatus
 from ._durations import Duration, format_ms, to_ms
 from ._errors import DuroError, RunCancelled, RunEndedError, RunFailedError, RunNotFoundError
 from ._events import EventBus
@@ -17,6 +17,7 @@ from ._handle import RunInfo, RunsPage, StepInfo, StepsPage
 from ._registry import Registry
 from ._resume import attempt_of
 from ._serde import Codec, describe_error, dump_json, restore_error
+from ._states import ENDED
 from ._text import NO_NUL, NUL, decode_cursor, encode_cursor, refuse_nul
 from ._wakeups import Wakeups
 from .limits import Limits
@@ -201,7 +202,7 @@ class Runs:
                 if record is None and not executing:
                     record = await self.record(run_id)
                 executing = False
-                if record is not None and record.status in TERMINAL_STATUS_VALUES:
+                if record is not None and record.status in ENDED:
                     return self._outcome(record)
                 now = self._clock.now_ms()
                 if deadline is not None and now >= deadline:
@@ -242,7 +243,7 @@ class Runs:
         except (TypeError, ValueError) as err:
             raise DuroError(f"payload of signal {name!r} to run {run_id!r} is not JSON: {err}") from None
         run = await self.record(run_id)
-        if run.status in TERMINAL_STATUS_VALUES:  # the store checks again as it writes
+        if run.status in ENDED:  # the store checks again as it writes
             raise RunEndedError(run_id, run.status, name)
         await self._gateway.call(self._store.signals.send, run_id, name, text, self._clock.now_ms())
         self._events.publish("signal.sent", run_id, self._clock.now_ms(), None, name=name)

@@ -32,7 +32,7 @@ from ._cancel import cancelled
 from ._clock import Clock
 from ._config import Workspace
 from ._context import RunContext
-from ._definitions import TERMINAL_STATUS_VALUES, WorkflowSpec
+from ._definitions import WorkflowSpec
 from ._errors import DuroError, EngineCrash, RunCancelled, raise_user_exit
 from ._events import EventBus
 from ._gateway import StoreGateway, store_trouble
@@ -46,6 +46,7 @@ from ._run_ends import RunEnds
 from ._runtime import LostRun, RetryPort, Runtime, Unloaded
 from ._schedules import Schedules, fire_schedules
 from ._starts import Starter
+from ._states import ENDED
 from ._tracing import traced
 from ._wakeups import Wakeups
 from .limits import Limits, LocalSlots, RunLimits
@@ -537,7 +538,7 @@ class Worker:
         if watched:
             statuses = await self.db(self.store.runs.statuses, watched)
             for run_id, status in statuses.items():
-                if status in TERMINAL_STATUS_VALUES:
+                if status in ENDED:
                     if run_id in self.live:
                         self.residents.lose([run_id])  # ended elsewhere
                     self.wakeups.run_ended(run_id)

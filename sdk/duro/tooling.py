@@ -8,7 +8,9 @@ it with 503 and ``Retry-After``), ``check_run_id`` (the rule a new run's id must
 one before reading the store with it), ``WorkflowSpec`` (a registered workflow, as
 ``engine.workflows`` gives it), ``ReplayOutcome``, ``history_to_json`` and ``history_from_json``
 (the replay check: ``duro replay-check``, ``duro runs export``, ``env.replay``), ``version_order``
-(how versions of a workflow sort: newest last), ``lazy_names`` (a package's public names that load
+(how versions of a workflow sort: newest last), the statuses as types and lists (``RunState``,
+``EndState``, ``UnfinishedState``, ``RetryState``; ``RUN_STATES``, ``ENDED``, ``UNFINISHED``,
+``RETRYABLE``), ``lazy_names`` (a package's public names that load
 their module on first use, as duro's own do).
 """
 
@@ -30,6 +32,16 @@ if TYPE_CHECKING:
     from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
     from ._scan import Project, load_project
     from ._schedules import ScheduleInfo
+    from ._states import (
+        ENDED,
+        RETRYABLE,
+        RUN_STATES,
+        UNFINISHED,
+        EndState,
+        RetryState,
+        RunState,
+        UnfinishedState,
+    )
     from ._text import check_run_id
     from .limits import LimitInfo, LimitKey, SlotInfo, SlotsPage
     from .limits._types import check_key
@@ -63,6 +75,14 @@ __all__ = [
     "check_run_id",
     "check_key",
     "WorkflowSpec",
+    "RUN_STATES",
+    "ENDED",
+    "UNFINISHED",
+    "RETRYABLE",
+    "RunState",
+    "EndState",
+    "UnfinishedState",
+    "RetryState",
 ]
 
 # Each name loads its module on first use: a tool that needs one record loads no store.
@@ -97,6 +117,16 @@ __getattr__, __dir__ = lazy_names(
             "load_project",
         ),
         "._schedules": ("ScheduleInfo",),
+        "._states": (
+            "RUN_STATES",
+            "ENDED",
+            "UNFINISHED",
+            "RETRYABLE",
+            "RunState",
+            "EndState",
+            "UnfinishedState",
+            "RetryState",
+        ),
         "._text": ("check_run_id",),
         ".limits": (
             "LimitInfo",

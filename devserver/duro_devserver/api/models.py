@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
 from duro import RunStatus
-from duro.tooling import LimitInfo, RateInfo, RateWaiter, RunInfo, ScheduleInfo, SlotInfo, StepInfo
+from duro.tooling import (
+    EndState,
+    LimitInfo,
+    RateInfo,
+    RateWaiter,
+    RetryState,
+    RunInfo,
+    ScheduleInfo,
+    SlotInfo,
+    StepInfo,
+    UnfinishedState,
+)
 
 
 class Body(BaseModel):
@@ -116,7 +127,7 @@ class _BulkBody(Body):
 class RetryRunsBody(_BulkBody):
     """Retry the runs that ended in [since, until) with this status, workflow and error type."""
 
-    status: Literal["failed", "cancelled"] | None = "failed"
+    status: RetryState | None = "failed"
     error_type: StrictStr | None = Field(default=None, min_length=1, max_length=300)
     version: StrictStr | None = Field(default=None, min_length=1, max_length=64)
 
@@ -124,7 +135,7 @@ class RetryRunsBody(_BulkBody):
 class CancelRunsBody(_BulkBody):
     """Cancel the unfinished runs created in [since, until) with this status and workflow."""
 
-    status: Literal["pending", "running", "suspended", "blocked"] | None = None
+    status: UnfinishedState | None = None
 
 
 class BulkOut(BaseModel):
@@ -183,7 +194,7 @@ class RunEndedOut(ErrorOut):
     """409: the run has ended, so a signal cannot reach it; nothing was sent."""
 
     run_id: str
-    status: Literal["completed", "failed", "cancelled"]
+    status: EndState
 
 
 class RunStatusOut(ErrorOut):

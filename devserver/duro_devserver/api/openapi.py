@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from duro.tooling import RUN_STATES
+
 from . import models as m
 
 # (method, path, summary, request body model, {status: response model}, query parameters)
@@ -24,7 +26,7 @@ _RUN_FILTERS: list[dict[str, Any]] = [
             "type": "array",
             "items": {
                 "type": "string",
-                "enum": ["pending", "running", "suspended", "blocked", "completed", "failed", "cancelled"],
+                "enum": list(RUN_STATES),
             },
         },
         "style": "form",

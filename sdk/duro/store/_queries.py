@@ -19,8 +19,9 @@ from __future__ import annotations
 from functools import cache
 
 from .._slots import SlotRow
+from .._states import RUN_STATES
 from ._records import RunRecord, StepRecord
-from ._tables import ACTIVE_SQL, NOTIFY_CHANNEL, TERMINAL_SQL
+from ._tables import ACTIVE_SQL, NOTIFY_CHANNEL, RETRYABLE_SQL, TERMINAL_SQL
 
 # A run's, a step's and a slot's columns are their records' fields, in order (the record is the
 # row's one shape; tests/unit checks both against the tables): a query selects them in that order,
@@ -483,7 +484,7 @@ QUERIES: dict[str, str] = {
     # (whoever closes them, and however late: a second close finds nothing waiting)
     "hook_leave": "UPDATE duro_steps SET ended_at = COALESCE((SELECT ended_at FROM duro_runs WHERE id = :run_id), "
     ":now), status = COALESCE((SELECT status FROM duro_runs "
-    "WHERE id = :run_id AND status IN ('cancelled', 'failed')), 'cancelled') "
+    f"WHERE id = :run_id AND status IN {RETRYABLE_SQL}), 'cancelled') "
     "WHERE run_id = :run_id AND kind = 'hook' AND status = 'waiting'",
     "limit_rows": "SELECT name, capacity_override, max_hold_override_ms, busy, reserved, waiting, capacity, "
     "max_hold_ms, per_key FROM duro_limits",
@@ -544,7 +545,7 @@ REDRIVE_QUERIES = {
     "retry_run": "UPDATE duro_runs SET status = 'pending', attempt = attempt + 1, version = :version, "
     "output = NULL, error = NULL, ended_at = NULL, owner = NULL, wake_at = NULL, due_at = :now, "
     "cancel_requested_at = NULL, recoveries = NULL, recovered_steps = NULL, updated_at = :now "
-    f"WHERE id = :id AND attempt = :attempt AND status IN ('failed', 'cancelled') RETURNING {_list(RUN_COLUMNS)}",
+    f"WHERE id = :id AND attempt = :attempt AND status IN {RETRYABLE_SQL} RETURNING {_list(RUN_COLUMNS)}",
     "insert_attempt": f"INSERT INTO duro_attempts ({_list(ATTEMPT_COLUMNS)}) VALUES ({_list(ATTEMPT_COLUMNS, ':')})",
     "select_attempts": f"SELECT {_list(ATTEMPT_COLUMNS[1:])} FROM duro_attempts WHERE run_id = :run_id "
     "ORDER BY attempt",
@@ -629,11 +630,7 @@ SQLITE: dict[str, str] = {}
 def count_sql(statuses: tuple[str, ...], scoped: bool) -> str:
     """A quota's count: one indexed count on (concurrency_key, status), the statuses as literals
     (unknown ones dropped) so that the partial index ``duro_runs_quota`` serves it."""
-    known = [
-        s
-        for s in statuses
-        if s in ("pending", "running", "suspended", "blocked", "completed", "failed", "cancelled")
-    ]
+    known = [s for s in statuses if s in RUN_STATES]
     listed = ", ".join(f"'{s}'" for s in known) or "NULL"
     sql = f"SELECT count(*) FROM duro_runs WHERE concurrency_key = :key AND status IN ({listed})"
     return sql + " AND namespace = :namespace" if scoped else sql

@@ -11,6 +11,7 @@ from typing import Any
 
 from .._config import LimitConfig
 from .._slots import LimitView, SlotRow
+from .._states import WAITING
 from ._queries import RUN_COLUMNS, SLOT_COLUMNS, STEP_COLUMNS
 from ._records import RunRecord, StepRecord
 
@@ -19,14 +20,11 @@ def step_values(run_id: str, step: StepRecord) -> dict[str, Any]:
     return dict(zip(STEP_COLUMNS, (run_id, *step), strict=True))
 
 
-WAITING_STATUSES = ("suspended", "blocked")
-
-
 def due_for(status: str, wake_at: int | None, now: int) -> int | None:
     """When a run written with ``status`` (and timer ``wake_at``) at ``now`` falls due if nobody
     holds it: a waiting run when its timer ends (never, with no timer: what it waits for makes it
     due), any other at once (see ``_tables.Run.due_at``)."""
-    return wake_at if status in WAITING_STATUSES else now
+    return wake_at if status in WAITING else now
 
 
 @dataclass(frozen=True)

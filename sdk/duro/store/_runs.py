@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError, RunNotFoundError, RunStatusError
 from .._quota import admit
 from .._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
+from .._states import RETRYABLE, UNFINISHED
 from . import _psycopg
 from ._commands import OwnStep
 from ._connection import Connector
@@ -279,7 +279,7 @@ class Runs:
             params["statuses"] = list(statuses)
             # the partial index of unfinished runs serves a list of unfinished runs only, named as
             # its condition is (a planner matches it term for term)
-            unfinished_only = set(statuses) <= set(ACTIVE_STATUS_VALUES)
+            unfinished_only = set(statuses) <= set(UNFINISHED)
         if tag is not None:
             if tag.startswith("concurrency:"):
                 params["key"] = tag.removeprefix("concurrency:")
@@ -615,7 +615,7 @@ class Runs:
         run = None if found is None else to_run(found)
         if run is None or (namespace is not None and run.namespace != namespace):
             raise RunNotFoundError(run_id, namespace)
-        if run.status not in ("failed", "cancelled") and not (completed and run.status == "completed"):
+        if run.status not in RETRYABLE and not (completed and run.status == "completed"):
             raise RunStatusError(run.id, run.status, action)
         return run
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from sqlalchemy.engine import Connection
 
-from .._definitions import ACTIVE_STATUS_VALUES
 from .._errors import RunEndedError, RunNotFoundError
+from .._states import UNFINISHED
 from ._commands import SendSignal, TakeSignal
 from ._connection import Connector
 from ._records import Fenced, StepRecord, reads
@@ -30,7 +30,7 @@ class Signals:
         found = db.run(conn, "run_status", {"id": run_id}).fetchone()
         if found is None:
             raise RunNotFoundError(run_id)
-        if found[0] not in ACTIVE_STATUS_VALUES:
+        if found[0] not in UNFINISHED:
             raise RunEndedError(run_id, found[0], name)
         db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
         db.run(conn, "nudge", {"id": run_id, "now": now})  # a run unloaded while it waits is due

@@ -17,7 +17,7 @@ from sqlmodel import Field, SQLModel
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.12+; only annotations use it
 
-from .._definitions import ACTIVE_STATUS_VALUES, TERMINAL_STATUS_VALUES
+from .._states import ENDED, RETRYABLE, UNFINISHED
 
 SCHEMA_VERSION = 13
 NOTIFY_CHANNEL = "duro"  # PostgreSQL's LISTEN/NOTIFY channel of every duro store (see _notify)
@@ -25,8 +25,9 @@ NOTIFY_CHANNEL = "duro"  # PostgreSQL's LISTEN/NOTIFY channel of every duro stor
 
 # unfinished runs, as SQL: the partial index's condition and the queries that use it say it
 # identically (SQLite matches a partial index's condition term for term, with literal values)
-ACTIVE_SQL = "(" + ", ".join(f"'{status}'" for status in ACTIVE_STATUS_VALUES) + ")"
-TERMINAL_SQL = "(" + ", ".join(f"'{status}'" for status in TERMINAL_STATUS_VALUES) + ")"
+ACTIVE_SQL = "(" + ", ".join(f"'{status}'" for status in UNFINISHED) + ")"
+TERMINAL_SQL = "(" + ", ".join(f"'{status}'" for status in ENDED) + ")"
+RETRYABLE_SQL = "(" + ", ".join(f"'{status}'" for status in RETRYABLE) + ")"
 
 
 class _Where(TypedDict):
