@@ -151,7 +151,7 @@ def cost_case(url: str, waiters: int) -> dict:
     """One grant at its due instant with ``waiters`` queued behind a full window, at the store."""
     import sqlalchemy as sa
 
-    from duro._config import check_rate
+    from duro.definitions._config import check_rate
     from duro.store import SqlStore
 
     config = check_rate("cost", 1, "1s")

@@ -1,5 +1,5 @@
 """``duro replay-check`` and ``duro runs export``: before a deploy, replay recorded histories on the
-project's current code (see ``duro._replaycheck``), in the harness's simulated world.
+project's current code (see ``duro.client._replaycheck``), in the harness's simulated world.
 
 Both read the project's database directly (``--database-url``, default the dev server's SQLite file):
 a check needs every run's steps, and must not depend on a server being up. Neither writes to it: the

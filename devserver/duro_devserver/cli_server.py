@@ -118,7 +118,7 @@ def _create_schema_while_restarting(store: SqlStore) -> None:
     as an engine's store calls are, 30 s): a worker that starts then waits for it, as a running one
     does, instead of exiting."""
     from duro._clock import SystemClock, pause
-    from duro._gateway import STORE_RETRY_S
+    from duro.worker._gateway import STORE_RETRY_S
 
     clock = SystemClock()
     give_up, wait = clock.monotonic_ms() + STORE_RETRY_S * 1000, 0.05

@@ -40,7 +40,7 @@ _STEP_POLL_S = 0.001  # how often, in real time, the harness looks whether steps
 
 
 class _CurrentEngine:
-    """What the environment's handles call (``duro._handle.RunAccess``): whichever engine runs now,
+    """What the environment's handles call (``duro.client._handle.RunAccess``): whichever engine runs now,
     so handles survive ``restart()``."""
 
     def __init__(self, env: DuroEnv) -> None:

@@ -11,22 +11,6 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ._config import Workspace, define_workspace
-    from ._decorators import Workflow, step, workflow
-    from ._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, Rate, RunStatus
-    from ._durable import (
-        CurrentRun,
-        child,
-        current_run,
-        deprecate_patch,
-        now,
-        patched,
-        send_signal,
-        sleep,
-        start_child,
-        wait_for_signal,
-    )
-    from ._engine import Engine
     from ._errors import (
         ChildWorkflowError,
         ConcurrencyLimitError,
@@ -46,12 +30,28 @@ if TYPE_CHECKING:
         SlotTimeoutError,
         UserExitError,
     )
-    from ._handle import RunHandle, RunsPage
-    from ._options import WorkerOptions
-    from ._redrive import AttemptInfo, BulkReport
-    from ._retention import PruneReport
+    from .client._engine import Engine
+    from .client._handle import RunHandle, RunsPage
+    from .client._redrive import AttemptInfo, BulkReport
+    from .definitions._config import Workspace, define_workspace
+    from .definitions._decorators import Workflow, step, workflow
+    from .definitions._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, Rate, RunStatus
     from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
     from .rates import RateGrant, acquire_rate
+    from .run._durable import (
+        CurrentRun,
+        child,
+        current_run,
+        deprecate_patch,
+        now,
+        patched,
+        send_signal,
+        sleep,
+        start_child,
+        wait_for_signal,
+    )
+    from .worker._options import WorkerOptions
+    from .worker._retention import PruneReport
 
 __all__ = [
     "workflow",
@@ -114,23 +114,23 @@ __all__ = [
 __getattr__, __dir__ = lazy_names(
     globals(),
     {
-        "._config": (
+        ".definitions._config": (
             "Workspace",
             "define_workspace",
         ),
-        "._decorators": (
+        ".definitions._decorators": (
             "Workflow",
             "step",
             "workflow",
         ),
-        "._definitions": (
+        ".definitions._definitions": (
             "DEFAULT_CONCURRENCY_STATUSES",
             "Concurrency",
             "Limit",
             "Rate",
             "RunStatus",
         ),
-        "._durable": (
+        ".run._durable": (
             "CurrentRun",
             "child",
             "current_run",
@@ -142,7 +142,7 @@ __getattr__, __dir__ = lazy_names(
             "start_child",
             "wait_for_signal",
         ),
-        "._engine": ("Engine",),
+        ".client._engine": ("Engine",),
         "._errors": (
             "ChildWorkflowError",
             "ConcurrencyLimitError",
@@ -162,10 +162,10 @@ __getattr__, __dir__ = lazy_names(
             "SlotTimeoutError",
             "UserExitError",
         ),
-        "._handle": ("RunHandle", "RunsPage"),
-        "._retention": ("PruneReport",),
-        "._redrive": ("AttemptInfo", "BulkReport"),
-        "._options": ("WorkerOptions",),
+        ".client._handle": ("RunHandle", "RunsPage"),
+        ".worker._retention": ("PruneReport",),
+        ".client._redrive": ("AttemptInfo", "BulkReport"),
+        ".worker._options": ("WorkerOptions",),
         ".limits": (
             "Slot",
             "SlotRelease",

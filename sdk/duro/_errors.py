@@ -360,7 +360,7 @@ CALL_SEQ = "_duro_call_seq"  # the attribute that marks an error raised by a dur
 
 def raised_at(err: E, seq: int) -> E:
     """``err``, marked as raised by the run's durable call at ``seq``: a run that fails with it (or
-    with an error it caused) is retried from that call (see ``duro._resume``)."""
+    with an error it caused) is retried from that call (see ``duro.rules._resume``)."""
     with contextlib.suppress(AttributeError, TypeError):  # an error that takes no attribute: unmarked
         setattr(err, CALL_SEQ, seq)
     return err

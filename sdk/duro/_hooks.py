@@ -15,12 +15,12 @@ from typing import Any
 
 @dataclass
 class EngineHooks:
-    # Store calls made on the event loop, waiting included (duro._gateway): deterministic, for a
+    # Store calls made on the event loop, waiting included (duro.worker._gateway): deterministic, for a
     # private store no other process can lock (the harness's in-memory SQLite).
     inline_store: bool = False
-    # Sync steps run on the loop instead of in threads (duro._context): a repeatable event order.
+    # Sync steps run on the loop instead of in threads (duro.run._context): a repeatable event order.
     inline_sync_steps: bool = False
-    # New run ids (duro._starts): numbered, for repeatable ids, instead of time-ordered random ones.
+    # New run ids (duro.client._starts): numbered, for repeatable ids, instead of time-ordered random ones.
     new_run_id: Callable[[], str] | None = None
     # Called at named points of a run's work ("step.executed" before the step's record is written,
     # "run.finishing", "slot.confirming"); the harness raises EngineCrash there to crash the box.
@@ -28,10 +28,10 @@ class EngineHooks:
     # A release hands a freed slot straight to a run parked in this process (duro.store.ReleaseSlot's
     # hand_over). False: every hand-out is a reservation (the harness, to strand one).
     hand_over_locally: bool = True
-    # What handles made by the engine call (duro._handle.RunAccess): the engine itself, or the
+    # What handles made by the engine call (duro.client._handle.RunAccess): the engine itself, or the
     # harness's stand-in for whichever engine runs after a simulated restart.
     handle_target: Any = None
-    # The step bodies executing now, as (run id, step name) (duro._context), when a list: the
+    # The step bodies executing now, as (run id, step name) (duro.run._context), when a list: the
     # harness waits for them (a step awaiting real I/O) before it calls the runs idle.
     executing: list[tuple[str, str]] | None = None
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._slots import SlotEvent
+from .rules._slots import SlotEvent
 
 if TYPE_CHECKING:
     from .store import SqlStore

@@ -175,7 +175,7 @@ def describe_error(err: BaseException, call_seq: int | None = None) -> str:
         data["state"] = state
     if isinstance(err, NonDeterminismError):
         data["detail"] = {"seq": err.seq, "recorded": err.recorded, "asked": err.asked}
-    if call_seq is not None:  # a run's error: the durable call that raised it (see duro._resume)
+    if call_seq is not None:  # a run's error: the durable call that raised it (see duro.rules._resume)
         data["call_seq"] = call_seq
     return dump_json(data)
 

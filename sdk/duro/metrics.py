@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._clock import Clock
-from ._config import Workspace
 from ._events import EventBus, RunEvent
-from ._slots import SlotEvent
+from .definitions._config import Workspace
+from .rules._slots import SlotEvent
 
 if TYPE_CHECKING:
     from .store import SqlStore

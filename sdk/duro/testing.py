@@ -5,9 +5,9 @@ helpers shared with the dev server are in :mod:`duro.tooling`.
 """
 
 from . import Engine
-from ._config import LimitConfig
 from ._errors import EngineCrash
 from ._hooks import EngineHooks
+from .definitions._config import LimitConfig
 
 
 def hooks(engine: Engine) -> EngineHooks:

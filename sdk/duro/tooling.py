@@ -22,16 +22,10 @@ from ._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._clock import SystemClock, datetime_to_ms, ms_to_datetime
-    from ._definitions import WorkflowSpec
     from ._durations import format_ms
     from ._durations import to_ms as duration_ms
     from ._errors import StoreUnavailable
     from ._events import RunEvent
-    from ._handle import RunInfo, StepInfo, StepsPage
-    from ._registry import version_order
-    from ._replaycheck import ReplayOutcome, history_from_json, history_to_json
-    from ._scan import Project, load_project
-    from ._schedules import ScheduleInfo
     from ._states import (
         ENDED,
         RETRYABLE,
@@ -43,9 +37,15 @@ if TYPE_CHECKING:
         UnfinishedState,
     )
     from ._text import check_run_id
+    from .client._handle import RunInfo, StepInfo, StepsPage
+    from .client._replaycheck import ReplayOutcome, history_from_json, history_to_json
+    from .definitions._definitions import WorkflowSpec
+    from .definitions._registry import version_order
+    from .definitions._scan import Project, load_project
     from .limits import LimitInfo, LimitKey, SlotInfo, SlotsPage
     from .limits._types import check_key
     from .rates import RateInfo, RateWaiter
+    from .worker._schedules import ScheduleInfo
 
 __all__ = [
     "lazy_names",
@@ -94,29 +94,29 @@ __getattr__, __dir__ = lazy_names(
             "datetime_to_ms",
             "ms_to_datetime",
         ),
-        "._definitions": ("WorkflowSpec",),
+        ".definitions._definitions": ("WorkflowSpec",),
         "._durations": (
             "format_ms",
             "duration_ms=to_ms",
         ),
         "._errors": ("StoreUnavailable",),
         "._events": ("RunEvent",),
-        "._handle": (
+        ".client._handle": (
             "RunInfo",
             "StepInfo",
             "StepsPage",
         ),
-        "._registry": ("version_order",),
-        "._replaycheck": (
+        ".definitions._registry": ("version_order",),
+        ".client._replaycheck": (
             "ReplayOutcome",
             "history_from_json",
             "history_to_json",
         ),
-        "._scan": (
+        ".definitions._scan": (
             "Project",
             "load_project",
         ),
-        "._schedules": ("ScheduleInfo",),
+        ".worker._schedules": ("ScheduleInfo",),
         "._states": (
             "RUN_STATES",
             "ENDED",

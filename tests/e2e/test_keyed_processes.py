@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from duro import Engine
-from duro._config import LimitConfig
+from duro.definitions._config import LimitConfig
 from duro.store import SqlStore
 from tests.e2e.test_worker import registered, worker_process
 from tests.support.sampling import connect

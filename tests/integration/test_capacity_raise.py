@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from duro._config import LimitConfig
+from duro.definitions._config import LimitConfig
 from duro.store import SqlStore, store_call
 from duro.store._slots import HAND_OUT_BATCH
 from tests.support import store_ops

@@ -39,7 +39,7 @@ async def test_a_killed_worker_run_completes_elsewhere_with_steps_run_once(
     database_url, tmp_path, monkeypatch, detection
 ):
     if detection == "lease expiry":  # as if the dead worker had been on another machine
-        monkeypatch.setattr("duro._heartbeat._process_alive", lambda pid: True)
+        monkeypatch.setattr("duro.worker._heartbeat._process_alive", lambda pid: True)
     monkeypatch.setenv("DURO_TEST_JOURNAL", str(tmp_path / "journal"))
     monkeypatch.setenv("DURO_TEST_SLEEP", "2s")
     process = spawn_worker(database_url, "crash-1", tmp_path)

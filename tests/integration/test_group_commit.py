@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, step, workflow
-from duro._batching import GroupCommit
-from duro._config import LimitConfig
+from duro.definitions._config import LimitConfig
 from duro.store import Fenced, NewRun, OwnStep, RecordStep, RequestSlot, SqlStore, StepRecord
+from duro.worker._batching import GroupCommit
 
 
 def _commits(engine: Engine) -> Callable[[], int]:

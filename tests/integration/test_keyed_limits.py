@@ -288,8 +288,8 @@ def test_a_requeued_reservation_does_not_pass_an_older_waiter_deep_in_the_queue(
     """More waiters of a full key than the store reads at once (a page of 500), then a waiter of a
     key with room; a reservation of a third key lapses and goes back last. The freed slot goes to
     the older waiter with room, however deep in the queue, not to the requeued one."""
-    from duro._config import LimitConfig
-    from duro._slots import RESERVATION_MS
+    from duro.definitions._config import LimitConfig
+    from duro.rules._slots import RESERVATION_MS
     from duro.store import ReleaseSlot, RequestSlot, SqlStore
 
     store = SqlStore(database_url, decisions_clock="caller")

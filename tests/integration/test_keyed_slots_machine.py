@@ -23,7 +23,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from duro._config import LimitConfig
+from duro.definitions._config import LimitConfig
 from duro.store import ConfirmSlot, ReleaseSlot, RequestSlot, SqlStore
 
 KEYS = ("a", "b", "c")

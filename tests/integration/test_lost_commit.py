@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from duro._config import LimitConfig
-from duro._gateway import StoreGateway
 from duro._hooks import EngineHooks
+from duro.definitions._config import LimitConfig
 from duro.store import OwnStep, ReleaseSlot, RequestSlot, StepRecord, Store
+from duro.worker._gateway import StoreGateway
 from tests.integration.store_contract._support import new_run
 from tests.support.losing_proxy import LosingProxy
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from duro import ConfigError, Engine
-from duro._scan import load_project
+from duro.definitions._scan import load_project
 
 WORKFLOW = """
 from duro import workflow, step

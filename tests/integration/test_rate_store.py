@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from duro._config import check_rate
+from duro.definitions._config import check_rate
 from duro.store import SqlStore
 
 RATE = check_rate("partner-api", 3, "1m")

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from duro import DuroError, SlotTimeoutError, acquire_slot, release_slot, wait_for_signal, workflow
-from duro._config import LimitConfig
+from duro.definitions._config import LimitConfig
 from duro.store import SqlStore
 from duro.store._limits import LIMIT_STATS, QUEUED_LIMITS, SlotStats
 from tests.support import store_ops

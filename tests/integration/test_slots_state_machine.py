@@ -1,5 +1,5 @@
 """A hypothesis state machine drives the real store's slot transactions (which apply the pure
-decisions of ``duro._slots``) and checks them against a simple reference model, on SQLite and on
+decisions of ``duro.rules._slots``) and checks them against a simple reference model, on SQLite and on
 PostgreSQL. Invariants: busy + reserved <= capacity at every grant, FIFO grant order, a second
 release is a no-op, a released reservation goes back to the queue as a lapsed one does, no slot in
 two states, the limit's counts equal its rows."""
@@ -19,8 +19,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from duro._config import LimitConfig
-from duro._slots import RESERVATION_MS
+from duro.definitions._config import LimitConfig
+from duro.rules._slots import RESERVATION_MS
 from duro.store import SqlStore
 from tests.support import store_ops
 

@@ -356,7 +356,7 @@ def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(datab
 def test_schema_10_indexes_a_rates_ended_waits_and_ends_its_grants(database_url):
     """A version-10 database (a grant had no end): its grants end when they were granted, the new
     index exists, and the window's grants still count."""
-    from duro._config import check_rate
+    from duro.definitions._config import check_rate
 
     rate = check_rate("api", 2, "1m")
     first = SqlStore(database_url, decisions_clock="caller")

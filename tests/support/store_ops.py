@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from duro._config import LimitConfig
-from duro._slots import SlotRow
+from duro.definitions._config import LimitConfig
+from duro.rules._slots import SlotRow
 from duro.store import (
     ConfirmSlot,
     FinishRun,

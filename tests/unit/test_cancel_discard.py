@@ -7,7 +7,7 @@ import asyncio
 import gc
 import warnings
 
-from duro._cancel import _discard
+from duro.run._cancel import _discard
 
 
 async def _wait_for(awaitable, deadline_ms):

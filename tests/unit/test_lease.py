@@ -1,9 +1,9 @@
-"""The lease decisions (duro._lease): until when a worker may execute its runs, and when it may
+"""The lease decisions (duro.rules._lease): until when a worker may execute its runs, and when it may
 judge another worker dead. Pure: every instant is passed in."""
 
 from __future__ import annotations
 
-from duro._lease import OwnLease, Watch
+from duro.rules._lease import OwnLease, Watch
 
 LEASE = 3000
 EVERY = LEASE // 3

@@ -10,8 +10,8 @@ import duro
 import duro.testing
 import duro.tooling
 from duro._events import EventBus
-from duro._schedules import Schedules
 from duro.limits import Limits
+from duro.worker._schedules import Schedules
 
 
 def _undocumented(name: str, obj: object) -> list[str]:

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 from duro import Concurrency, ConcurrencyLimitError, ConfigError
-from duro._quota import admit, retry_after
+from duro.rules._quota import admit, retry_after
 
 
 @pytest.mark.parametrize(

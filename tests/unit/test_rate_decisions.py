@@ -1,4 +1,4 @@
-"""The rate rule (``duro._rates``), pure: at most ``limit`` in costs granted in any window of
+"""The rate rule (``duro.rules._rates``), pure: at most ``limit`` in costs granted in any window of
 ``per_ms``, each queue's head granted at the earliest instant the window (and a pause) allows, FIFO.
 A hypothesis run drives random arrivals through the rule at the instants it names and checks every
 grant against a brute-force reference: the window property over every window, the queue order, and
@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from duro._rates import Grant, RateView, Waiter, earliest, grant_due, in_window, window_use
+from duro.rules._rates import Grant, RateView, Waiter, earliest, grant_due, in_window, window_use
 
 RATE = RateView("partner-api", limit=3, per_ms=60_000)
 
@@ -148,7 +148,7 @@ def test_the_rule_grants_each_waiter_at_the_earliest_instant_the_window_allows(l
 def test_the_oldest_grants_room_needed_names_are_all_due_reads(limit, gaps, cost, later, pause):
     """The store reads the window's use and only its oldest ``room_needed`` grants (each costs at
     least 1): ``due`` answers from them what it answers from the whole window."""
-    from duro._rates import due, room_needed
+    from duro.rules._rates import due, room_needed
 
     view = RateView("r", limit=limit, per_ms=PER, paused_until=pause)
     grants, at = [], 0

@@ -1,4 +1,4 @@
-"""Where a retry resumes and where a fork cuts (duro._resume): pure decisions over recorded calls."""
+"""Where a retry resumes and where a fork cuts (duro.rules._resume): pure decisions over recorded calls."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from duro._resume import Grant, attempt_of, failing_call, fork_cut, resume_point
+from duro.rules._resume import Grant, attempt_of, failing_call, fork_cut, resume_point
 from duro.store import AttemptRecord, StepRecord
 
 

@@ -3,7 +3,7 @@ writes are the records' fields, and the tables hold exactly those (and what only
 
 from __future__ import annotations
 
-from duro._slots import SlotRow
+from duro.rules._slots import SlotRow
 from duro.store import RunRecord, StepRecord
 from duro.store._queries import RUN_COLUMNS, SLOT_COLUMNS, STEP_COLUMNS
 from duro.store._tables import Run, SlotRequest, Step

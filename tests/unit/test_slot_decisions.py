@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 # The one import of the module under test: if it moves (to ``duro.limits._decisions``), change this line.
-from duro import _slots as slots
+from duro.rules import _slots as slots
 
 RES = slots.RESERVATION_MS
 HOLD = 45 * 60_000

@@ -120,7 +120,7 @@ TEST_FILE = textwrap.dedent(
 def test_a_pytest_run_without_duro_env_loads_none_of_them_nor_the_harness(tmp_path: Path):
     """Only duro's plugin is loaded (other plugins installed here load some of these themselves)."""
     (tmp_path / "test_plain.py").write_text(
-        TEST_FILE.format(heavy=(*HEAVY, "duro_harness._env", "duro._engine"))
+        TEST_FILE.format(heavy=(*HEAVY, "duro_harness._env", "duro.client._engine"))
     )
     done = subprocess.run(
         [

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from duro._context import RunContext
-from duro._runtime import LostRun, Runtime
+from duro.run._context import RunContext
+from duro.run._runtime import LostRun, Runtime
 from duro.store import RunRecord
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from duro import DuroError, RunCancelled
-from duro._handle import RunInfo, StepInfo
 from duro._serde import UNREADABLE, describe_error, error_summary, restore_error
+from duro.client._handle import RunInfo, StepInfo
 from duro.store import RunRecord, StepRecord
 
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 import duro
 from duro import DuroError, InputError, RunEndedError, RunNotFoundError, workflow
-from duro._decorators import workflow_spec
 from duro._serde import Codec, describe_error, restore_error
+from duro.definitions._decorators import workflow_spec
 
 _SOURCE = """
 import dataclasses

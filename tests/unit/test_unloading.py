@@ -1,11 +1,11 @@
-"""The pure rules of which waiting runs a worker keeps in memory (duro._unloading)."""
+"""The pure rules of which waiting runs a worker keeps in memory (duro.rules._unloading)."""
 
 from __future__ import annotations
 
 import pytest
 
 from duro import DuroError, WorkerOptions
-from duro._unloading import Parked, idle_too_long, next_idle_deadline, over_capacity, unload_at_once
+from duro.rules._unloading import Parked, idle_too_long, next_idle_deadline, over_capacity, unload_at_once
 
 NOW = 1_000_000
 

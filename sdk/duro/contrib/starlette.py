@@ -27,8 +27,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from .. import ConcurrencyLimitError, DuroError, _current
+from .. import ConcurrencyLimitError, DuroError
 from .._extras import missing  # the one wording of a missing extra
+from ..run import _current
 
 try:
     from starlette.requests import Request

@@ -1,6 +1,6 @@
 """Limits: named slots with a capacity, a durable FIFO queue and ``max_hold``.
 
-- the pure decisions: :mod:`duro._slots` (grant, reserve, confirm, expire, release, requeue);
+- the pure decisions: :mod:`duro.rules._slots` (grant, reserve, confirm, expire, release, requeue);
 - the records: :mod:`._types` (``Slot``, ``SlotRelease``, ``LimitInfo``, ``SlotInfo``);
 - this process's waiting runs and the expiry loop: :mod:`._local`;
 - in workflow code: :mod:`._acquire` (``acquire_slot``, ``release_slot``, ``with_limit``, ``limit_slot``);

@@ -15,20 +15,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import NoReturn, TypeVar
 
-from .. import _current
-from .._cancel import after_call, cancelled
-from .._config import LimitConfig, Workspace
-from .._context import RunContext
 from .._durations import Duration, to_ms
 from .._errors import DuroError, RunCancelled, SlotTimeoutError, raised_at
 from .._events import EventBus
-from .._gateway import StoreGateway
 from .._serde import describe_error, restore_error
-from .._slots import slot_json
 from .._text import NO_NUL, NUL
 from .._tracing import end_slot_wait, slot_wait_span
-from .._wakeups import Wakeups
+from ..definitions._config import LimitConfig, Workspace
+from ..rules._slots import slot_json
+from ..run import _current
+from ..run._cancel import after_call, cancelled
+from ..run._context import RunContext
 from ..store import ConfirmSlot, GiveUpSlot, ReleaseSlot, RequestSlot, SlotOutcome, StepRecord
+from ..worker._gateway import StoreGateway
+from ..worker._wakeups import Wakeups
 from ._local import LocalSlots
 from ._types import HOOK_PREFIX, Slot, SlotRelease, check_key, check_label, limit_config
 

@@ -10,13 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from .._clock import Clock, ms_to_datetime
-from .._config import LimitConfig, Workspace, check_capacity, check_max_hold
 from .._durations import Duration, format_ms, to_ms
 from .._errors import ConfigError, DuroError
-from .._gateway import StoreGateway, store_trouble
-from .._slots import SlotRow
 from .._text import NUL, decode_cursor, encode_cursor, foreign_cursor, refuse_nul
+from ..definitions._config import LimitConfig, Workspace, check_capacity, check_max_hold
+from ..rules._slots import SlotRow
 from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
+from ..worker._gateway import StoreGateway, store_trouble
 from ._local import LocalSlots
 from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, SlotsPage, check_key, limit_config
 

@@ -14,16 +14,16 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from .._clock import Clock
-from .._config import Workspace
-from .._gateway import StoreGateway, store_trouble
 from .._hooks import EngineHooks
-from .._slots import SWEEP_MS, SlotRow
-from .._wakeups import Waiters, Wakeups
+from ..definitions._config import Workspace
+from ..rules._slots import SWEEP_MS, SlotRow
 from ..store import Adopter, OwnStep, RunRecord, StepRecord
+from ..worker._gateway import StoreGateway, store_trouble
+from ..worker._wakeups import Waiters, Wakeups
 
 
 class SlotHost(Protocol):
-    """The worker a process's slot waiters live in (``duro._worker.Worker``)."""
+    """The worker a process's slot waiters live in (``duro.worker._worker.Worker``)."""
 
     def wake(self) -> None:
         """Claim now: a slot went to a run of this worker that is not in memory."""

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol
 
-from .._config import LimitConfig, Workspace
 from .._errors import DuroError
 from .._text import check_key_text, refuse_nul
+from ..definitions._config import LimitConfig, Workspace
 
 HOOK_PREFIX = "Esperando hueco · "
 MAX_LABEL = 200

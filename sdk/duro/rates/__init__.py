@@ -1,6 +1,6 @@
 """Rates: at most ``limit`` granted in any window of ``per``, with a durable FIFO queue per key.
 
-- the pure decisions: :mod:`duro._rates` (the window rule, the next grant's instant);
+- the pure decisions: :mod:`duro.rules._rates` (the window rule, the next grant's instant);
 - the records: :mod:`._types` (``RateGrant``, ``RateInfo``, ``RateWaiter``);
 - this process's waiting runs and the grant loop: :mod:`._local`;
 - in workflow code: :mod:`._acquire` (``acquire_rate``);

@@ -11,19 +11,19 @@ from __future__ import annotations
 import json
 from typing import NoReturn
 
-from .. import _current
-from .._cancel import cancelled
-from .._config import RateConfig, Workspace
-from .._context import RunContext
 from .._durations import Duration, to_ms
 from .._errors import DuroError, RateLimited, RateTimeoutError, RunCancelled, raised_at
 from .._events import EventBus
-from .._gateway import StoreGateway
 from .._observe import log_rate
 from .._serde import describe_error, restore_error
-from .._wakeups import Wakeups
+from ..definitions._config import RateConfig, Workspace
+from ..run import _current
+from ..run._cancel import cancelled
+from ..run._context import RunContext
 from ..store import RateOutcome, RateWaitRow, StepRecord
 from ..store._rates import grant_json
+from ..worker._gateway import StoreGateway
+from ..worker._wakeups import Wakeups
 from ._local import LocalRates
 from ._types import HOOK_PREFIX, RateGrant, check_cost, check_rate_key, grant_of, rate_config
 

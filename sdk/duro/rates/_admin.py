@@ -9,12 +9,12 @@ from datetime import datetime
 from typing import Any
 
 from .._clock import Clock
-from .._config import RateConfig, Workspace, check_rate
 from .._durations import Duration, format_ms, to_ms
-from .._gateway import StoreGateway, store_trouble
 from .._observe import log_rate
+from ..definitions._config import RateConfig, Workspace, check_rate
 from ..store import RateWaitRow
 from ..store._rates import RateState
+from ..worker._gateway import StoreGateway, store_trouble
 from ._local import LocalRates
 from ._types import RateInfo, RateWaiter, aware, check_rate_key, rate_config
 

@@ -14,11 +14,11 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 
 from .._clock import Clock
-from .._config import Workspace
-from .._gateway import StoreGateway, store_trouble
-from .._slots import SWEEP_MS
-from .._wakeups import Waiters, Wakeups
+from ..definitions._config import Workspace
+from ..rules._slots import SWEEP_MS
 from ..store import OwnStep, RateWaitRow, StepRecord
+from ..worker._gateway import StoreGateway, store_trouble
+from ..worker._wakeups import Waiters, Wakeups
 
 PRUNE_EVERY_MS = 60_000
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .._config import RateConfig, Workspace
 from .._errors import DuroError
 from .._text import check_key_text
+from ..definitions._config import RateConfig, Workspace
 
 HOOK_PREFIX = "rate · "
 

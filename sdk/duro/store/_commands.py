@@ -2,7 +2,7 @@
 
 Each write a run makes while it executes is an immutable named tuple (a frozen record: a third of
 a frozen dataclass's cost to build, and a run builds one per write): the group commit
-(:mod:`duro._batching`) queues commands of many runs and hands them to the store together
+(:mod:`duro.worker._batching`) queues commands of many runs and hands them to the store together
 (``Store.apply_batch``), or one alone (``Store.apply``); the store dispatches them with ``match``.
 Every command is fenced on its run: it changes nothing unless ``owner`` still owns the run
 unfinished. The store never changes a command or a record it was given: what it wrote comes back
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-from .._config import LimitConfig
-from .._slots import SlotEvent, SlotRow
 from .._states import EndState, RunState
+from ..definitions._config import LimitConfig
+from ..rules._slots import SlotEvent, SlotRow
 from ._records import RunRecord, StepRecord
 
 _NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
@@ -206,5 +206,5 @@ class SlotOutcome(NamedTuple):
     granted: tuple[SlotRow, ...] = ()
     handed: Mapping[str, StepRecord] = _NO_STEPS  # the hook steps written for local takers, by slot id
     adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
-    events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro._slots.SlotEvent)
+    events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro.rules._slots.SlotEvent)
     position: int | None = None  # a request that was queued: its place on entry (1: next)

@@ -23,8 +23,8 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from .._errors import DuroError, StoreUnavailable
-from .._slots import SlotRow
 from .._states import RunState
+from ..rules._slots import SlotRow
 from ._commands import OwnStep
 from ._engines import server_engine, sqlite_busy, sqlite_engine
 from ._notify import payloads

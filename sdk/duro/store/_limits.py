@@ -6,7 +6,7 @@ reads of ``duro_slots`` for the faces (Studio's limit page and runs list, the AP
 the pure summary of what it returns (:func:`summarize`, nearest-rank percentiles), tested apart.
 
 A *wait* is ``held_since - enqueued_at`` of a slot that became held in the window (what the
-``duro_slot_wait_seconds`` histogram observes, see ``duro._slots``): a slot granted at once waited
+``duro_slot_wait_seconds`` histogram observes, see ``duro.rules._slots``): a slot granted at once waited
 0 ms; one whose reservation lapsed keeps its first ``enqueued_at``, so its wait counts the lapse.
 An *expiry* is a slot ``max_hold`` took back (``state = 'released'``, ``reason = 'max_hold'``): a
 release that got lost. A *timeout* is a request whose ``timeout`` passed in the queue
@@ -19,8 +19,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .._config import LimitConfig
-from .._slots import SlotRow
+from ..definitions._config import LimitConfig
+from ..rules._slots import SlotRow
 from ._connection import Connector
 from ._records import reads
 from ._rows import LimitState, slot_row

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from .._slots import SlotRow
 from .._states import RUN_STATES
+from ..rules._slots import SlotRow
 from ._records import RunRecord, StepRecord
 from ._tables import ACTIVE_SQL, NOTIFY_CHANNEL, RETRYABLE_SQL, TERMINAL_SQL
 
@@ -385,7 +385,7 @@ QUERIES: dict[str, str] = {
     "delete_worker": "DELETE FROM duro_workers WHERE id = :id RETURNING namespace",
     # handing a worker's runs back is bookkeeping, not a change to the run: updated_at stays
     # (a run whose cancel was asked for is due: whoever takes it up delivers it)
-    # a suspect's attempt (see duro._recovery), counted before its code runs again
+    # a suspect's attempt (see duro.worker._recovery), counted before its code runs again
     "count_recovery": "UPDATE duro_runs SET recoveries = COALESCE(recoveries, 0) + 1 "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL} RETURNING recoveries",
     # the first attempt since its worker died at this point: counted only if no attempt was yet

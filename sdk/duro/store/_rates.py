@@ -1,4 +1,4 @@
-"""The store's side of rates: each decision of ``duro._rates`` applied in one transaction.
+"""The store's side of rates: each decision of ``duro.rules._rates`` applied in one transaction.
 
 A rate's waiters queue per key (``''`` for an unkeyed rate), and every decision of a queue first
 locks its row in ``duro_rate_keys`` (``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite ``BEGIN
@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Connection
 
-from .. import _rates as rules
-from .._config import RateConfig
+from ..definitions._config import RateConfig
+from ..rules import _rates as rules
 from ._commands import OwnStep
 from ._connection import Connector
 from ._queries import RATE_WAIT_COLUMNS
@@ -115,7 +115,7 @@ class Queue(NamedTuple):
 
 
 class Rates:
-    """The rates' queues: each call locks one queue's row, decides (``duro._rates``) and writes."""
+    """The rates' queues: each call locks one queue's row, decides (``duro.rules._rates``) and writes."""
 
     def __init__(self, db: Connector) -> None:
         self.db = db
@@ -154,7 +154,7 @@ class Rates:
         read: tuple[int, int] | None = None,
     ) -> tuple[list[RateWaitRow], int | None, dict[str, StepRecord]]:
         """Time out the queue's waiters past their timeout, then grant its heads while the window
-        allows (``duro._rates``: from the window's use and, for a head that does not fit, its oldest
+        allows (``duro.rules._rates``: from the window's use and, for a head that does not fit, its oldest
         grants); write the grants and the queue's row. ``heads``: the queue's waiters when the caller
         knows them all (a request to an empty queue); ``own``: the caller's request (its run is not
         nudged: it is executing); ``hand_over``: waiters of the calling process with their hook

@@ -77,7 +77,7 @@ class RunRecord(NamedTuple):
     cancel_requested_at: int | None = None  # when a cancel was asked for (see Store.cancel_run)
     # the length of its history when a worker died executing it (see Store.remove_worker)
     recovered_steps: int | None = None
-    attempt: int = 1  # 1, and one more at each retry (see duro._redrive)
+    attempt: int = 1  # 1, and one more at each retry (see duro.client._redrive)
     forked_from: str | None = None  # the run a fork copied its history from, and before which seq
     forked_seq: int | None = None
     # set by claim_runs on a run it took from ``pending``: it never executed, so it has no steps and
@@ -159,7 +159,7 @@ class Claim:
     now: int
     limit: int = 100
     serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
-    # workers the claimer judged dead, with the heartbeat stamp it saw (see duro._lease.Watch): each
+    # workers the claimer judged dead, with the heartbeat stamp it saw (see duro.rules._lease.Watch): each
     # row is deleted, if its stamp is still that one, before the runs are taken
     condemned: Sequence[tuple[str, int]] = ()
     # hand back the runs of owners that have no row first (a worker's full pass asks: see _queries)
@@ -220,7 +220,7 @@ class Retry(NamedTuple):
 
 class Fork(NamedTuple):
     """A fork of run ``run_id``: a new run ``new`` whose history is the original's calls before
-    ``from_seq`` (cut before its first grant, see ``duro._resume.fork_cut``)."""
+    ``from_seq`` (cut before its first grant, see ``duro.rules._resume.fork_cut``)."""
 
     run_id: str
     from_seq: int

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._config import LimitConfig
-from .._slots import LimitView, SlotRow
 from .._states import WAITING
+from ..definitions._config import LimitConfig
+from ..rules._slots import LimitView, SlotRow
 from ._queries import RUN_COLUMNS, SLOT_COLUMNS, STEP_COLUMNS
 from ._records import RunRecord, StepRecord
 

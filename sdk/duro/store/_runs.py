@@ -2,7 +2,7 @@
 retention (finished runs deleted by their end, a bounded batch a transaction) and re-driving (a
 retry moves the run's calls from its resume point aside; a fork copies the original's first calls).
 
-Where a retry resumes and where a fork cuts are pure decisions (``duro._resume``); the claim's rule
+Where a retry resumes and where a fork cuts are pure decisions (``duro.rules._resume``); the claim's rule
 is ``_queries.claim_sql``.
 """
 
@@ -16,9 +16,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError, RunNotFoundError, RunStatusError
-from .._quota import admit
-from .._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
 from .._states import RETRYABLE, UNFINISHED
+from ..rules._quota import admit
+from ..rules._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
 from . import _psycopg
 from ._commands import OwnStep
 from ._connection import Connector
@@ -306,7 +306,7 @@ class Runs:
 
     def count_recovery(self, run_id: str, owner: str) -> int | None:
         """Count one more attempt at a run a dead worker left (``recoveries``, see
-        ``duro._recovery``) and return the count; ``None`` if the run is not ``owner``'s."""
+        ``duro.worker._recovery``) and return the count; ``None`` if the run is not ``owner``'s."""
         with self.db.single_write() as conn:
             row = self.db.run(conn, "count_recovery", {"id": run_id, "owner": owner}).fetchone()
             return None if row is None else int(row[0])
@@ -322,7 +322,7 @@ class Runs:
 
     def clear_recoveries(self, run_id: str, owner: str) -> None:
         """The run, ``owner``'s, reached a wait after its worker died: its attempts count from 0 again
-        (a death while it waits is not its doing, see ``duro._recovery``)."""
+        (a death while it waits is not its doing, see ``duro.worker._recovery``)."""
         with self.db.single_write() as conn:
             self.db.run(conn, "clear_recoveries", {"id": run_id, "owner": owner})
 
@@ -373,7 +373,7 @@ class Runs:
     # -- claims ----------------------------------------------------------------------------
 
     def claim(self, claim: Claim) -> list[RunRecord]:
-        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (see ``duro._lease``:
+        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (see ``duro.rules._lease``:
         handing their runs back), then take up to ``claim.limit`` unowned unfinished runs that are
         due, in due order, in one transaction (the rule is ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
         workers never start two runs of one serial workflow."""
@@ -490,7 +490,7 @@ class Runs:
     # -- retries and forks -----------------------------------------------------------------
 
     def retry(self, retry: Retry) -> Redriven:
-        """Retry a ``failed`` or ``cancelled`` run (see ``duro._resume``). Raises ``RunNotFoundError``,
+        """Retry a ``failed`` or ``cancelled`` run (see ``duro.rules._resume``). Raises ``RunNotFoundError``,
         ``RunStatusError`` (not ended, completed, or changed since the caller read it: another retry
         won) and ``ConcurrencyLimitError``; nothing is written then.
 
@@ -551,7 +551,7 @@ class Runs:
             return Redriven(to_run(updated), resume.seq)
 
     def fork(self, fork: Fork) -> Redriven:
-        """Start ``fork.new`` with a copy of the original's first calls (see ``duro._resume.fork_cut``).
+        """Start ``fork.new`` with a copy of the original's first calls (see ``duro.rules._resume.fork_cut``).
         Raises ``RunNotFoundError``, ``RunStatusError`` (the original has not ended),
         ``RunIdConflictError`` (the new id is taken) and ``ConcurrencyLimitError``."""
         db = self.db

@@ -1,4 +1,4 @@
-"""The store's side of limits: each slot decision (``duro._slots``) applied in one transaction.
+"""The store's side of limits: each slot decision (``duro.rules._slots``) applied in one transaction.
 
 Every slot transaction first locks the limit's row (``SELECT ... FOR UPDATE`` on PostgreSQL; on
 SQLite ``BEGIN IMMEDIATE`` already serializes writers), so with many processes the counts read, the
@@ -34,9 +34,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Connection
 
-from .. import _slots as rules
-from .._config import LimitConfig
-from .._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
+from ..definitions._config import LimitConfig
+from ..rules import _slots as rules
+from ..rules._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector
 from ._queries import COUNT_KEYS
@@ -71,12 +71,12 @@ class Opened(NamedTuple):
 
 
 class Slots:
-    """The limits' slots: each call locks the limit's row, decides (``duro._slots``) and writes."""
+    """The limits' slots: each call locks the limit's row, decides (``duro.rules._slots``) and writes."""
 
     def __init__(self, db: Connector) -> None:
         self.db = db
         self._keys_pruned_at: int | None = None  # when this store last pruned idle keys (see _prune_keys)
-        # called with what committed slot decisions did (duro._slots.SlotEvent), in the thread that
+        # called with what committed slot decisions did (duro.rules._slots.SlotEvent), in the thread that
         # committed them: the engine's metrics and logs listen here (see duro._observe)
         self.listeners: list[Callable[[Sequence[SlotEvent]], None]] = []
 

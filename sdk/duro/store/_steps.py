@@ -15,8 +15,8 @@ from typing import Any, TypeGuard, overload
 
 from sqlalchemy.engine import Connection
 
-from .._slots import SlotEvent
 from .._states import RunState
+from ..rules._slots import SlotEvent
 from ._commands import (
     Command,
     ConfirmSlot,

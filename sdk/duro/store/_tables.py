@@ -135,10 +135,10 @@ class Run(DuroTable, table=True):
     # which ends the run (see docs/durability.md, "Cancelling a run")
     cancel_requested_at: int | None = _ms(nullable=True)
     # the length of its history when a worker died while executing it, and how many attempts
-    # were made at that point since (see duro._recovery; schema 7)
+    # were made at that point since (see duro.worker._recovery; schema 7)
     recoveries: int | None = Field(default=None, nullable=True)
     recovered_steps: int | None = Field(default=None, nullable=True)
-    # how many times it was started (schema 13): 1, and one more at each retry (see duro._redrive)
+    # how many times it was started (schema 13): 1, and one more at each retry (see duro.client._redrive)
     attempt: int = Field(default=1, sa_column_kwargs={"server_default": "1"})
     # the run and sequence number a fork copied its history from (schema 13)
     forked_from: str | None = Field(default=None, max_length=200, nullable=True)

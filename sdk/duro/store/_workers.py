@@ -34,7 +34,7 @@ class Workers:
 
     def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
         """Move the worker's heartbeat stamp forward (by at least 1). Returns the stamp of every
-        worker of its namespace (its own included: what a :class:`duro._lease.Watch` judges by), or
+        worker of its namespace (its own included: what a :class:`duro.rules._lease.Watch` judges by), or
         ``None`` when its row is gone: a claim condemned it, and its runs may be someone else's now."""
         db = self.db
         with db.write() as conn:

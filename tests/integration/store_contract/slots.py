@@ -16,7 +16,7 @@ class SlotsContract:
         """``takers`` (the caller's parked waiters): the head of the queue takes the slot in the release's
         transaction, its hook step written completed, when the write passes its run's fence; otherwise
         the slot is reserved for it as usual."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
 
         config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
         store.runs.insert(new_run("holder", owner="w1"), None)
@@ -41,7 +41,7 @@ class SlotsContract:
     def test_a_slot_decision_whose_run_is_no_longer_the_callers_changes_nothing(self, store):
         """The hook step's fence is checked after the decision's writes are sent (pipelined on
         PostgreSQL): a run that is not the caller's rolls the whole decision back."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
         from duro.store import Fenced
 
         config = LimitConfig("line", capacity=1, max_hold_ms=60_000)
@@ -61,7 +61,7 @@ class SlotsContract:
     def test_ended_runs_leave_every_queue_they_wait_in_and_hand_the_places_on(self, store):
         """``slots_leave`` with runs waiting in two limits (taken in name order: see the store): each
         leaves its queue, the next in line moves up, and busy slots stay held."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
 
         configs = {name: LimitConfig(name, capacity=1, max_hold_ms=60_000) for name in ("b-line", "a-line")}
         for name in configs:
@@ -84,7 +84,7 @@ class SlotsContract:
     def test_a_run_that_ends_while_queued_has_its_hook_step_closed_with_its_end(self, store, ending):
         """``slots_leave`` closes the run's waiting hook step in its transaction: ended then, with the
         run's end as status. A step that is not a waiting hook is left as it is."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
 
         config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
         store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
@@ -114,7 +114,7 @@ class SlotsContract:
         """``GiveUpSlot(cancelled=True)``: the request leaves the queue and its hook step is closed
         cancelled in one transaction; a slot reserved for it, or handed to it a moment before, goes
         straight to the next run in the queue."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
         from duro.store import GiveUpSlot, OwnStep
 
         config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
@@ -144,7 +144,7 @@ class SlotsContract:
     def test_an_expired_request_still_closes_its_hook_step_when_its_run_gives_up(self, store):
         """The expiry pass timed the request out before its run woke: the run's give-up writes its hook
         step failed all the same (a run that catches SlotTimeoutError goes on with a closed step)."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
 
         config = LimitConfig("lines", capacity=1, max_hold_ms=60_000)
         store_ops.slot_request(store, config, "holder.0", "holder", None, None, 1000)
@@ -164,7 +164,7 @@ class SlotsContract:
         """An operator release of a reserved slot (its run has not confirmed) is no timeout: as a
         lapsed reservation, the run queues last with what is left of its timeout, and the slot goes
         to the next run; a reservation whose timeout has passed times out."""
-        from duro._config import LimitConfig
+        from duro.definitions._config import LimitConfig
 
         configs = {"lines": LimitConfig("lines", capacity=1, max_hold_ms=60_000)}
         config = configs["lines"]
