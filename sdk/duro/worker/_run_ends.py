@@ -49,7 +49,8 @@ class RunEnds:
     ) -> None:
         self.worker_id = worker_id
         self.residents = residents
-        self.suspects = Suspects(worker_id, options.max_recoveries, gateway, events)  # see duro.worker._recovery
+        # see duro.worker._recovery
+        self.suspects = Suspects(worker_id, options.max_recoveries, gateway, events)
         self.grace_ms = options.cancel_grace_ms
         self.clock = clock
         self.gateway = gateway
