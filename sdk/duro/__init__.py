@@ -34,8 +34,16 @@ if TYPE_CHECKING:
     from .client._handle import RunHandle, RunsPage
     from .client._redrive import AttemptInfo, BulkReport
     from .definitions._config import Workspace, define_workspace
-    from .definitions._decorators import Workflow, step, workflow
-    from .definitions._definitions import DEFAULT_CONCURRENCY_STATUSES, Concurrency, Limit, Rate, RunStatus
+    from .definitions._definitions import (
+        DEFAULT_CONCURRENCY_STATUSES,
+        Concurrency,
+        Limit,
+        Rate,
+        RunStatus,
+        Workflow,
+        step,
+        workflow,
+    )
     from .limits import Slot, SlotRelease, acquire_slot, limit_slot, release_slot, with_limit
     from .rates import RateGrant, acquire_rate
     from .run._durable import (
@@ -118,17 +126,15 @@ __getattr__, __dir__ = lazy_names(
             "Workspace",
             "define_workspace",
         ),
-        ".definitions._decorators": (
-            "Workflow",
-            "step",
-            "workflow",
-        ),
         ".definitions._definitions": (
             "DEFAULT_CONCURRENCY_STATUSES",
             "Concurrency",
             "Limit",
             "Rate",
             "RunStatus",
+            "Workflow",
+            "step",
+            "workflow",
         ),
         ".run._durable": (
             "CurrentRun",

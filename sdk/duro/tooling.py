@@ -39,8 +39,7 @@ if TYPE_CHECKING:
     from ._text import check_run_id
     from .client._handle import RunInfo, StepInfo, StepsPage
     from .client._replaycheck import ReplayOutcome, history_from_json, history_to_json
-    from .definitions._definitions import WorkflowSpec
-    from .definitions._registry import version_order
+    from .definitions._definitions import WorkflowSpec, version_order
     from .definitions._scan import Project, load_project
     from .limits import LimitInfo, LimitKey, SlotInfo, SlotsPage
     from .limits._types import check_key
@@ -94,7 +93,7 @@ __getattr__, __dir__ = lazy_names(
             "datetime_to_ms",
             "ms_to_datetime",
         ),
-        ".definitions._definitions": ("WorkflowSpec",),
+        ".definitions._definitions": ("WorkflowSpec", "version_order"),
         "._durations": (
             "format_ms",
             "duration_ms=to_ms",
@@ -106,7 +105,6 @@ __getattr__, __dir__ = lazy_names(
             "StepInfo",
             "StepsPage",
         ),
-        ".definitions._registry": ("version_order",),
         ".client._replaycheck": (
             "ReplayOutcome",
             "history_from_json",

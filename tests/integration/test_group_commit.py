@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from duro import Engine, Limit, acquire_slot, define_workspace, release_slot, step, workflow
 from duro.definitions._config import LimitConfig
 from duro.store import Fenced, NewRun, OwnStep, RecordStep, RequestSlot, SqlStore, StepRecord
-from duro.worker._batching import GroupCommit
+from duro.worker._gateway import GroupCommit
 
 
 def _commits(engine: Engine) -> Callable[[], int]:

@@ -13,7 +13,7 @@ from duro import (
     step,
     workflow,
 )
-from duro.definitions._decorators import workflow_spec
+from duro.definitions._definitions import workflow_spec
 
 
 class Order(BaseModel):

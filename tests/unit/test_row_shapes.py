@@ -32,7 +32,7 @@ def test_a_slot_row_is_its_record_and_its_due_time():
 
 
 def test_a_slot_reads_back_as_written():
-    from duro.store._rows import slot_row, slot_values
+    from duro.store._connection import slot_row, slot_values
 
     row = SlotRow("s1", "lines", "r1", "busy", 3, "call", 10, None, None, 11, 12, 1000, 1012, None, None)
     values = slot_values(row)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 import duro
 from duro import DuroError, InputError, RunEndedError, RunNotFoundError, workflow
 from duro._serde import Codec, describe_error, restore_error
-from duro.definitions._decorators import workflow_spec
+from duro.definitions._definitions import workflow_spec
 
 _SOURCE = """
 import dataclasses

@@ -22,12 +22,10 @@ from typing import Any
 from .._clock import Clock, SystemClock
 from .._durations import Duration
 from .._errors import DuroError
-from .._events import EventBus
+from .._events import EventBus, attach_logs
 from .._hooks import EngineHooks
-from .._observe import attach_logs
 from ..definitions._config import LimitConfig, Workspace, define_workspace
-from ..definitions._definitions import Concurrency, WorkflowSpec
-from ..definitions._registry import Registry
+from ..definitions._definitions import Concurrency, Registry, WorkflowSpec
 from ..limits import Limits, LocalSlots, limit_config
 from ..rates import LocalRates, Rates
 from ..run import _current

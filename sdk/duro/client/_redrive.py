@@ -18,7 +18,7 @@ from .._events import EventBus
 from .._serde import error_summary
 from .._states import ENDED, RETRYABLE, UNFINISHED
 from .._text import check_run_id, refuse_nul
-from ..definitions._registry import Registry
+from ..definitions._definitions import Registry
 from ..store import AttemptRecord, Fork, NewRun, QuotaCheck, Retry, RunRecord
 from ..worker._gateway import StoreGateway
 from ._starts import Starter

@@ -23,10 +23,9 @@ from typing import Any, NamedTuple
 from .._errors import DuroError, NonDeterminismError, RunCancelled
 from .._serde import restore_error, stored_json
 from .._states import ENDED, StepKind
-from ..definitions._registry import Registry
+from ..definitions._definitions import Registry
 from ..run import _cancel, _current
-from ..run._context import RunContext
-from ..run._replay import History
+from ..run._context import History, RunContext
 from ..run._runtime import Runtime
 from ..store import RunRecord, StepRecord, settle_sleeps
 

@@ -14,8 +14,7 @@ from .._events import EventBus
 from .._serde import Codec, describe_error, dump_json, restore_error
 from .._states import ENDED
 from .._text import NO_NUL, NUL, decode_cursor, encode_cursor, refuse_nul
-from ..definitions._definitions import RunStatus
-from ..definitions._registry import Registry
+from ..definitions._definitions import Registry, RunStatus
 from ..limits import Limits
 from ..rules._resume import attempt_of
 from ..store import RunRecord, StepRecord, settle_sleeps

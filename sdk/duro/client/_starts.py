@@ -13,13 +13,11 @@ from typing import Any, Protocol
 
 from .._clock import Clock
 from .._errors import ConcurrencyLimitError, DuroError, RunIdConflictError
-from .._events import EventBus
+from .._events import EventBus, log_quota_refused
 from .._hooks import EngineHooks
-from .._observe import log_quota_refused
 from .._text import NUL, check_run_id, refuse_nul
 from .._tracing import start_span
-from ..definitions._definitions import Concurrency, WorkflowSpec
-from ..definitions._registry import Registry
+from ..definitions._definitions import Concurrency, Registry, WorkflowSpec
 from ..rules._quota import RECENT_RUNS
 from ..rules._quota import retry_after as estimate_retry_after
 from ..store import NewRun, OwnStep, QuotaCheck, RunRecord

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import json
+import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from pydantic import ValidationError
 
@@ -17,6 +19,7 @@ from .._errors import ConfigError, DuroError, InputError
 from .._serde import Codec, hint_classes, is_structured, qualified_name
 from .._states import ENDED
 from .._text import NUL
+from ..run import _current
 
 
 class RunStatus(enum.StrEnum):
@@ -382,3 +385,339 @@ def _check_concurrency(concurrency: Any, name: str) -> Concurrency | None:
     if concurrency is not None and not isinstance(concurrency, Concurrency):
         raise ConfigError(f"workflow {name!r}: concurrency must be a Concurrency(...), got {concurrency!r}")
     return concurrency
+
+
+# -- the decorators --------------------------------------------------------------------------------
+# ``@workflow`` and ``@step``: they tag and build objects and register nothing globally.
+
+SPEC_ATTR = "__duro_workflow__"
+
+
+class WorkflowFunction:
+    """What ``@workflow`` makes of a function: call it directly, or ``start`` / ``dispatch`` it durably."""
+
+    def __init__(self, fn: Callable[..., Any], spec: WorkflowSpec) -> None:
+        functools.update_wrapper(self, fn)
+        self.__duro_workflow__ = spec
+        self._fn = fn
+
+    @property
+    def name(self) -> str:
+        return self.__duro_workflow__.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    async def start(
+        self,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+        version: str | None = None,
+    ) -> Any:
+        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
+        ``version``: another registered version of this workflow's name to run."""
+        return await _current.resolve_engine(engine).start(
+            self, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
+
+    async def dispatch(
+        self,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> str:
+        """Like :meth:`start`, but returns the run id."""
+        handle = await self.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
+        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
+        return run_id_started
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name!r}>"
+
+
+class Workflow:
+    """Base of the class form: set ``name``, ``version``, ``concurrency`` and write ``async def run(self, ctx, inp)``.
+
+    ``ctx`` offers the durable helpers as methods (``ctx.sleep``, ``ctx.now``, ``ctx.wait_for_signal``,
+    ``ctx.child``, ``ctx.start_child``) and ``ctx.run_id``.
+    """
+
+    name: str | None = None
+    version: str = "1"
+    concurrency: Concurrency | None = None
+
+    @classmethod
+    async def start(
+        cls,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+        version: str | None = None,
+    ) -> Any:
+        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
+        ``version``: another registered version of this workflow's name to run."""
+        return await _current.resolve_engine(engine).start(
+            cls, inp, run_id=run_id, concurrency=concurrency, version=version
+        )
+
+    @classmethod
+    async def dispatch(
+        cls,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+    ) -> str:
+        """Like :meth:`start`, but returns the run id."""
+        handle = await cls.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
+        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
+        return run_id_started
+
+
+def workflow_spec(obj: Any) -> WorkflowSpec | None:
+    """The spec of a decorated workflow (function or class), or None."""
+    spec = getattr(obj, SPEC_ATTR, None)
+    if isinstance(spec, WorkflowSpec):
+        return spec
+    if isinstance(obj, type) and issubclass(obj, Workflow) and obj is not Workflow:
+        spec = class_workflow_spec(obj, None, None, None, None)
+        setattr(obj, SPEC_ATTR, spec)
+        return spec
+    return None
+
+
+@overload
+def workflow(fn: Callable[..., Any], /) -> Any: ...
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    concurrency: Concurrency | None = None,
+    on_event: str | None = None,
+) -> Callable[[Any], Any]: ...
+
+
+def workflow(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    concurrency: Concurrency | None = None,
+    on_event: str | None = None,
+) -> Any:
+    """Declare a durable workflow: an ``async def`` taking one input, or a :class:`Workflow` subclass.
+
+    Usable bare (``@workflow``) or with arguments (``@workflow(name=..., version=..., concurrency=...)``).
+    The input and output are validated and stored from the type hints.
+    """
+
+    def build(target: Any) -> Any:
+        if isinstance(target, type):
+            if not issubclass(target, Workflow):
+                raise ConfigError(f"@workflow on class {target.__qualname__!r}: subclass duro.Workflow")
+            setattr(target, SPEC_ATTR, class_workflow_spec(target, name, version, concurrency, on_event))
+            return target
+        if not callable(target):
+            raise ConfigError(f"@workflow needs an async function or a Workflow subclass, got {target!r}")
+        return WorkflowFunction(
+            target, function_workflow_spec(target, name, version or "1", concurrency, on_event)
+        )
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+class StepFunction:
+    """What ``@step`` makes of a function. Inside a run, ``await`` it: the result is checkpointed.
+
+    Outside any run (or inside another step) it is a plain call of the function.
+    """
+
+    def __init__(self, spec: StepSpec) -> None:
+        functools.update_wrapper(self, spec.fn)
+        self.__duro_step__ = spec
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        spec = self.__duro_step__
+        run = _current.current_run.get()
+        if run is None or _current.inside_step.get() is not None:
+            return spec.fn(*args, **kwargs)
+        return run.run_step(spec, args, kwargs)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<step {self.__duro_step__.name!r}>"
+
+
+@overload
+def step(fn: Callable[..., Any], /) -> StepFunction: ...
+@overload
+def step(
+    *, name: str | None = None, retries: int = 0, retry_delay: Duration = "1s", rate: str | None = None
+) -> Callable[[Any], StepFunction]: ...
+
+
+def step(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    retry_delay: Duration = "1s",
+    rate: str | None = None,
+) -> Any:
+    """Declare a step (sync or async): inside a workflow its result is recorded and never recomputed.
+
+    ``retries`` extra attempts follow a failure, waiting ``retry_delay`` and doubling each time.
+    ``rate``: every attempt first takes one grant of that (unkeyed) rate, waiting durably in its
+    queue. A step that raises :class:`RateLimited` pauses that rate for everyone until its
+    ``retry_after`` and is retried then, without spending one of its ``retries``.
+    """
+
+    def build(target: Callable[..., Any]) -> StepFunction:
+        return StepFunction(make_step_spec(target, name, retries, retry_delay, rate))
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+# -- the registry ----------------------------------------------------------------------------------
+# The workflows an engine knows: registered by name and version, each with its code (or none:
+# remote). Several versions of one name coexist: a run executes on the code of its recorded version,
+# and a start takes the newest version (versions compare as numbers where they are numbers: "10"
+# is newer than "9", "1.10" than "1.9") unless it names one.
+
+
+def version_order(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of a version: runs of digits compare as numbers, the rest as text."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
+
+
+class Registry:
+    """Workflow specs by name and version. A later registration of a (name, version) replaces it."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, WorkflowSpec] = {}  # the newest version of each name
+        self._versions: dict[str, dict[str, WorkflowSpec]] = {}
+        # the workflows whose code this process has (it executes their runs) and their (workflow,
+        # version) pairs (the runs it may claim); tuples, so a claim in the store thread reads a stable copy
+        self.local_names: tuple[str, ...] = ()
+        self.local_versions: tuple[tuple[str, str], ...] = ()
+
+    def _put(self, spec: WorkflowSpec) -> WorkflowSpec:
+        versions = self._versions.setdefault(spec.name, {})
+        versions[spec.version] = spec
+        self._specs[spec.name] = versions[max(versions, key=version_order)]
+        if not spec.remote:
+            if spec.name not in self.local_names:
+                self.local_names += (spec.name,)
+            if (pair := (spec.name, spec.version)) not in self.local_versions:
+                self.local_versions += (pair,)
+        return spec
+
+    def register(
+        self,
+        name: Any,
+        version: str | None = None,
+        fn: Callable[..., Any] | None = None,
+        *,
+        concurrency: Concurrency | None = None,
+        on_event: str | None = None,
+    ) -> WorkflowSpec:
+        """``register(decorated_workflow)``, or ``register(name, version, fn, concurrency=...)`` for a
+        plain ``async def``."""
+        if fn is None:
+            spec = name if isinstance(name, WorkflowSpec) else workflow_spec(name)
+            if spec is None:
+                raise DuroError(
+                    f"cannot register {name!r}: pass a @workflow, a Workflow subclass, or "
+                    f"register(name, version, fn)"
+                )
+        else:
+            if not isinstance(name, str) or not name:
+                raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
+            target = fn._fn if isinstance(fn, WorkflowFunction) else fn
+            spec = function_workflow_spec(target, name, version or "1", concurrency, on_event)
+        return self._put(spec)
+
+    def register_remote(
+        self,
+        name: str,
+        version: str = "1",
+        *,
+        concurrency: Concurrency | None = None,
+        on_event: str | None = None,
+    ) -> WorkflowSpec:
+        """A workflow whose code runs in another process sharing the store: started and read here
+        (input stored as JSON), never executed."""
+        if not isinstance(name, str) or not name:
+            raise DuroError(f"workflow name must be a non-empty string, got {name!r}")
+        spec = WorkflowSpec(
+            name=name,
+            version=str(version),
+            invoke=None,
+            input=Codec(None),
+            output=Codec(None),
+            concurrency=concurrency,
+            on_event=on_event,
+        )
+        return self._put(spec)
+
+    @property
+    def specs(self) -> dict[str, WorkflowSpec]:
+        return dict(self._specs)
+
+    def get(self, name: str, version: str | None = None) -> WorkflowSpec | None:
+        """The spec of ``name`` at ``version`` (``None``: its newest)."""
+        if version is None:
+            return self._specs.get(name)
+        return self._versions.get(name, {}).get(version)
+
+    def versions(self, name: str) -> list[str]:
+        """The versions of ``name`` registered here, oldest first."""
+        return sorted(self._versions.get(name, {}), key=version_order)
+
+    def spec_for(self, wf: Any, version: str | None = None) -> WorkflowSpec:
+        """The registered spec for a workflow object or name (objects register on first use), at
+        ``version`` (``None``: a name's newest version, an object's own)."""
+        if isinstance(wf, str):
+            spec = self.get(wf, version)
+            if spec is None and wf in self._specs:
+                known = ", ".join(self.versions(wf))
+                raise DuroError(
+                    f"workflow {wf!r} has no version {version!r} here (registered versions: {known}); "
+                    f"register that version's code beside the others, or start without version="
+                )
+            if spec is None:
+                known = ", ".join(sorted(self._specs)) or "none"
+                raise DuroError(
+                    f"unknown workflow {wf!r} (registered: {known}); put it under workflows/, "
+                    f"or call engine.register(...) / engine.register_remote(...)"
+                )
+            return spec
+        spec = wf if isinstance(wf, WorkflowSpec) else workflow_spec(wf)
+        if spec is None:
+            raise DuroError(f"{wf!r} is not a workflow: decorate it with @workflow or pass its name")
+        if version is not None and version != spec.version:
+            return self.spec_for(spec.name, version)
+        return self.get(spec.name, spec.version) or self.register(spec)
+
+    def is_serial(self, name: str) -> bool:
+        spec = self._specs.get(name)
+        return spec is not None and spec.serial
+
+    def serial_names(self) -> list[str]:
+        """Workflows whose runs start one at a time, oldest first (``"serial": True`` in the config)."""
+        return [name for name, spec in self._specs.items() if spec.serial]

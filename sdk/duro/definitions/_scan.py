@@ -26,8 +26,7 @@ from types import ModuleType
 
 from .._errors import ConfigError
 from ._config import Workspace, define_workspace
-from ._decorators import workflow_spec
-from ._definitions import WorkflowSpec
+from ._definitions import WorkflowSpec, workflow_spec
 
 CONFIG_FILE = "duro.config.py"
 WORKFLOWS_DIR = "workflows"

@@ -2,8 +2,8 @@
 
 - the pure decisions: :mod:`duro.rules._slots` (grant, reserve, confirm, expire, release, requeue);
 - the records: :mod:`._types` (``Slot``, ``SlotRelease``, ``LimitInfo``, ``SlotInfo``);
-- this process's waiting runs and the expiry loop: :mod:`._local`;
-- in workflow code: :mod:`._acquire` (``acquire_slot``, ``release_slot``, ``with_limit``, ``limit_slot``);
+- in workflow code, and this process's waiting runs and the expiry loop: :mod:`._acquire`
+  (``acquire_slot``, ``release_slot``, ``with_limit``, ``limit_slot``; ``LocalSlots``);
 - for operators: :mod:`._admin` (``engine.limits``).
 """
 
@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ._acquire import RunLimits, acquire_slot, limit_slot, release_slot, with_limit
+    from ._acquire import LocalSlots, RunLimits, acquire_slot, limit_slot, release_slot, with_limit
     from ._admin import Limits
-    from ._local import LocalSlots
     from ._types import HOOK_PREFIX, LimitInfo, LimitKey, Slot, SlotInfo, SlotRelease, SlotsPage, limit_config
 
 __all__ = [
@@ -42,6 +41,7 @@ __getattr__, __dir__ = lazy_names(
     globals(),
     {
         "._acquire": (
+            "LocalSlots",
             "RunLimits",
             "acquire_slot",
             "limit_slot",
@@ -49,7 +49,6 @@ __getattr__, __dir__ = lazy_names(
             "with_limit",
         ),
         "._admin": ("Limits",),
-        "._local": ("LocalSlots",),
         "._types": (
             "HOOK_PREFIX",
             "LimitInfo",

@@ -17,7 +17,7 @@ from ..definitions._config import LimitConfig, Workspace, check_capacity, check_
 from ..rules._slots import SlotRow
 from ..store import LimitState, OwnStep, ReleaseSlot, StepRecord
 from ..worker._gateway import StoreGateway, store_trouble
-from ._local import LocalSlots
+from ._acquire import LocalSlots
 from ._types import LimitInfo, LimitKey, SlotInfo, SlotRelease, SlotsPage, check_key, limit_config
 
 

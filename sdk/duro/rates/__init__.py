@@ -2,8 +2,8 @@
 
 - the pure decisions: :mod:`duro.rules._rates` (the window rule, the next grant's instant);
 - the records: :mod:`._types` (``RateGrant``, ``RateInfo``, ``RateWaiter``);
-- this process's waiting runs and the grant loop: :mod:`._local`;
-- in workflow code: :mod:`._acquire` (``acquire_rate``);
+- in workflow code, and this process's waiting runs and the grant loop: :mod:`._acquire`
+  (``acquire_rate``; ``LocalRates``);
 - for operators: :mod:`._admin` (``engine.rates``).
 """
 
@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ._acquire import RunRates, acquire_rate
+    from ._acquire import LocalRates, RunRates, acquire_rate
     from ._admin import Rates
-    from ._local import LocalRates
     from ._types import HOOK_PREFIX, RateGrant, RateInfo, RateWaiter, rate_config
 
 __all__ = [
@@ -36,11 +35,11 @@ __getattr__, __dir__ = lazy_names(
     globals(),
     {
         "._acquire": (
+            "LocalRates",
             "RunRates",
             "acquire_rate",
         ),
         "._admin": ("Rates",),
-        "._local": ("LocalRates",),
         "._types": (
             "HOOK_PREFIX",
             "RateGrant",

@@ -10,12 +10,12 @@ from typing import Any
 
 from .._clock import Clock
 from .._durations import Duration, format_ms, to_ms
-from .._observe import log_rate
+from .._events import log_rate
 from ..definitions._config import RateConfig, Workspace, check_rate
 from ..store import RateWaitRow
 from ..store._rates import RateState
 from ..worker._gateway import StoreGateway, store_trouble
-from ._local import LocalRates
+from ._acquire import LocalRates
 from ._types import RateInfo, RateWaiter, aware, check_rate_key, rate_config
 
 MAX_WAITERS = 1000

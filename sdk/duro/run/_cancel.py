@@ -32,7 +32,7 @@ from .._errors import RunCancelled
 from .._states import RunState, StepKind
 from ..rules._unloading import Parked
 from ..store import RecordStep, StepRecord
-from ._replay import History
+from ._current import Replayed
 from ._runtime import Runtime
 
 CANCEL: Final = "cancel"  # the kind (and name) of the record of a cancel delivered as a call returned
@@ -69,7 +69,10 @@ class RunContext(Protocol):
     run_id: str
     owner: str
     runtime: Runtime
-    history: History
+
+    @property
+    def history(self) -> Replayed: ...
+
     cancel: Cancel | None
     parked: Parked | None
     task: asyncio.Task[None] | None

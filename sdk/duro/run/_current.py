@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._durations import Duration
 from .._errors import DuroError
+
+if TYPE_CHECKING:
+    from .._states import StepKind
+    from ..store._records import StepRecord
+
+
+class Replayed(Protocol):
+    """A run's history as the parts of its execution read it (``_context.History``)."""
+
+    def take(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
+
+    def peek(self) -> StepRecord | None: ...
+
+    def recorded(self, seq: int) -> bool: ...
 
 
 class CurrentRun(Protocol):

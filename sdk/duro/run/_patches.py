@@ -25,7 +25,7 @@ from .._errors import DuroError
 from .._states import RunState, StepKind
 from .._text import NO_NUL, NUL
 from ..store import StepRecord
-from ._replay import History
+from ._current import Replayed
 
 PATCH: Final = "patch"  # the kind of a marker's step record
 
@@ -34,7 +34,9 @@ class PatchedRun(Protocol):
     """What a patch marker needs of its run (``duro.run._context.RunContext``)."""
 
     patches: dict[str, bool]
-    history: History
+
+    @property
+    def history(self) -> Replayed: ...
 
     def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
 

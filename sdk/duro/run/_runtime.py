@@ -16,7 +16,7 @@ from .._errors import DuroError, DuroInterrupt, StoreUnavailable
 from .._events import EventBus
 from .._hooks import EngineHooks
 from ..client._starts import Starter
-from ..definitions._registry import Registry
+from ..definitions._definitions import Registry
 from ..rules._lease import OwnLease
 from ..worker._gateway import StoreGateway
 from ..worker._wakeups import Wakeups

@@ -24,7 +24,7 @@ from .._states import RunState, StepKind
 from .._text import NO_NUL, NUL
 from ..store import Command, StepRecord, TakeSignal
 from ..store import SendSignal as SendCommand
-from ._replay import History
+from ._current import Replayed
 from ._runtime import Runtime
 
 SEND: Final = "send_signal"  # the kind of a send's step record
@@ -38,7 +38,9 @@ class SignallingRun(Protocol):
     run_id: str
     owner: str
     runtime: Runtime
-    history: History
+
+    @property
+    def history(self) -> Replayed: ...
 
     def take_seq(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]: ...
 

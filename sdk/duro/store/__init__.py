@@ -23,8 +23,10 @@ if TYPE_CHECKING:
         Unload,
         Waiting,
     )
+    from ._connection import LimitState
     from ._rates import RateOutcome, RateWaitRow
     from ._records import (
+        MARK,
         AttemptRecord,
         CancelOutcome,
         Claim,
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
         settle_sleeps,
         store_call,
     )
-    from ._rows import LimitState
     from ._sql import SqlStore, Store
     from ._tables import SCHEMA_VERSION
     from ._urls import DEFAULT_SQLITE_URL, parse_database_url
@@ -86,6 +87,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "parse_database_url",
     "settle_sleeps",
+    "MARK",
     "store_call",
     "WouldWait",
 ]
@@ -127,13 +129,14 @@ __getattr__, __dir__ = lazy_names(
             "StepRecord",
             "WouldWait",
             "settle_sleeps",
+            "MARK",
             "store_call",
         ),
         "._rates": (
             "RateOutcome",
             "RateWaitRow",
         ),
-        "._rows": ("LimitState",),
+        "._connection": ("LimitState",),
         "._sql": ("SqlStore", "Store"),
         "._tables": ("SCHEMA_VERSION",),
         "._urls": (

@@ -21,9 +21,8 @@ from typing import Any, NamedTuple
 
 from ..definitions._config import LimitConfig
 from ..rules._slots import SlotRow
-from ._connection import Connector
+from ._connection import Connector, LimitState, slot_row
 from ._records import reads
-from ._rows import LimitState, slot_row
 
 # a key as operators list it: (key, capacity in effect, overridden, busy, reserved, waiting)
 KeyListing = tuple[str, int, bool, int, int, int]

@@ -26,26 +26,27 @@ class WouldWait(Exception):
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+MARK = "store_call"  # the attribute a mark is kept in (the gateway reads it inline, on every call)
 
 
 def reads(fn: F) -> F:
     """Mark a part's method as one that only reads: on SQLite the engine runs it apart from the
     writes, which may wait seconds for a write lock another process holds (WAL lets reads go on
     meanwhile). See ``StoreGateway.call``, which reads the mark (``store_call``) of what it runs."""
-    fn.store_call = "read"  # type: ignore[attr-defined]
+    setattr(fn, MARK, "read")
     return fn
 
 
 def bulk(fn: F) -> F:
     """Mark a part's method as one that may write many transactions (a hand-out of many slots,
     1,000 grants each): never tried on the event loop, and on SQLite in a thread of its own."""
-    fn.store_call = "bulk"  # type: ignore[attr-defined]
+    setattr(fn, MARK, "bulk")
     return fn
 
 
 def store_call(fn: Callable[..., Any]) -> str | None:
     """How a store method is marked: ``"read"``, ``"bulk"`` or ``None`` (a write)."""
-    return getattr(fn, "store_call", None)
+    return getattr(fn, MARK, None)
 
 
 class RunRecord(NamedTuple):

@@ -21,7 +21,7 @@ from ..rules._quota import admit
 from ..rules._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point, slot_id
 from . import _psycopg
 from ._commands import OwnStep
-from ._connection import Connector
+from ._connection import Connector, to_run
 from ._queries import RUN_COLUMNS, claim_sql, count_sql, list_runs_sql, next_due_sql, recent_durations_sql
 from ._records import (
     AttemptRecord,
@@ -40,7 +40,6 @@ from ._records import (
     reads,
     settle_sleeps,
 )
-from ._rows import to_run
 from ._tables import ACTIVE_SQL
 
 

@@ -38,10 +38,9 @@ from ..definitions._config import LimitConfig
 from ..rules import _slots as rules
 from ..rules._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
-from ._connection import Connector
+from ._connection import Connector, limit_view, slot_row, slot_values, step_values, to_run
 from ._queries import COUNT_KEYS
 from ._records import Fenced, RunRecord, StepRecord, bulk, reads
-from ._rows import limit_view, slot_row, slot_values, step_values, to_run
 
 log = logging.getLogger("duro.store")
 

@@ -30,10 +30,9 @@ from ._commands import (
     TakeSignal,
     Unload,
 )
-from ._connection import Connector
+from ._connection import Connector, due_for
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord, reads
-from ._rows import due_for
 
 # per shape (see step_rows), the columns of a full row that shape keeps: the six required ones and
 # its optional ones

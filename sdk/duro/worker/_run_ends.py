@@ -12,7 +12,7 @@ the calls it still waited on (``store.FinishRun``) and takes it out of any limit
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._clock import Clock
 from .._errors import EngineCrash, RunCancelled, call_seq
@@ -29,7 +29,12 @@ from ._recovery import Suspects
 
 if TYPE_CHECKING:
     from ..run._context import RunContext
-    from ._residents import Residents
+
+
+class GivesUp(Protocol):
+    """Where the runs this worker stopped at a wait go back to the store (``Residents.give_up``)."""
+
+    async def give_up(self, waits: tuple[Waiting, ...]) -> None: ...
 
 
 class RunEnds:
@@ -45,7 +50,7 @@ class RunEnds:
         events: EventBus,
         limits: Limits,
         rates: Rates,
-        residents: Residents,
+        residents: GivesUp,
     ) -> None:
         self.worker_id = worker_id
         self.residents = residents

@@ -23,8 +23,7 @@ from .._clock import Clock, datetime_to_ms, ms_to_datetime
 from .._errors import DuroError
 from .._serde import Codec
 from ..client._starts import Starter
-from ..definitions._definitions import Concurrency
-from ..definitions._registry import Registry
+from ..definitions._definitions import Concurrency, Registry
 from ..store import ScheduleRecord
 from ._gateway import StoreGateway, store_trouble
 from ._wakeups import Wakeups

@@ -15,7 +15,7 @@ from .._errors import DuroError
 from .._text import NO_NUL, NUL
 from ..client._handle import RunHandle
 from ..client._starts import Starter
-from ..definitions._registry import Registry
+from ..definitions._definitions import Registry
 
 EVENT_NAME = re.compile(r"^[A-Za-z0-9._:/-]{1,200}\Z")
 
