@@ -10,7 +10,8 @@ one before reading the store with it), ``WorkflowSpec`` (a registered workflow, 
 (the replay check: ``duro replay-check``, ``duro runs export``, ``env.replay``), ``version_order``
 (how versions of a workflow sort: newest last), the statuses as types and lists (``RunState``,
 ``EndState``, ``UnfinishedState``, ``RetryState``; ``RUN_STATES``, ``ENDED``, ``UNFINISHED``,
-``RETRYABLE``), ``lazy_names`` (a package's public names that load
+``RETRYABLE``), ``start_info`` (a start answered with the run as it left it and whether it
+created it: the dev server's 201 or 200), ``lazy_names`` (a package's public names that load
 their module on first use, as duro's own do).
 """
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         UnfinishedState,
     )
     from ._text import check_run_id
+    from .client._engine import start_info
     from .client._handle import RunInfo, StepInfo, StepsPage
     from .client._replaycheck import ReplayOutcome, history_from_json, history_to_json
     from .definitions._definitions import WorkflowSpec, version_order
@@ -74,6 +76,7 @@ __all__ = [
     "check_run_id",
     "check_key",
     "WorkflowSpec",
+    "start_info",
     "RUN_STATES",
     "ENDED",
     "UNFINISHED",
@@ -115,6 +118,7 @@ __getattr__, __dir__ = lazy_names(
             "load_project",
         ),
         ".worker._schedules": ("ScheduleInfo",),
+        ".client._engine": ("start_info",),
         "._states": (
             "RUN_STATES",
             "ENDED",

@@ -34,6 +34,7 @@ from duro import (
     workflow,
 )
 from duro.testing import hooks
+from duro.tooling import start_info
 from duro_devserver.app import create_app
 from duro_devserver.source import FixedEngine
 from tests.support import store_ops
@@ -216,8 +217,8 @@ async def test_a_start_with_another_workflows_run_id_is_a_conflict_and_creates_n
         assert [r.id for r in await engine.list_runs(workflow="other")] == []
         assert (await engine.get_run("taken")).input == {"v": 1}
         # the same workflow: idempotent, created or not
-        assert (await engine.start_run("echo", {"v": 9}, run_id="taken"))[1] is False
-        assert (await engine.start_run("echo", {"v": 9}, run_id="fresh"))[1] is True
+        assert (await start_info(engine, "echo", {"v": 9}, run_id="taken"))[1] is False
+        assert (await start_info(engine, "echo", {"v": 9}, run_id="fresh"))[1] is True
 
 
 async def test_a_start_racing_past_the_existence_check_is_still_a_conflict(database_url, monkeypatch):
@@ -228,8 +229,8 @@ async def test_a_start_racing_past_the_existence_check_is_still_a_conflict(datab
         monkeypatch.setattr(engine.store.runs, "get", _not_yet(engine.store.runs.get, "raced"))
         with pytest.raises(RunIdConflictError, match="'raced' belongs to a run of workflow 'echo'"):
             await engine.start("other", {"v": 2}, run_id="raced")
-        handle, created = await engine.start_run("echo", {"v": 2}, run_id="raced")
-        assert (handle.id, created) == ("raced", False)
+        info, created = await start_info(engine, "echo", {"v": 2}, run_id="raced")
+        assert (info.id, created) == ("raced", False)
         assert [r.id for r in await engine.list_runs(workflow="other")] == []
 
 

@@ -14,6 +14,7 @@ from duro import (
     DuroError,
     Engine,
     WorkerOptions,
+    Workflow,
     wait_for_signal,
     workflow,
 )
@@ -111,3 +112,27 @@ async def test_a_worker_without_a_runs_version_leaves_it_pending(database_url):
         assert await both.result(waiting.id, timeout=5) == "v1 charged $1"
         assert await both.result(queued.id, timeout=5) == "v1 charged $2"
     both.close()
+
+
+class ChargeV3(Workflow):
+    name, version, concurrency = "charge", "3", QUOTA
+
+    async def run(self, ctx, amount: int) -> str:
+        return f"v3 charged {amount}"
+
+
+async def test_start_and_dispatch_take_the_same_arguments_in_both_forms(database_url):
+    """``start`` and ``dispatch`` are one implementation for both forms: ``version=`` included."""
+    clock = SimulatedClock(START)
+    async with engine_on(database_url, clock, charge_v1, charge_v2, ChargeV3) as engine:
+        run_id = await charge_v2.dispatch(5, engine=engine, version="1")
+        class_id = await ChargeV3.dispatch(6, engine=engine, version="2")
+        handle = await ChargeV3().start(7, engine=engine)  # an instance starts its class
+        await clock.advance(1)
+        assert [(await engine.get_run(rid)).version for rid in (run_id, class_id, handle.id)] == [
+            "1",
+            "2",
+            "3",
+        ]
+        assert await engine.result(handle.id, timeout=5) == "v3 charged 7"
+    engine.close()

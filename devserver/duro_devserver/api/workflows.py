@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from duro import Concurrency, DuroError, RunIdConflictError
-from duro.tooling import WorkflowSpec, version_order
+from duro.tooling import WorkflowSpec, start_info, version_order
 
 from ._common import ApiError, answer, duro_error, engine, read_body
 from .models import QuotaOut, RunCreatedOut, RunOut, StartBody, VersionOut, WorkflowOut, WorkflowsOut
@@ -77,8 +77,8 @@ async def start_run(request: Request) -> Response:
         quota = None
         if body.concurrency is not None:
             quota = Concurrency(key=body.concurrency.key, limit=body.concurrency.limit)
-        info, created = await eng.start_info(
-            name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
+        info, created = await start_info(
+            eng, name, body.input, run_id=body.run_id, concurrency=quota, version=body.version
         )
     except RunIdConflictError as err:
         raise ApiError(409, str(err)) from None

@@ -30,7 +30,7 @@ from ..limits import Limits, LocalSlots, limit_config
 from ..rates import LocalRates, Rates
 from ..run import _current
 from ..run._context import RunContext
-from ..store import DEFAULT_SQLITE_URL, OwnStep, RunRecord, SqlStore, StepRecord
+from ..store import DEFAULT_SQLITE_URL, RunRecord, SqlStore, StepRecord
 from ..worker._gateway import StoreGateway
 from ..worker._options import WorkerOptions
 from ..worker._retention import PruneReport, Retention
@@ -236,39 +236,6 @@ class Engine:
             wf, inp, run_id=run_id, concurrency=concurrency, version=version
         )
         return self.handle(record.id)
-
-    async def start_run(
-        self,
-        wf: Any,
-        inp: Any = None,
-        *,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        parent: OwnStep | None = None,
-        version: str | None = None,
-    ) -> tuple[RunHandle, bool]:
-        """``start``, also saying whether this call created the run (False: the run id was taken
-        by an earlier start of the same workflow, possibly one racing this one in another process)."""
-        record, created = await self._starter.start(
-            wf, inp, run_id=run_id, concurrency=concurrency, parent=parent, version=version
-        )
-        return self.handle(record.id), created
-
-    async def start_info(
-        self,
-        wf: Any,
-        inp: Any = None,
-        *,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        version: str | None = None,
-    ) -> tuple[RunInfo, bool]:
-        """``start_run``, answered with the run as the start left it (:class:`RunInfo`: the new run
-        as written, or the one its id already named) instead of a handle: no second read."""
-        record, created = await self._starter.start(
-            wf, inp, run_id=run_id, concurrency=concurrency, version=version
-        )
-        return RunInfo.of(record), created
 
     async def emit(self, name: str, payload: Any = None, *, event_id: str | None = None) -> EmitResult:
         """Start every workflow subscribed to event ``name`` (``@workflow(on_event=name)``) with
@@ -515,3 +482,22 @@ class Engine:
         if worker is not None:
             await worker.stop()
         await asyncio.to_thread(self._gateway.close)
+
+
+async def start_info(
+    engine: Engine,
+    wf: Any,
+    inp: Any = None,
+    *,
+    run_id: str | None = None,
+    concurrency: Concurrency | None = None,
+    version: str | None = None,
+) -> tuple[RunInfo, bool]:
+    """``engine.start``, answered with the run as the start left it (:class:`RunInfo`: the new run
+    as written, or the one its id already named: no second read) and whether this call created it
+    (False: the run id was taken by an earlier start of the same workflow, possibly one racing this
+    one in another process). For faces that must tell the two apart (the HTTP API's 201 and 200)."""
+    record, created = await engine._starter.start(  # noqa: SLF001 - the start path the engine holds
+        wf, inp, run_id=run_id, concurrency=concurrency, version=version
+    )
+    return RunInfo.of(record), created

@@ -10,7 +10,7 @@ import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
 from pydantic import ValidationError
 
@@ -393,6 +393,58 @@ def _check_concurrency(concurrency: Any, name: str) -> Concurrency | None:
 SPEC_ATTR = "__duro_workflow__"
 
 
+class StartCall(Protocol):
+    """``start`` / ``dispatch`` as a workflow offers them (see :class:`StartMethod`)."""
+
+    async def __call__(
+        self,
+        inp: Any = None,
+        run_id: str | None = None,
+        concurrency: Concurrency | None = None,
+        engine: Any = None,
+        version: str | None = None,
+    ) -> Any: ...
+
+
+class StartMethod:
+    """``start`` and ``dispatch``, written once for both forms of a workflow: on what ``@workflow``
+    makes of a function, and on a ``Workflow`` subclass (called on the class, or on an instance of
+    it: the class starts).
+
+    ``start(inp, run_id=None, concurrency=None, engine=None, version=None)`` starts a run on the
+    current engine (or ``engine=``) and returns its :class:`RunHandle`; ``version``: another
+    registered version of this workflow's name to run. ``dispatch(...)`` takes the same arguments
+    and returns the run id."""
+
+    def __init__(self, *, returns_id: bool) -> None:
+        self.returns_id = returns_id
+
+    def __get__(self, obj: Any, owner: type) -> StartCall:
+        target = owner if obj is None or isinstance(obj, Workflow) else obj
+        returns_id = self.returns_id
+
+        async def start(
+            inp: Any = None,
+            run_id: str | None = None,
+            concurrency: Concurrency | None = None,
+            engine: Any = None,
+            version: str | None = None,
+        ) -> Any:
+            handle = await _current.resolve_engine(engine).start(
+                target, inp, run_id=run_id, concurrency=concurrency, version=version
+            )
+            return handle.id if returns_id else handle
+
+        start.__doc__ = (
+            "Like ``start``, but returns the run id."
+            if returns_id
+            else "Start a run on the current engine (or ``engine=``); returns its ``RunHandle``. "
+            "``version``: another registered version of this workflow's name to run."
+        )
+        start.__name__ = start.__qualname__ = "dispatch" if returns_id else "start"
+        return start
+
+
 class WorkflowFunction:
     """What ``@workflow`` makes of a function: call it directly, or ``start`` / ``dispatch`` it durably."""
 
@@ -408,31 +460,8 @@ class WorkflowFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(*args, **kwargs)
 
-    async def start(
-        self,
-        inp: Any = None,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        engine: Any = None,
-        version: str | None = None,
-    ) -> Any:
-        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
-        ``version``: another registered version of this workflow's name to run."""
-        return await _current.resolve_engine(engine).start(
-            self, inp, run_id=run_id, concurrency=concurrency, version=version
-        )
-
-    async def dispatch(
-        self,
-        inp: Any = None,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        engine: Any = None,
-    ) -> str:
-        """Like :meth:`start`, but returns the run id."""
-        handle = await self.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
-        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
-        return run_id_started
+    start = StartMethod(returns_id=False)
+    dispatch = StartMethod(returns_id=True)
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r}>"
@@ -449,33 +478,8 @@ class Workflow:
     version: str = "1"
     concurrency: Concurrency | None = None
 
-    @classmethod
-    async def start(
-        cls,
-        inp: Any = None,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        engine: Any = None,
-        version: str | None = None,
-    ) -> Any:
-        """Start a run on the current engine (or ``engine=``); returns its :class:`RunHandle`.
-        ``version``: another registered version of this workflow's name to run."""
-        return await _current.resolve_engine(engine).start(
-            cls, inp, run_id=run_id, concurrency=concurrency, version=version
-        )
-
-    @classmethod
-    async def dispatch(
-        cls,
-        inp: Any = None,
-        run_id: str | None = None,
-        concurrency: Concurrency | None = None,
-        engine: Any = None,
-    ) -> str:
-        """Like :meth:`start`, but returns the run id."""
-        handle = await cls.start(inp, run_id=run_id, concurrency=concurrency, engine=engine)
-        run_id_started: str = handle.id  # a RunHandle (its module sits above this one)
-        return run_id_started
+    start = StartMethod(returns_id=False)
+    dispatch = StartMethod(returns_id=True)
 
 
 def workflow_spec(obj: Any) -> WorkflowSpec | None:
