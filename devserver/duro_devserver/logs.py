@@ -23,7 +23,7 @@ from typing import Any
 FORMATS = ("text", "json")
 
 log = logging.getLogger("duro.devserver")
-"""The servers' own messages (what they used to ``print``): serving, loaded, reloading, load errors."""
+"""The servers' own messages: serving, loaded, reloading, load errors."""
 
 # what every LogRecord carries; the rest of its __dict__ came as ``extra``
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {

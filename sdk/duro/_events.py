@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
+from ._states import StepState
 from .rules._slots import SlotEvent
 
 if TYPE_CHECKING:
@@ -20,15 +21,45 @@ if TYPE_CHECKING:
 
 _NO_DETAIL: Mapping[str, Any] = MappingProxyType({})
 
+# what can happen, as a type: an event spelt wrong is a type error
+EventKind = Literal[
+    "run.created",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.retried",
+    "run.forked",
+    "runs.pruned",
+    "step.completed",
+    "step.failed",
+    "step.waiting",
+    "step.cancelled",
+    "signal.sent",
+    "slot.acquired",
+    "slot.released",
+    "rate.granted",
+    "rate.timed_out",
+    "quota.refused",
+]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
+STEP_EVENTS: dict[StepState, EventKind] = {
+    "completed": "step.completed",
+    "failed": "step.failed",
+    "waiting": "step.waiting",
+    "cancelled": "step.cancelled",
+}  # a step written, by its status
+
 
 class RunEvent(NamedTuple):
-    """``kind``: run.created, run.completed, run.failed, run.cancelled, step.completed, step.failed,
-    step.waiting, signal.sent, slot.acquired, slot.released, quota.refused (no run was created:
-    ``run_id`` is the id it would have had). A run's end carries ``created_at`` in ``detail``. ``at``: milliseconds since the epoch on the engine's clock.
+    """``kind``: one of ``EventKind`` (run.created, run.completed, run.failed, run.cancelled,
+    run.retried, run.forked, runs.pruned, step.completed, step.failed, step.waiting, step.cancelled,
+    signal.sent, slot.acquired, slot.released, rate.granted, rate.timed_out, quota.refused: no run
+    was created, ``run_id`` is the id it would have had). A run's end carries ``created_at`` in
+    ``detail``. ``at``: milliseconds since the epoch on the engine's clock.
 
     Immutable, like a frozen dataclass, and a third of its cost to build: a run emits one per step."""
 
-    kind: str
+    kind: EventKind
     run_id: str
     at: int
     workflow: str | None = None
@@ -67,7 +98,9 @@ class EventBus:
         kinds = [wanted for _, wanted in self._listeners]
         self._wanted = None if None in kinds else frozenset().union(*(k for k in kinds if k is not None))
 
-    def publish(self, kind: str, run_id: str, at: int, workflow: str | None = None, **detail: Any) -> None:
+    def publish(
+        self, kind: EventKind, run_id: str, at: int, workflow: str | None = None, **detail: Any
+    ) -> None:
         """Tell every listener what happened to a run (``engine.emit`` is something else: it starts
         the workflows subscribed to an event)."""
         wanted = self._wanted  # wants(), written out: every durable call publishes

@@ -3,7 +3,7 @@ effect logs, check every promise, and put the figures in a report.
 
 Steps: a step whose completion duro recorded is never executed again — a replay returns the
 recorded result (docs/durability.md), and a worker that may have lost a run executes none of its code
-until the store confirms it still owns it (../shared/DESIGN.md, "Ownership is fenced on execution").
+until the store confirms it still owns it (docs/durability.md, "Ownership is fenced on execution").
 So no execution of a step body may *begin* after that step's completion was recorded, by any worker,
 stopped or not: the step's ``ended_at`` (the recording worker's wall clock, the clock the effects
 are stamped with, same host) against each effect's start. Executions beyond the first that began

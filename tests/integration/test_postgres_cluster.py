@@ -21,6 +21,7 @@ from duro import (
     workflow,
 )
 from duro.store import SqlStore
+from duro.store._notify import RunNotice, read
 from tests.support.pgserver import dsn
 from tests.support.waiting import eventually
 
@@ -318,7 +319,7 @@ def _db_now(url: str) -> int:
 def test_listen_delivers_notifications_and_stops(postgres_url):
     store = SqlStore(postgres_url)
     store.create_schema()
-    received: list[list[object]] = []
+    received: list[dict] = []
     stopping = threading.Event()
     thread = threading.Thread(target=store.listen, args=(received.append, stopping))
     thread.start()
@@ -342,7 +343,7 @@ def test_listen_delivers_notifications_and_stops(postgres_url):
                 ),
                 None,
             )
-            return ["run", "default"] in received
+            return {"kind": "run", "namespace": "default"} in received
 
         asyncio.run(eventually(sent, 10, "a notification"))
     finally:
@@ -386,8 +387,8 @@ async def test_one_run_notice_on_its_way_to_the_loop_stands_for_those_after_it(p
             ["done", "r", "completed"],
             ["run", None],
         ):
-            loop._deliver(fake, message)  # type: ignore[arg-type]
-        assert fake.handed == [["run", "default"], ["done", "r", "completed"]]
-        loop._on_notice(["run", "default"])  # the loop took it: the next one goes through again
-        loop._deliver(fake, ["run", "default"])  # type: ignore[arg-type]
-        assert fake.handed[-1] == ["run", "default"] and len(fake.handed) == 3
+            loop._deliver(fake, read(message))  # type: ignore[arg-type]
+        assert fake.handed == [read(["run", "default"]), read(["done", "r", "completed"])]
+        loop._on_notice(RunNotice(kind="run", namespace="default"))  # the loop took it: the next goes through
+        loop._deliver(fake, read(["run", "default"]))  # type: ignore[arg-type]
+        assert fake.handed[-1] == {"kind": "run", "namespace": "default"} and len(fake.handed) == 3

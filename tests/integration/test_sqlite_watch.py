@@ -1,5 +1,5 @@
 """SQLite's stand-in for notices: a worker's store watches the file's ``data_version`` and says
-``["changed"]`` when another process (here: another store on the same file, with connections of
+a ``changed`` notice when another process (here: another store on the same file, with connections of
 its own) committed; a worker therefore hears a cancel, a signal or a freed slot written by another
 process within a poll pass of it instead of a poll interval."""
 
@@ -23,7 +23,7 @@ def test_a_commit_of_another_store_is_said(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'duro.db'}"
     watching, other = SqlStore(url), SqlStore(url)
     watching.create_schema()
-    heard: list[list] = []
+    heard: list[dict] = []
     stopping = threading.Event()
     listener = threading.Thread(target=watching.listen, args=(heard.append, stopping), daemon=True)
     try:
@@ -35,7 +35,7 @@ def test_a_commit_of_another_store_is_said(tmp_path: Path):
         def commit_and_look() -> bool:  # the watch reads its first data_version when it starts
             with other.db.write() as conn:
                 conn.exec_driver_sql("INSERT INTO watch_probe VALUES (1)")
-            return ["changed"] in heard
+            return {"kind": "changed"} in heard
 
         wait_until(commit_and_look, 10, "the other store's commit to be said")
     finally:

@@ -27,6 +27,7 @@ from .._errors import (
     retried,
     user_exit,
 )
+from .._events import STEP_EVENTS
 from .._serde import Codec, describe_error, dump_json, restore_error
 from .._states import RunState, StepKind
 from .._tracing import active as tracing
@@ -44,7 +45,7 @@ _LAPSED = object()
 _tuple = tuple.__new__  # a record built without its named tuple's constructor frame (all fields given)
 # a retry's delay at least this long is recorded (a waiting step), so that the run may leave memory
 # while it waits; a shorter one stays in memory, where it costs less than the write
-RECORDED_RETRY_MS = 1000  # a sync step not started: the lease ran out before its thread got to it
+RECORDED_RETRY_MS = 1000
 
 
 class RunContext(SlotCalls):
@@ -155,7 +156,7 @@ class RunContext(SlotCalls):
         """Announce a step written (by this run's own write, or inside another decision: a slot
         request, a release...)."""
         self._emit(
-            f"step.{step.status}",
+            STEP_EVENTS[step.status],
             self.run_id,
             self._now(),
             self.workflow,

@@ -27,7 +27,7 @@ from .._states import RunState
 from ..rules._slots import SlotRow
 from ._commands import OwnStep
 from ._engines import server_engine, sqlite_busy, sqlite_engine
-from ._notify import payloads
+from ._notify import Notice, payloads
 from ._queries import DB_NOW, POSTGRESQL, QUERIES, SQLITE
 from ._records import StepRecord, WouldWait
 from ._schema import create_schema
@@ -295,11 +295,11 @@ class Connector:
             return now
         return int(self.run(conn, "db_now", {}).fetchone()[0])
 
-    def notify(self, conn: Connection, *messages: list[Any]) -> None:
+    def notify(self, conn: Connection, *notices: Notice) -> None:
         """Tell other processes' workers what this transaction changed (see :mod:`._notify`): sent at
         commit, dropped on rollback. PostgreSQL only."""
-        if self.dialect == "postgresql" and messages:
-            self.run(conn, "notify", payloads(messages))
+        if self.dialect == "postgresql" and notices:
+            self.run(conn, "notify", payloads(notices))
 
     def ensure_schema(self) -> None:
         if not self.schema_ready:

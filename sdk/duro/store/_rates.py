@@ -25,6 +25,7 @@ from ..definitions._config import RateConfig
 from ..rules import _rates as rules
 from ._commands import OwnStep
 from ._connection import Connector
+from ._notify import RateNotice
 from ._queries import RATE_WAIT_COLUMNS
 from ._records import Fenced, StepRecord, reads
 
@@ -220,7 +221,7 @@ class Rates:
                 for row in told:
                     if row.run_id is not None:
                         self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
-                self.db.notify(conn, *(["rate", row.id] for row in told))
+                self.db.notify(conn, *(RateNotice(kind="rate", wait_id=row.id) for row in told))
         return granted, update["next_due"], handed
 
     def _send_window_start(self, conn: Connection, params: dict[str, Any], cum: int, since: int) -> Any:
@@ -447,7 +448,7 @@ class Rates:
             self.db.run(conn, "rate_insert", {"name": config.name, "now": now})
             self.db.run(conn, "rate_set_override", {"name": config.name, "limit": limit, "now": now})
             self.db.run(conn, "rate_queues_due_now", {"name": config.name, "now": now})
-            self.db.notify(conn, ["rates"])
+            self.db.notify(conn, {"kind": "rates"})
 
     def pause(
         self, name: str, key: str | None, until: int | None, now: int, extend: bool = False
@@ -467,7 +468,7 @@ class Rates:
                 self.db.run(conn, query, params)
             if until is None:
                 self.db.run(conn, "rate_queues_due_now", params)
-            self.db.notify(conn, ["rates"])
+            self.db.notify(conn, {"kind": "rates"})
         return until
 
     @reads

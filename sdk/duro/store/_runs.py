@@ -22,6 +22,7 @@ from ..rules._resume import Grant, attempt_of, fork_cut, rate_wait, resume_point
 from . import _psycopg
 from ._commands import OwnStep
 from ._connection import Connector, to_run
+from ._notify import CancelNotice, DoneNotice, RunNotice, wire
 from ._queries import RUN_COLUMNS, claim_sql, count_sql, list_runs_sql, next_due_sql, recent_durations_sql
 from ._records import (
     AttemptRecord,
@@ -198,7 +199,7 @@ class Runs:
             run, values = _new_run(new)
             db.run(conn, "insert_run", values)
             if new.owner is None:
-                db.notify(conn, ["run", new.namespace])
+                db.notify(conn, {"kind": "run", "namespace": new.namespace})
             if parent is not None and not db.write_step(
                 conn,
                 parent.run_id,
@@ -243,7 +244,7 @@ class Runs:
     def _send_new(self, conn: Connection, new: NewRun, values: dict[str, Any]) -> Any:
         """The insert of a new run, doing nothing on an id taken; announced if it is to be claimed."""
         if new.owner is None:
-            notice = json.dumps(["run", new.namespace])
+            notice = wire({"kind": "run", "namespace": new.namespace})
             return self.db.run(conn, "insert_run_announced", {**values, "notice": notice})
         return self.db.run(conn, "insert_run_new", values)
 
@@ -363,9 +364,9 @@ class Runs:
                 db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
             db.notify(
                 conn,
-                *(["done", ended, "cancelled"] for ended in outcome.ended),
-                *(["cancel", requested] for requested in outcome.requested),
-                *(["run", name] for name in sorted(unowned)),
+                *(DoneNotice(kind="done", run_id=ended, status="cancelled") for ended in outcome.ended),
+                *(CancelNotice(kind="cancel", run_id=requested) for requested in outcome.requested),
+                *(RunNotice(kind="run", namespace=name) for name in sorted(unowned)),
             )
             return outcome
 
@@ -546,7 +547,7 @@ class Runs:
                 if slots:
                     db.run_in(conn, "drop_ended_slots", {"ids": slots})  # asked for again, same id
                 db.run(conn, "give_back_signals", {"run_id": run.id, "seq": resume.seq})
-                db.notify(conn, ["run", run.namespace])
+                db.notify(conn, {"kind": "run", "namespace": run.namespace})
             return Redriven(to_run(updated), resume.seq)
 
     def fork(self, fork: Fork) -> Redriven:
@@ -580,7 +581,7 @@ class Runs:
             db.run(conn, "insert_run", values)
             if cut:
                 db.run(conn, "copy_steps", {"new_id": new.id, "run_id": fork.run_id, "cut": cut})
-            db.notify(conn, ["run", new.namespace])
+            db.notify(conn, {"kind": "run", "namespace": new.namespace})
             return Redriven(run, cut)
 
     @reads

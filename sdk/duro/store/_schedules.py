@@ -26,7 +26,7 @@ class Schedules:
                     "insert_schedule",
                     {**values, "last_fire_at": None, "last_run_id": None, "last_error": None},
                 )
-            db.notify(conn, ["sched", schedule.namespace])
+            db.notify(conn, {"kind": "sched", "namespace": schedule.namespace})
 
     @reads
     def all(self, namespace: str) -> list[ScheduleRecord]:
@@ -43,7 +43,7 @@ class Schedules:
             deleted: bool = (
                 db.run(conn, "delete_schedule", {"namespace": namespace, "name": name}).rowcount == 1
             )
-            db.notify(conn, ["sched", namespace])
+            db.notify(conn, {"kind": "sched", "namespace": namespace})
             return deleted
 
     @reads

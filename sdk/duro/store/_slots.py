@@ -39,6 +39,7 @@ from ..rules import _slots as rules
 from ..rules._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
 from ._connection import Connector, limit_view, slot_row, slot_values, step_values, to_run
+from ._notify import SlotNotice
 from ._queries import COUNT_KEYS
 from ._records import Fenced, RunRecord, StepRecord, bulk, reads
 
@@ -165,7 +166,12 @@ class Slots:
         # Waiters in other processes learn at commit that a slot was handed to them (a request that
         # became busy at once is told to its own caller; other changes reach the waiters' own timers).
         self.db.notify(
-            conn, *(["slot", row.id, row.due_at] for row in decision.granted if row.state == "reserved")
+            conn,
+            *(
+                SlotNotice(kind="slot", slot_id=row.id, due_at=row.due_at)
+                for row in decision.granted
+                if row.state == "reserved"
+            ),
         )
         # a waiter that may have left memory is due now: its slot was reserved for it, or its wait
         # timed out (a slot granted at once is its caller's own; one handed over in this process
@@ -736,5 +742,5 @@ class Slots:
         decision = Decision(self.view(conn, config, now))
         self.hand_out(conn, decision, now, most=HAND_OUT_BATCH)
         self.write_decision(conn, decision, now)
-        self.db.notify(conn, ["limits"])
+        self.db.notify(conn, {"kind": "limits"})
         return decision

@@ -25,6 +25,7 @@ from . import _engines, _notify, _schema
 from ._commands import Command, FinishRun, RecordStep, ReleaseSlot, RequestSlot
 from ._connection import Connector
 from ._limits import Limits
+from ._notify import Notice
 from ._rates import Rates
 from ._records import reads
 from ._runs import Runs
@@ -140,10 +141,10 @@ class SqlStore:
         statement, a missing table or a bug is not."""
         return _engines.is_unavailable(err)
 
-    def listen(self, deliver: Callable[[list[Any]], None], stopping: Any, ready: Any = None) -> None:
+    def listen(self, deliver: Callable[[Notice], None], stopping: Any, ready: Any = None) -> None:
         """Block, handing each notice (see :mod:`._notify`) to ``deliver``, until ``stopping`` is
         set; ``ready`` (a ``threading.Event``) is set once notices are heard. On SQLite, another
-        process's commit is said as ``["changed"]``."""
+        process's commit is said as a ``changed`` notice."""
         if self.dialect == "postgresql":
             _notify.listen(self.url, deliver, stopping, ready)
             return

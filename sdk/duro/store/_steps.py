@@ -8,7 +8,6 @@ PostgreSQL in one pipeline (one round trip), on SQLite as one ownership read and
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeGuard, overload
@@ -31,6 +30,7 @@ from ._commands import (
     Unload,
 )
 from ._connection import Connector, due_for
+from ._notify import DoneNotice, wire
 from ._queries import QUERIES, upsert_steps_sql
 from ._records import Fenced, StepRecord, reads
 
@@ -252,7 +252,7 @@ class Steps:
             db.notify(
                 conn,
                 *(
-                    ["done", *end]
+                    DoneNotice(kind="done", run_id=end[0], status=end[1])
                     for cursor, end in sent
                     if end is not None and cursor.fetchone()[0] is not None
                 ),
@@ -315,7 +315,7 @@ class Steps:
         }
         if not announced:
             return self.db.run(conn, "finish_run", params)
-        params["notice"] = json.dumps(["done", run_id, status])
+        params["notice"] = wire({"kind": "done", "run_id": run_id, "status": status})
         return self.db.run(conn, "finish_run_announced", params)
 
     def _finish_run(self, conn: Connection, command: FinishRun) -> bool:
@@ -330,5 +330,5 @@ class Steps:
             # Only a parent waits on a run's end in another process (a client's result() polls):
             # NOTIFY serializes committing transactions, so a top-level run's end sends none.
             if result.fetchone()[0] is not None:
-                self.db.notify(conn, ["done", command.run_id, command.status])
+                self.db.notify(conn, {"kind": "done", "run_id": command.run_id, "status": command.status})
         return True

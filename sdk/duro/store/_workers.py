@@ -30,7 +30,7 @@ class Workers:
                 {"id": worker_id, "namespace": namespace, "host": host, "pid": pid, "now": now},
             )
             if handed_back:
-                db.notify(conn, ["run", namespace])
+                db.notify(conn, {"kind": "run", "namespace": namespace})
 
     def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
         """Move the worker's heartbeat stamp forward (by at least 1). Returns the stamp of every
@@ -52,7 +52,7 @@ class Workers:
             found = db.run(conn, "delete_worker", {"id": worker_id}).fetchone()
             params = {"id": worker_id, "now": now}
             if db.run(conn, "hand_back_dead" if dead else "hand_back", params).rowcount:
-                db.notify(conn, ["run", None if found is None else found[0]])
+                db.notify(conn, {"kind": "run", "namespace": None if found is None else found[0]})
 
     @reads
     def all(self) -> list[dict[str, Any]]:

@@ -27,14 +27,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import RunSetAsideError
-from .._events import EventBus, RunEvent
+from .._events import STEP_EVENTS, EventBus, RunEvent
 from ..run._runtime import LostRun
 from ._gateway import StoreGateway
 
 if TYPE_CHECKING:
     from ..run._context import RunContext
 
-PROGRESS = ("step.completed", "step.failed", "step.waiting", "step.cancelled")
+PROGRESS = tuple(STEP_EVENTS.values())  # a step written: the run made progress
 
 
 class Suspects:

@@ -55,6 +55,7 @@ from ._wakeups import Wakeups
 
 if TYPE_CHECKING:
     from ..run._context import RunContext
+    from ..store._notify import Notice
 
 
 log = logging.getLogger("duro")
@@ -324,21 +325,21 @@ class Worker:
                 self.retention.loop(self.workspace.retention_ms), name=f"duro-retention-{self.id}"
             )
 
-    def _deliver(self, loop: asyncio.AbstractEventLoop, message: list[Any]) -> None:
+    def _deliver(self, loop: asyncio.AbstractEventLoop, notice: Notice) -> None:
         """From the listener thread (none under the harness: no thread may wake its loop): hand a
         notice to the event loop, unless it has stopped. Runs to claim are announced once per start
         to every worker: one such notice on its way to the loop stands for those that follow it (its
         claim pass sees their runs too), and notices for other namespaces go no further."""
         if self._listening.is_set():
             return
-        if message[:1] == ["run"]:
-            if len(message) >= 2 and message[1] not in (None, self.namespace):
-                return  # a ["run", namespace] notice for another namespace
+        if notice["kind"] == "run":
+            if notice["namespace"] not in (None, self.namespace):
+                return  # a run to claim in another namespace
             if self._run_notice_queued:
                 return
             self._run_notice_queued = True
         try:
-            loop.call_soon_threadsafe(self._on_notice, message)
+            loop.call_soon_threadsafe(self._on_notice, notice)
         except RuntimeError:  # the loop closed under us: nobody is left to wake
             self._listening.set()
 
@@ -472,39 +473,39 @@ class Worker:
 
     # -- the lease: see Heartbeat -----------------------------------------------------------------
 
-    def _on_notice(self, message: list[Any]) -> None:
-        """A change another process committed (see ``SqlStore._notify``), on the event loop."""
-        kind = message[0]
-        if kind == "run":
+    def _on_notice(self, notice: Notice) -> None:
+        """A change another process committed (see ``duro.store._notify``), on the event loop."""
+        if notice["kind"] == "run":
             self._run_notice_queued = False  # later notices reach the loop again (see _deliver)
         if not self.heartbeat.running:
             return
-        if kind == "run":  # for this namespace: _deliver let no other through
-            self._wake_for_claims()
-        elif kind == "slot" and len(message) >= 3:
-            self.slots.notify_slot(str(message[1]))
-            self.slots.changed(message[2] if isinstance(message[2], int) else None)
-        elif kind == "rate" and len(message) >= 2:
-            self.rates.notify_wait(str(message[1]))
-        elif kind == "rates":
-            self.rates.look_again()
-        elif kind == "signal" and len(message) >= 3:
-            self.notify_signal(str(message[1]), str(message[2]))
-        elif kind == "cancel" and len(message) >= 2:
-            self.notify_cancelled([str(message[1])])
-        elif kind == "done" and len(message) >= 3:
-            self.wakeups.run_ended(str(message[1]))
-            self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
-        elif kind == "sched":
-            self.schedules_changed()
-        elif kind == "limits":
-            self.slots.look_again()
-        elif kind in ("reconnected", "changed"):  # notices lost, or another process wrote: look again
-            self._full_pass, self._statuses_read = True, -1000  # a cancel asked for elsewhere, say
-            self.wake()
-            self.schedules_changed()
-            self.slots.look_again()
-            self.rates.look_again()
+        match notice["kind"]:
+            case "run":  # for this namespace: _deliver let no other through
+                self._wake_for_claims()
+            case "slot":
+                self.slots.notify_slot(str(notice["slot_id"]))
+                self.slots.changed(notice["due_at"] if isinstance(notice["due_at"], int) else None)
+            case "rate":
+                self.rates.notify_wait(str(notice["wait_id"]))
+            case "rates":
+                self.rates.look_again()
+            case "signal":
+                self.notify_signal(str(notice["run_id"]), str(notice["name"]))
+            case "cancel":
+                self.notify_cancelled([str(notice["run_id"])])
+            case "done":
+                self.wakeups.run_ended(str(notice["run_id"]))
+                self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
+            case "sched":
+                self.schedules_changed()
+            case "limits":
+                self.slots.look_again()
+            case "reconnected" | "changed":  # notices lost, or another process wrote: look again
+                self._full_pass, self._statuses_read = True, -1000  # a cancel asked for elsewhere, say
+                self.wake()
+                self.schedules_changed()
+                self.slots.look_again()
+                self.rates.look_again()
 
     def _wake_for_claims(self) -> None:
         """Runs to claim, announced by other processes: one pass per ``CLAIM_BATCH_S`` at most, so a

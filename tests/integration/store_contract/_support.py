@@ -28,10 +28,10 @@ def quota(key, limit, statuses=("pending", "running", "suspended", "blocked"), n
     return QuotaCheck(workflow="wf", key=key, limit=limit, statuses=statuses, namespace=namespace)
 
 
-def _pinged(store: Store, heard: list[list]) -> bool:
+def _pinged(store: Store, heard: list[dict]) -> bool:
     """Whether a notice sent now reaches ``heard`` (deleting a schedule announces its namespace)."""
     store.schedules.delete("ping", "ping")
-    return ["sched", "ping"] in heard
+    return {"kind": "sched", "namespace": "ping"} in heard
 
 
 def _start_together(store: Store, starters: int, run: NewRun, check: QuotaCheck | None) -> list[Any]:

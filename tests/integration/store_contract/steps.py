@@ -112,7 +112,7 @@ class StepsContract:
         store.runs.insert(new_run("p", owner="w1"), None)
         store.runs.insert(new_run("p.0", owner="w1", parent="p"), None)
         store.runs.insert(new_run("q", owner="w1"), None)
-        heard: list[list] = []
+        heard: list[dict] = []
         stopping = threading.Event()
         listener = threading.Thread(target=store.listen, args=(heard.append, stopping), daemon=True)
         listener.start()
@@ -154,7 +154,8 @@ class StepsContract:
             assert store.runs.get("p.0").status == "completed"
             if store.notifies and store.dialect == "postgresql":  # SQLite says only "changed"
                 wait_until(
-                    lambda: ["done", "p.0", "completed"] in heard, what="the child's end to be announced"
+                    lambda: {"kind": "done", "run_id": "p.0", "status": "completed"} in heard,
+                    what="the child's end to be announced",
                 )
         finally:
             stopping.set()
