@@ -4,7 +4,7 @@
 package's pytest plugin — runs a project's workflows on a fresh SQLite store and a simulated clock:
 ``await env.advance("3d")`` fires every timer due on the way — sleeps, signal timeouts, retry delays,
 slot timeouts, reservations, ``max_hold``, the limits' 15 s pass, schedules — in time order, in
-milliseconds of wall time; ``await env.restart()`` simulates a box restart.
+milliseconds of wall time; ``await env.restart()`` simulates a machine restart.
 """
 
 from __future__ import annotations

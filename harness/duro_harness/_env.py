@@ -2,7 +2,7 @@
 
 ``async with simulated(project) as env:`` (or the ``duro_env`` pytest fixture) gives an engine whose
 time moves only when the test says so. ``advance`` fires every due timer in time order and lets the
-runs progress fully between timers; ``restart`` simulates the box dying and coming back.
+runs progress fully between timers; ``restart`` simulates the machine dying and coming back.
 """
 
 from __future__ import annotations
@@ -352,9 +352,9 @@ class DuroEnv:
     # -- restarts --------------------------------------------------------------------------------
 
     async def restart(self, down_for: str | int | timedelta = 0) -> None:
-        """Simulate a box restart: in-memory tasks, futures and caches are dropped, the dead worker is
+        """Simulate a machine restart: in-memory tasks, futures and caches are dropped, the dead worker is
         found dead, and a fresh engine recovers every unfinished run from the store. ``down_for``:
-        how long the box stays down (time passes with no engine: reservations lapse, say)."""
+        how long the machine stays down (time passes with no engine: reservations lapse, say)."""
         old = self.engine
         dead_worker = old.worker.id if old.worker is not None else None
         await old.abandon()
@@ -366,11 +366,11 @@ class DuroEnv:
         await settle()
 
     def crash_at(self, point: str, occurrence: int = 1, down_for: str | int | timedelta = 0) -> None:
-        """Make the box die the ``occurrence``-th time the engine reaches ``point`` (then restart
+        """Make the machine die the ``occurrence``-th time the engine reaches ``point`` (then restart
         it at once): e.g. ``"step.executed"`` — a step's function returned but its result is not
         recorded yet —, ``"run.finishing"`` — the output is computed but not stored — or
         ``"slot.confirming"`` — a slot was handed to a waiting run, which has not confirmed it yet.
-        ``down_for``: how long the box stays down before it restarts.
+        ``down_for``: how long the machine stays down before it restarts.
 
         While ``"slot.confirming"`` is armed, a release hands slots out as reservations even to runs
         waiting in this engine (which otherwise take them in the release's own transaction, leaving

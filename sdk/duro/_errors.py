@@ -288,7 +288,7 @@ class RunCancelled(DuroInterrupt):
 
 
 class EngineCrash(DuroInterrupt):
-    """Raised at an engine checkpoint to simulate the box dying there (the harness does this).
+    """Raised at an engine checkpoint to simulate the machine dying there (the harness does this).
 
     The run being executed stops at once and writes nothing more, as if the process had died.
     """

@@ -23,7 +23,7 @@ class EngineHooks:
     # New run ids (duro.client._starts): numbered, for repeatable ids, instead of time-ordered random ones.
     new_run_id: Callable[[], str] | None = None
     # Called at named points of a run's work ("step.executed" before the step's record is written,
-    # "run.finishing", "slot.confirming"); the harness raises EngineCrash there to crash the box.
+    # "run.finishing", "slot.confirming"); the harness raises EngineCrash there to crash the engine.
     checkpoints: list[Callable[[str, str], None]] = field(default_factory=list)
     # A release hands a freed slot straight to a run parked in this process (duro.store.ReleaseSlot's
     # hand_over). False: every hand-out is a reservation (the harness, to strand one).

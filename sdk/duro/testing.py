@@ -1,5 +1,5 @@
 """What a test environment needs of duro beyond its public names (the duro harness uses these; so
-may other test runners): ``EngineCrash`` (raise it at a checkpoint to crash the box), ``hooks``
+may other test runners): ``EngineCrash`` (raise it at a checkpoint to crash the engine), ``hooks``
 (an engine's private :class:`EngineHooks`), ``run_store_inline``, ``LimitConfig``. Time and project
 helpers shared with the dev server are in :mod:`duro.tooling`.
 """

@@ -146,7 +146,7 @@ async def test_a_worker_whose_clock_runs_ahead_takes_no_slot_back_early(postgres
 
 async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
     """Leases are judged by heartbeats seen to stop, never by comparing clocks: a claimer an hour
-    ahead takes nothing from a live owner, and condemning it on a stamp it has since moved past
+    ahead takes nothing from a live owner, and expiring it on a stamp it has since moved past
     (it beat in between) deletes nothing and takes nothing."""
     store = SqlStore(postgres_url)
     store.create_schema()
@@ -184,7 +184,7 @@ async def test_a_worker_whose_clock_runs_ahead_steals_no_lease(postgres_url):
                 namespace="default",
                 workflows=["waiter"],
                 now=far_ahead,
-                condemned=[("slow-clock", seen)],
+                expired=[("slow-clock", seen)],
             )
         )
         == []

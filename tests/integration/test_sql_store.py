@@ -272,7 +272,7 @@ def test_a_claim_reads_due_runs_through_their_partial_index_and_tells_fresh_ones
 
 
 def test_hand_backs_read_only_the_unfinished_runs_workers_hold(store):
-    """A stopping or condemned worker's runs, and runs whose owner has no row, are found through an
+    """A stopping or expired worker's runs, and runs whose owner has no row, are found through an
     index of unfinished runs (duro_runs_owner: unfinished owned runs): a worker's past runs never
     slow them."""
     from duro.store._queries import QUERIES

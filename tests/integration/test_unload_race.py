@@ -1,6 +1,6 @@
 """A run handed back (``Unload``) while another transaction ends what it waits for (a child's end,
-a signal) and nudges it: on PostgreSQL the two meet on the run's row. The hand-back must not
-overwrite the nudge with "not due": the run would then be unowned, blocked and never due, waiting
+a signal) and makes it due: on PostgreSQL the two meet on the run's row. The hand-back must not
+overwrite that with "not due": the run would then be unowned, blocked and never due, waiting
 for ever for a child that has ended (seen once in the chaos suite, a parent left ``blocked``)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.mark.parametrize("kind", ["child", "signal"])
-def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str, kind: str):
+def test_a_hand_back_blocked_behind_a_wake_leaves_the_run_due(postgres_url: str, kind: str):
     store = SqlStore(postgres_url)
     try:
         store.create_schema()
@@ -28,7 +28,7 @@ def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str
         with other.connect() as conn:
             conn.execute(sa.text("UPDATE duro_runs SET status = 'blocked', due_at = NULL WHERE id = 'p'"))
             conn.commit()
-            # the other transaction: the child ends (or a signal comes) and nudges p, not committed yet
+            # the other transaction: the child ends (or a signal comes) and makes p due, not committed yet
             if kind == "child":
                 conn.execute(sa.text("UPDATE duro_runs SET status = 'completed' WHERE id = 'p.0'"))
             else:
@@ -38,7 +38,7 @@ def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str
                         "VALUES ('p', 'go', 'null', 5)"
                     )
                 )
-            conn.execute(sa.text("UPDATE duro_runs SET due_at = 5 WHERE id = 'p'"))  # the nudge
+            conn.execute(sa.text("UPDATE duro_runs SET due_at = 5 WHERE id = 'p'"))  # p made due
             key = "p.0" if kind == "child" else "go"
             given_up: list[list[str]] = []
             hand_back = threading.Thread(
@@ -47,7 +47,9 @@ def test_a_hand_back_blocked_behind_a_nudge_leaves_the_run_due(postgres_url: str
                 )
             )
             hand_back.start()
-            wait_until(lambda: _lock_waits(other) == 1, 10, "the hand-back to wait for the nudge's row lock")
+            wait_until(
+                lambda: _lock_waits(other) == 1, 10, "the hand-back to wait for the row lock of p made due"
+            )
             conn.commit()
         hand_back.join(10)
         assert given_up == [["p"]]

@@ -86,9 +86,9 @@ def slot_release(
     now: int,
     reason: str = "release",
     hook: Hook | None = None,
-    takers: Mapping[str, Hook] | None = None,
+    waiting_here: Mapping[str, Hook] | None = None,
 ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
-    hand_over = {slot: OwnStep(*taker) for slot, taker in (takers or {}).items()}
+    hand_over = {slot: OwnStep(*waiter) for slot, waiter in (waiting_here or {}).items()}
     outcome = store.steps.apply(ReleaseSlot(configs, slot_id, now, reason, _own(hook), hand_over))
     return outcome.row, outcome.released, list(outcome.granted)
 

@@ -31,56 +31,56 @@ def beats(
     return t - every + took
 
 
-def test_a_worker_silent_for_a_whole_lease_of_fair_time_is_condemned_on_the_stamp_seen():
+def test_a_worker_silent_for_a_whole_lease_of_fair_time_expires_on_the_stamp_seen():
     watch = Watch(LEASE, EVERY)
     last = beats(watch, 0, 2000, lambda t: {"me": t, "other": 7})
-    assert watch.condemned(last) == []  # seen unchanged since the first beat ended (10): not a lease yet
+    assert watch.expired(last) == []  # seen unchanged since the first beat ended (10): not a lease yet
     last = beats(watch, 3000, 4000, lambda t: {"me": t, "other": 7})
-    assert watch.condemned(last) == [("other", 7)]
+    assert watch.expired(last) == [("other", 7)]
 
 
-def test_a_worker_that_beats_is_never_condemned():
+def test_a_worker_that_beats_never_expires():
     watch = Watch(LEASE, EVERY)
     last = beats(watch, 0, 30_000, lambda t: {"me": t, "other": t // 2000})  # a new stamp every 2 s
-    assert watch.condemned(last) == []
+    assert watch.expired(last) == []
 
 
-def test_nobody_is_condemned_for_a_time_when_nobody_could_write():
+def test_no_lease_expires_for_a_time_when_nobody_could_write():
     """The store locked or down: our own heartbeats are late too, so what we saw before says nothing;
     counting starts again when ours go through on time."""
     watch = Watch(LEASE, EVERY)
     beats(watch, 0, 2000, lambda t: {"me": t, "other": 7})
     watch.beat(2000, 12_000, {"me": 12_000, "other": 7}, "me")  # one beat blocked 10 s behind a lock
-    assert watch.condemned(12_000) == []
+    assert watch.expired(12_000) == []
     last = beats(watch, 13_000, 14_000, lambda t: {"me": t, "other": 7})
-    assert watch.condemned(last) == []  # two fair seconds since the store came back
+    assert watch.expired(last) == []  # two fair seconds since the store came back
     last = beats(watch, 15_000, 16_000, lambda t: {"me": t, "other": 7})
-    assert watch.condemned(last) == [("other", 7)]
+    assert watch.expired(last) == [("other", 7)]
 
 
 def test_a_missed_heartbeat_or_a_gap_resets_what_we_saw():
     watch = Watch(LEASE, EVERY)
     beats(watch, 0, 2000, lambda t: {"me": t, "other": 7})
     watch.missed()
-    assert watch.condemned(10_000) == []
+    assert watch.expired(10_000) == []
     watch.beat(10_000, 10_010, {"me": 1, "other": 7}, "me")  # first beat after a miss: counts from here
     assert watch.seen["other"] == (7, 10_010)
     watch.beat(15_000, 15_010, {"me": 2, "other": 7}, "me")  # we were frozen for 5 s: a gap, again
     assert watch.seen["other"] == (7, 15_010)
-    assert watch.condemned(15_010) == []
+    assert watch.expired(15_010) == []
 
 
-def test_our_own_late_heartbeats_condemn_nobody():
+def test_our_own_late_heartbeats_expire_nobody():
     watch = Watch(LEASE, EVERY)
     last = beats(watch, 0, 4000, lambda t: {"me": t, "other": 7})
-    assert watch.condemned(last) == [("other", 7)]
-    assert watch.condemned(last + LEASE) == []  # no heartbeat of ours for a lease: we cannot judge
+    assert watch.expired(last) == [("other", 7)]
+    assert watch.expired(last + LEASE) == []  # no heartbeat of ours for a lease: we cannot judge
 
 
 def test_workers_that_left_are_forgotten():
     watch = Watch(LEASE, EVERY)
     beats(watch, 0, 4000, lambda t: {"me": t, "other": 7} if t < 3000 else {"me": t})
-    assert "other" not in watch.seen and watch.condemned(4010) == []
+    assert "other" not in watch.seen and watch.expired(4010) == []
     beats(watch, 5000, 9000, lambda t: {"me": t, "other": 7})
     watch.forget("other")
-    assert watch.condemned(9010) == []
+    assert watch.expired(9010) == []

@@ -1,6 +1,6 @@
 """Limits in workflow code: ``acquire_slot`` / ``release_slot`` / ``with_limit`` / ``limit_slot``.
 
-A slot lives in the box (the store), not in the run: another workflow may release it, and ending a
+A slot lives in the store, not in the run: another workflow may release it, and ending a
 run does not release a slot it holds. A run waiting for a slot stays ``running``; its step list shows
 the hook step ``Esperando hueco · <limit>``, closed when the slot is confirmed, when the wait times
 out (failed), or when the run ends while it waits (cancelled or failed, as the run). Labels are data
@@ -385,7 +385,7 @@ class LocalSlots:
         self._wakeups = wakeups
         self._hooks = hooks
         self._waiters: Waiters[str] = Waiters()
-        self._takers: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
+        self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
         # rows delivered with a wake-up, with the hook step a local hand-over wrote
         self._delivered: dict[str, tuple[SlotRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
@@ -398,24 +398,24 @@ class LocalSlots:
 
     # -- waiting runs ----------------------------------------------------------------------------
 
-    def wait(self, slot_id: str, taker: OwnStep | None = None) -> asyncio.Event:
-        """Park a run on its slot request; ``taker``, its hook step, lets a release made in this
+    def wait(self, slot_id: str, hook: OwnStep | None = None) -> asyncio.Event:
+        """Park a run on its slot request; ``hook``, its hook step, lets a release made in this
         process hand the slot over at once (see :class:`duro.store.ReleaseSlot`)."""
         event = self._waiters.add(slot_id)
-        if taker is not None:
-            self._takers[slot_id] = taker
+        if hook is not None:
+            self._waiting_here[slot_id] = hook
         self.changed()  # the safety pass runs while anyone waits
         return event
 
     def drop(self, slot_id: str, event: asyncio.Event) -> None:
         self._waiters.drop(slot_id, event)
-        self._takers.pop(slot_id, None)
+        self._waiting_here.pop(slot_id, None)
         self._delivered.pop(slot_id, None)
 
     def notify_slot(self, slot_id: str, row: SlotRow | None = None, step: StepRecord | None = None) -> None:
         """Wake the runs waiting on ``slot_id``; ``row``, when given, is its state as just committed
         (they need not read it again), and ``step`` its waiter's hook step if the store wrote it."""
-        if row is not None and slot_id in self._takers:
+        if row is not None and slot_id in self._waiting_here:
             self._delivered[slot_id] = (row, step)
         if slot_id in self._waiters:
             self._waiters.notify(slot_id)
@@ -442,7 +442,7 @@ class LocalSlots:
 
     def hand_over(self) -> Mapping[str, OwnStep]:
         """The runs parked here with their hook steps, for a release to hand a freed slot to."""
-        return self._takers if self._hooks.hand_over_locally else {}
+        return self._waiting_here if self._hooks.hand_over_locally else {}
 
     def waiting(self) -> list[str]:
         """The slot ids runs of this process wait on (the poll pass reads their states)."""

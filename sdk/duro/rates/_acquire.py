@@ -316,7 +316,7 @@ class LocalRates:
         self._clock = clock
         self._wakeups = wakeups
         self._waiters: Waiters[str] = Waiters()
-        self._takers: dict[str, OwnStep] = {}  # the waiters' hook steps, by request id
+        self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by request id
         self._delivered: dict[str, tuple[RateWaitRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
@@ -325,23 +325,23 @@ class LocalRates:
         # has it due now (its worker's claim pass)
         self._on_absent = on_absent
 
-    def wait(self, wait_id: str, taker: OwnStep | None = None) -> asyncio.Event:
-        """Park a run on its request; ``taker``, its hook step, lets a grant made in this process
+    def wait(self, wait_id: str, hook: OwnStep | None = None) -> asyncio.Event:
+        """Park a run on its request; ``hook``, its hook step, lets a grant made in this process
         write it completed in the grant's own transaction (see ``store.RatePass``)."""
         event = self._waiters.add(wait_id)
-        if taker is not None:
-            self._takers[wait_id] = taker
+        if hook is not None:
+            self._waiting_here[wait_id] = hook
         self.changed()  # the safety pass runs while anyone waits
         return event
 
     def drop(self, wait_id: str, event: asyncio.Event) -> None:
         self._waiters.drop(wait_id, event)
-        self._takers.pop(wait_id, None)
+        self._waiting_here.pop(wait_id, None)
         self._delivered.pop(wait_id, None)
 
     def hand_over(self) -> Mapping[str, OwnStep]:
         """The runs waiting here with their hook steps, for a grant to write completed."""
-        return self._takers
+        return self._waiting_here
 
     def notify_wait(
         self, wait_id: str, row: RateWaitRow | None = None, step: StepRecord | None = None

@@ -8,14 +8,14 @@ monotonic clock, never compared across machines):
 - **Our own lease** (:class:`OwnLease`): good until the instant the last heartbeat that went
   through was *sent*, plus the lease. Past it, the worker executes no code of any run until a
   heartbeat goes through again (which proves nobody took its runs: see below).
-- **Others' deaths** (:class:`Watch`): another worker is condemned when its heartbeat stamp stayed
+- **Others' deaths** (:class:`Watch`): another worker's lease has expired when its heartbeat stamp stayed
   the same for a whole lease, counted from the end of the heartbeat of ours that read it, while our
   own heartbeats kept going through on time. Its last heartbeat was sent before we read it, so its
   own lease had run out by then. Counting only while ours went through means a store that nobody
-  could write (SQLite locked by another process, PostgreSQL down) condemns nobody: when it comes
+  could write (SQLite locked by another process, PostgreSQL down) expires nobody's lease: when it comes
   back, everyone beats again before anyone may judge.
 
-A condemned worker's row is deleted in the claim that takes its runs, on the stamp we saw (a
+An expired worker's row is deleted in the claim that takes its runs, on the stamp we saw (a
 heartbeat that slipped in first keeps it alive). Its next heartbeat then fails, and it drops every
 run it holds.
 """
@@ -82,7 +82,7 @@ class Watch:
         """Our heartbeat failed: judge nobody on what we saw before."""
         self.last_beat = None
 
-    def condemned(self, now: int) -> list[tuple[str, int]]:
+    def expired(self, now: int) -> list[tuple[str, int]]:
         """(worker id, the stamp we saw) of every worker silent for a whole lease of fair time."""
         if self.last_beat is None or now - self.last_beat > self.lease_ms // 2:
             return []  # our own heartbeats are late: we cannot tell a dead worker from a dead store

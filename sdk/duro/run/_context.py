@@ -204,7 +204,7 @@ class RunContext(SlotCalls):
         await _cancel.at_wait(self, record)
 
     def checkpoint(self, point: str) -> None:
-        """A named point of the run's work, for the harness (it may crash the box here)."""
+        """A named point of the run's work, for the harness (it may crash the engine here)."""
         hooks = self.runtime.hooks
         if hooks.checkpoints:  # only the harness sets any: no call on a run's path otherwise
             hooks.checkpoint(point, self.run_id)

@@ -93,7 +93,7 @@ async def send_signal(ctx: SignallingRun, run_id: str, name: str, payload: Any) 
         await ctx.write(step._replace(status="failed", error=describe_error(refused)))
         raised_at(refused, seq)
         raise
-    ctx.checkpoint("signal.sent")  # the harness may crash the box here: the send is recorded already
+    ctx.checkpoint("signal.sent")  # the harness may crash the engine here: the send is recorded already
     ctx.recorded(step)
     ctx.runtime.events.publish("signal.sent", run_id, moment, None, name=name)
     wakeups, worker = ctx.runtime.wakeups, ctx.runtime.starter.worker

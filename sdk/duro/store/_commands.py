@@ -204,7 +204,9 @@ class SlotOutcome(NamedTuple):
     step: StepRecord | None = None
     released: bool = False
     granted: tuple[SlotRow, ...] = ()
-    handed: Mapping[str, StepRecord] = _NO_STEPS  # the hook steps written for local takers, by slot id
+    handed: Mapping[str, StepRecord] = (
+        _NO_STEPS  # the hook steps written for waiters of the calling process, by slot id
+    )
     adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
     events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro.rules._slots.SlotEvent)
     position: int | None = None  # a request that was queued: its place on entry (1: next)

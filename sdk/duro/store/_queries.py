@@ -399,7 +399,7 @@ QUERIES: dict[str, str] = {
     # history has not grown since the last one (see _tables.Run.recoveries)
     "hand_back_dead": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE}, {_RECOVERED} "
     f"WHERE owner = :id AND status IN {ACTIVE_SQL}",
-    # runs whose owner has no row (a worker that went on starting runs after it was condemned, and
+    # runs whose owner has no row (a worker that went on starting runs after its lease expired, and
     # died before it joined again): handed back as their owner's would have been (duro_runs_owner)
     "hand_back_orphans": f"UPDATE duro_runs SET owner = NULL, {_CANCEL_DUE}, {_RECOVERED} "
     f"WHERE owner IS NOT NULL AND status IN {ACTIVE_SQL} "
@@ -414,15 +414,15 @@ QUERIES: dict[str, str] = {
     "list_workers": f"SELECT {_list(WORKER_COLUMNS)} FROM duro_workers ORDER BY started_at",
     "local_workers": "SELECT id, pid FROM duro_workers WHERE host = :host",
     # -- claims (the rule itself: see claim_sql) ---------------------------------------------------
-    "condemn": "DELETE FROM duro_workers WHERE id = :id AND heartbeat_at = :stamp RETURNING id",
+    "expire_worker": "DELETE FROM duro_workers WHERE id = :id AND heartbeat_at = :stamp RETURNING id",
     # -- due work (see _tables.Run.due_at) ---------------------------------------------------------
     # the earliest instant an unowned run the worker may claim falls due (duro_runs_due in due order:
     # the first row that fits; a serial workflow's pending runs are woken by their predecessor's end)
     # what a run waits for happened: it is due now (an earlier due time stays; updated_at stays too,
     # it is not a change to the run, and settle_sleeps reads it)
-    "nudge": f"UPDATE duro_runs SET due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} "
+    "make_due": f"UPDATE duro_runs SET due_at = :now WHERE id = :id AND status IN {ACTIVE_SQL} "
     "AND (due_at IS NULL OR due_at > :now)",
-    "nudge_parent": f"UPDATE duro_runs SET due_at = :now WHERE id = (SELECT parent_id FROM duro_runs "
+    "make_parent_due": f"UPDATE duro_runs SET due_at = :now WHERE id = (SELECT parent_id FROM duro_runs "
     f"WHERE id = :id) AND status IN {ACTIVE_SQL} AND (due_at IS NULL OR due_at > :now)",
     # a worker unloads a parked run (see _commands.Unload): it gives the run up, due when its wait
     # ends; due now if what it waits for happened already (the check is in the same statement)
@@ -669,7 +669,7 @@ def list_runs_sql(filters: tuple[str, ...]) -> str:
 # workflows with no owner that are due (``due_at``, see _tables.Run: pending and running runs are due
 # from when they were written; a waiting run when its wait ends), in due order, read through the
 # partial index duro_runs_due (unowned runs with a due time only: a million runs asleep until next
-# week cost a claim nothing). A dead worker's runs are handed back when it is condemned (see
+# week cost a claim nothing). A dead worker's runs are handed back when its lease expires (see
 # _claims), in the same transaction. With serial workflows, a pending run of one starts only when no
 # other run of it is active and it is the oldest pending one; the rest wait (pending) in creation
 # order.

@@ -158,7 +158,7 @@ class Rates:
         allows (``duro.rules._rates``: from the window's use and, for a head that does not fit, its oldest
         grants); write the grants and the queue's row. ``heads``: the queue's waiters when the caller
         knows them all (a request to an empty queue); ``own``: the caller's request (its run is not
-        nudged: it is executing); ``hand_over``: waiters of the calling process with their hook
+        made due: it is executing); ``hand_over``: waiters of the calling process with their hook
         steps, written completed when granted (a waiter whose run is not its owner's any more is
         left to its run); ``read``: the waiters the caller timed out and the window's use, when it
         read them already. Returns (granted, next due, the hook steps written)."""
@@ -209,18 +209,18 @@ class Rates:
             self.db.run(conn, "rate_key_update", update)
         handed: dict[str, StepRecord] = {}
         for row in granted:  # each fenced on its run: its answer is read
-            taker = hand_over.get(row.id)
-            if taker is None:
+            local = hand_over.get(row.id)  # a waiter in the caller's process, with its hook step
+            if local is None:
                 continue
-            step = taker.step._replace(status="completed", ended_at=now, result=grant_json(row))
-            if self.db.write_step(conn, taker.run_id, taker.owner, step, None, None, now):
-                handed[row.id] = step  # its run waits in the caller's memory: no nudge, no notice
+            step = local.step._replace(status="completed", ended_at=now, result=grant_json(row))
+            if self.db.write_step(conn, local.run_id, local.owner, step, None, None, now):
+                handed[row.id] = step  # its run waits in the caller's memory: not made due, no notice
         told = [row for row in granted if row.id not in handed and row.id != own]
         if told:
             with self.db.pipeline(conn):
                 for row in told:
                     if row.run_id is not None:
-                        self.db.run(conn, "nudge", {"id": row.run_id, "now": now})
+                        self.db.run(conn, "make_due", {"id": row.run_id, "now": now})
                 self.db.notify(conn, *(RateNotice(kind="rate", wait_id=row.id) for row in told))
         return granted, update["next_due"], handed
 

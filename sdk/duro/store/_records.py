@@ -162,7 +162,7 @@ class Claim:
     serial: Sequence[str] = ()  # workflows whose pending runs start one at a time, oldest first
     # workers the claimer judged dead, with the heartbeat stamp it saw (see duro.rules._lease.Watch): each
     # row is deleted, if its stamp is still that one, before the runs are taken
-    condemned: Sequence[tuple[str, int]] = ()
+    expired: Sequence[tuple[str, int]] = ()
     # hand back the runs of owners that have no row first (a worker's full pass asks: see _queries)
     orphans: bool = False
     # the (workflow, version) pairs the claimer has the code of: a run of another version of one of

@@ -361,7 +361,7 @@ class Runs:
                         unowned.add(held[1])
                 frontier.extend(row[0] for row in db.run(conn, "active_children", {"id": current}).fetchall())
             if run_id in outcome.ended:
-                db.run(conn, "nudge_parent", {"id": run_id, "now": now})  # a parent waiting on it goes on
+                db.run(conn, "make_parent_due", {"id": run_id, "now": now})  # a parent waiting on it goes on
             db.notify(
                 conn,
                 *(DoneNotice(kind="done", run_id=ended, status="cancelled") for ended in outcome.ended),
@@ -373,7 +373,7 @@ class Runs:
     # -- claims ----------------------------------------------------------------------------
 
     def claim(self, claim: Claim) -> list[RunRecord]:
-        """Delete the rows of ``claim.condemned`` whose stamp is unchanged (see ``duro.rules._lease``:
+        """Delete the rows of ``claim.expired`` whose stamp is unchanged (see ``duro.rules._lease``:
         handing their runs back), then take up to ``claim.limit`` unowned unfinished runs that are
         due, in due order, in one transaction (the rule is ``_queries.claim_sql``). Serial workflows are locked by name first (PostgreSQL): two
         workers never start two runs of one serial workflow."""
@@ -394,8 +394,8 @@ class Runs:
         statements = claim_sql(db.dialect, bool(claim.serial), bool(claim.versions))
         with db.write() as conn:
             with db.pipeline(conn):  # on PostgreSQL all of it in one round trip
-                for worker, stamp in claim.condemned:  # its runs go back, each due as it was
-                    if db.run(conn, "condemn", {"id": worker, "stamp": stamp}).fetchall():
+                for worker, stamp in claim.expired:  # its runs go back, each due as it was
+                    if db.run(conn, "expire_worker", {"id": worker, "stamp": stamp}).fetchall():
                         db.run(conn, "hand_back_dead", {"id": worker, "now": claim.now})
                 if claim.orphans:
                     db.run(conn, "hand_back_orphans", {"now": claim.now})

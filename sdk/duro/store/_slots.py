@@ -180,7 +180,7 @@ class Slots:
         woken = {row.run_id for row in decision.granted if row.state == "reserved"}
         woken.update(row.run_id for row in decision.writes if row.state == "timed_out")
         for run_id in sorted(r for r in woken if r is not None):
-            self.db.run(conn, "nudge", {"id": run_id, "now": now})
+            self.db.run(conn, "make_due", {"id": run_id, "now": now})
 
     def _settle(
         self,
@@ -207,7 +207,7 @@ class Slots:
         conn: Connection,
         decision: Decision,
         now: int,
-        takers: Mapping[str, OwnStep] | None = None,
+        waiting_here: Mapping[str, OwnStep] | None = None,
         adopter: Adopter | None = None,
         most: int = HAND_OUT_BATCH,
         handed: dict[str, StepRecord] | None = None,
@@ -215,7 +215,7 @@ class Slots:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
 
-        ``takers``: the waiters parked in the calling process, by slot id, with their hook steps. A
+        ``waiting_here``: the waiters parked in the calling process, by slot id, with their hook steps. A
         head among them takes its slot at once: its hook step is written completed here (fenced on
         its run, like any write of that run), so it wakes holding the slot with nothing to confirm;
         ``handed`` collects those steps as written, by slot id.
@@ -237,7 +237,7 @@ class Slots:
                     (row for row in rows.values() if row.state == "waiting"), key=lambda row: row.pos
                 )
             taken = set()
-            hooks: Mapping[str, OwnStep] = takers or {}
+            hooks: Mapping[str, OwnStep] = waiting_here or {}
             for row in rules.next_grants(decision, heads, most) if hooks or adopter else ():
                 hook = hooks.get(row.id)
                 if hook is None and adopter is not None:

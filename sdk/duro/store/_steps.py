@@ -76,7 +76,7 @@ def step_rows(steps: Iterable[tuple[str, StepRecord]]) -> dict[int, list[tuple[A
 
 def _decides_alone(command: Command) -> bool:
     """A command of one statement, fenced in its own SQL (on PostgreSQL): a step record (see
-    ``Connector.send_step``), or the end of a run that was not cancelled and has no parent to nudge
+    ``Connector.send_step``), or the end of a run that was not cancelled and has no parent to make due
     (a child's end is still announced, by the same statement)."""
     if type(command) is RecordStep:
         return True
@@ -164,10 +164,10 @@ class Steps:
         """See :class:`Unload`: one statement per run, by the kind of its wait (pipelined).
 
         On PostgreSQL the runs' rows are locked first, in a statement of their own: a transaction
-        that ended what a run waits for and nudged it (a child's end, a signal) holds the row, and
+        that ended what a run waits for and made it due (a child's end, a signal) holds the row, and
         the hand-back's check must read what that transaction committed. Checked in the same
         statement that waited for the row, it would read the snapshot taken before it waited, and
-        overwrite the nudge with "not due": an unowned run nobody would ever take up again."""
+        overwrite that with "not due": an unowned run nobody would ever take up again."""
         sent = []
         if self.db.dialect == "postgresql":
             self.db.run_in(conn, "lock_runs", {"ids": sorted({wait.run_id for wait in command.waits})})
@@ -243,7 +243,7 @@ class Steps:
                             if command.status == "cancelled":  # only if it did end (see the query)
                                 db.run(conn, "close_open_steps", {"id": command.run_id, "now": command.now})
                             if command.parent is not None:
-                                db.run(conn, "nudge", {"id": command.parent, "now": command.now})
+                                db.run(conn, "make_due", {"id": command.parent, "now": command.now})
                         case _:
                             raise TypeError(f"{type(command).__name__} is not batched on PostgreSQL")
             if any(cursor.rowcount != 1 for cursor, _ in sent):
@@ -325,7 +325,7 @@ class Steps:
         if command.status == "cancelled":  # what it still waited on ends with it
             self.db.run(conn, "close_open_steps", {"id": command.run_id, "now": command.now})
         if command.parent is not None:  # the parent's wait for this run is over
-            self.db.run(conn, "nudge", {"id": command.parent, "now": command.now})
+            self.db.run(conn, "make_due", {"id": command.parent, "now": command.now})
         if self.db.dialect == "postgresql":
             # Only a parent waits on a run's end in another process (a client's result() polls):
             # NOTIFY serializes committing transactions, so a top-level run's end sends none.

@@ -35,7 +35,7 @@ class Workers:
     def heartbeat(self, worker_id: str, now: int) -> dict[str, int] | None:
         """Move the worker's heartbeat stamp forward (by at least 1). Returns the stamp of every
         worker of its namespace (its own included: what a :class:`duro.rules._lease.Watch` judges by), or
-        ``None`` when its row is gone: a claim condemned it, and its runs may be someone else's now."""
+        ``None`` when its row is gone: a claim took its runs over, and its runs may be someone else's now."""
         db = self.db
         with db.write() as conn:
             row = db.run(conn, "beat", {"id": worker_id, "now": db.now(conn, now)}).fetchone()
@@ -46,7 +46,7 @@ class Workers:
     def remove(self, worker_id: str, now: int, dead: bool = False) -> None:
         """Delete the worker and hand its unfinished runs back (owner cleared) for others to claim.
         ``dead``: its process is gone, so each run it was executing counts a recovery (``recoveries``,
-        in a row while the run's history has not grown), as for a worker condemned by a claim."""
+        in a row while the run's history has not grown), as for a worker whose lease a claim found expired."""
         db = self.db
         with db.write() as conn:
             found = db.run(conn, "delete_worker", {"id": worker_id}).fetchone()

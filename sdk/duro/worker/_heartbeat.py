@@ -3,7 +3,7 @@
 The lease is good until the moment the last successful heartbeat was *sent*, plus the lease (see
 :mod:`._lease`). Past it, no code of any run executes until a heartbeat goes through again
 (:meth:`Heartbeat.confirm`, which every run calls through ``RunContext.resume``). A heartbeat that
-finds the worker's row gone (a claim condemned it) drops every run the worker holds and joins again.
+finds the worker's row gone (a claim took its runs over) drops every run the worker holds and joins again.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class Heartbeat:
             self.lease.renewed(sent)
             self.watch.beat(sent, self._monotonic(), stamps, self.worker_id)
             return
-        # Our row was gone: a claim condemned us (we were frozen, or cut off from the store, longer
+        # Our row was gone: a claim took our runs over (we were frozen, or cut off from the store, longer
         # than the lease) and may have taken any of our runs. Drop them all and join again: what
         # nobody took is handed back by the registration and claimed again, from the store.
         self.lease.lapse()

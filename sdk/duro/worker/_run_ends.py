@@ -88,7 +88,7 @@ class RunEnds:
         if ctx.cancel_reason == "grace":
             return True
         if isinstance(stop, LostRun | EngineCrash | asyncio.CancelledError):
-            return False  # not ours any more, the box dying, or its worker stopping: no end here
+            return False  # not ours any more, the engine crashing, or its worker stopping: no end here
         state = ctx.cancel
         return isinstance(stop, RunCancelled) or (state is not None and state.stops_waits)
 

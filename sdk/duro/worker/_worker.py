@@ -423,7 +423,7 @@ class Worker:
         residents = self.residents
         if residents.retry_pending():
             await residents.give_up(())
-        condemned = heartbeat.watch.condemned(self._monotonic())
+        expired = heartbeat.watch.expired(self._monotonic())
         room = residents.room()
         claim = Claim(
             worker_id=self.id,
@@ -433,10 +433,10 @@ class Worker:
             limit=min(room, CLAIM_BATCH),
             serial=self.registry.serial_names(),
             versions=self.registry.local_versions,
-            condemned=condemned,
+            expired=expired,
             orphans=full and now - self._swept >= self.lease_ms,
         )
-        claimed = await self.db(self.store.runs.claim, claim) if room or condemned or claim.orphans else []
+        claimed = await self.db(self.store.runs.claim, claim) if room or expired or claim.orphans else []
         if claim.orphans:
             self._swept = now
         residents.backlog = room == 0 or len(claimed) == room  # more may be due: claim again when room frees
@@ -445,16 +445,16 @@ class Worker:
         elif not residents.backlog:
             due = await self.db(self.store.runs.next_due, claim) if claim.workflows else None
             self._next_due = due if due is None or due > now else None  # due now: taken meanwhile
-        for worker, _ in condemned:
+        for worker, _ in expired:
             heartbeat.watch.forget(worker)
-        if condemned:
+        if expired:
             log.warning(
                 "duro worker %s: took over from %s (no heartbeat for a lease: %d ms)",
                 self.id,
-                ", ".join(worker for worker, _ in condemned),
+                ", ".join(worker for worker, _ in expired),
                 self.lease_ms,
             )
-        # A claimed run still executing here was not ours a moment ago (our row was condemned and we
+        # A claimed run still executing here was not ours a moment ago (our lease expired and we
         # joined again): another worker may have moved it on since. Drop it, replay from the store.
         stale = [
             task for run in claimed if run.id in self.live and (task := self.live[run.id].task) is not None

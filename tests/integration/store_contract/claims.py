@@ -10,7 +10,7 @@ from ._support import new_run
 
 
 class ClaimsContract:
-    def test_claims_take_unowned_and_condemned_workers_runs_once(self, store):
+    def test_claims_take_unowned_and_expired_workers_runs_once(self, store):
         store.workers.register("alive", "default", "h", 1, 1000)
         store.workers.register("dead", "default", "h", 2, 0)
         store.runs.insert(new_run("free"), None)
@@ -23,7 +23,7 @@ class ClaimsContract:
         assert set(stamps) == {"alive", "dead"}
         claim = Claim(worker_id="alive", namespace="default", workflows=["wf"], now=1000)
         claimed = {run.id: run for run in store.runs.claim(claim)}
-        assert set(claimed) == {"free"}  # a registered owner is alive until someone condemns it
+        assert set(claimed) == {"free"}  # a registered owner is alive until its lease is found expired
         claimed = {run.id: run for run in store.runs.claim(dataclasses.replace(claim, orphans=True))}
         assert set(claimed) == {"gone"}  # an owner with no row: its runs go back when asked
         assert claimed["gone"].owner == "alive"
@@ -32,17 +32,17 @@ class ClaimsContract:
             namespace="default",
             workflows=["wf"],
             now=1000,
-            condemned=[("dead", stamps["dead"] - 1)],
+            expired=[("dead", stamps["dead"] - 1)],
         )
         assert store.runs.claim(stale) == []  # its heartbeat is not the one the claimer saw: it lives
-        condemned = Claim(
+        expired = Claim(
             worker_id="alive",
             namespace="default",
             workflows=["wf"],
             now=1000,
-            condemned=[("dead", stamps["dead"])],
+            expired=[("dead", stamps["dead"])],
         )
-        assert [run.id for run in store.runs.claim(condemned)] == ["orphan"]
+        assert [run.id for run in store.runs.claim(expired)] == ["orphan"]
         assert (
             store.workers.heartbeat("dead", 1001) is None
         )  # its row went with the claim: it finds out at once

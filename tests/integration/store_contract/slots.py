@@ -13,7 +13,7 @@ from ._support import _queued_with_hook, new_run
 class SlotsContract:
     @pytest.mark.parametrize("owner, taken", [("w1", True), ("someone-else", False)])
     def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(self, store, owner, taken):
-        """``takers`` (the caller's parked waiters): the head of the queue takes the slot in the release's
+        """``waiting_here`` (the caller's parked waiters): the head of the queue takes the slot in the release's
         transaction, its hook step written completed, when the write passes its run's fence; otherwise
         the slot is reserved for it as usual."""
         from duro.definitions._config import LimitConfig
@@ -25,7 +25,7 @@ class SlotsContract:
         assert store_ops.slot_request(store, config, "w.1", "waiter", None, 9000, 1000).state == "waiting"
         hook = StepRecord(1, "hook", "Esperando hueco · line", "waiting", 1000, wake_at=9000)
         _, released, granted = store_ops.slot_release(
-            store, {"line": config}, "h.1", 2000, takers={"w.1": ("waiter", owner, hook)}
+            store, {"line": config}, "h.1", 2000, waiting_here={"w.1": ("waiter", owner, hook)}
         )
         assert released and [row.id for row in granted] == ["w.1"]
         assert granted[0].state == ("busy" if taken else "reserved")
@@ -123,9 +123,11 @@ class SlotsContract:
         _queued_with_hook(store, config, "leaver", 1000)
         _queued_with_hook(store, config, "next", 1001)
         if state != "waiting":
-            takers = {"leaver.0": ("leaver", "w1", store.steps.of("leaver")[0])} if state == "busy" else None
+            waiting_here = (
+                {"leaver.0": ("leaver", "w1", store.steps.of("leaver")[0])} if state == "busy" else None
+            )
             _, released, granted = store_ops.slot_release(
-                store, {"lines": config}, "holder.0", 2000, takers=takers
+                store, {"lines": config}, "holder.0", 2000, waiting_here=waiting_here
             )
             assert released and [(row.id, row.state) for row in granted] == [("leaver.0", state)]
         hook = store.steps.of("leaver")[0]._replace(status="cancelled", ended_at=3000)

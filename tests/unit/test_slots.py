@@ -436,7 +436,9 @@ class SlotMachine(RuleBasedStateMachine):
     def view(self) -> slots.LimitView:
         return slots.LimitView(LIMIT, self.capacity, self.max_hold_ms, **self.stored)
 
-    def hand_out(self, decision: slots.Decision, takers: frozenset[str] = frozenset()) -> slots.Decision:
+    def hand_out(
+        self, decision: slots.Decision, waiting_here: frozenset[str] = frozenset()
+    ) -> slots.Decision:
         """``SlotsStoreMixin._hand_out``: the first ``free + len(changed)`` stored waiters, overlaid
         with the rows this decision changed, in ``pos`` order; the parked waiters among the ones
         granted take their slot at once."""
@@ -447,7 +449,7 @@ class SlotMachine(RuleBasedStateMachine):
             heads_by_id = {r.id: changed.get(r.id, r) for r in stored[: v.free + len(changed)]}
             heads_by_id.update({r.id: r for r in changed.values() if r.state == "waiting"})
             heads = sorted((r for r in heads_by_id.values() if r.state == "waiting"), key=lambda r: r.pos)
-            taken = frozenset(r.id for r in slots.next_grants(decision, heads) if r.id in takers)
+            taken = frozenset(r.id for r in slots.next_grants(decision, heads) if r.id in waiting_here)
             slots.hand_out(decision, heads, self.now, taken)
         return decision
 
@@ -559,8 +561,8 @@ class SlotMachine(RuleBasedStateMachine):
         if row.state not in ("busy", "reserved"):
             self._unchanged(decision)
         queue = sorted((r for r in self.rows.values() if r.state == "waiting"), key=lambda r: r.pos)
-        takers = frozenset(r.id for i, r in enumerate(queue) if mask >> (i % 8) & 1)
-        self._commit(self.hand_out(decision, takers))
+        waiting_here = frozenset(r.id for i, r in enumerate(queue) if mask >> (i % 8) & 1)
+        self._commit(self.hand_out(decision, waiting_here))
         self.swept = False
 
     @rule(run_id=st.sampled_from(RUNS))
