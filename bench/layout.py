@@ -4,8 +4,7 @@
     .venv/bin/python bench/layout.py --rev a406fbb   # a commit's sdk/ and docs/ (git archive)
 
 Printed as JSON: the modules of ``sdk/duro`` and of ``sdk/duro/store``; their floors (the longest
-chain of imports, ``TYPE_CHECKING`` and function-level imports included, a package's own
-``__init__`` left out as ``tests/unit/test_import_graph.py`` does); the store's classes that
+chain of imports, read as ``tests/unit/test_import_graph.py`` reads them: ``tests/support/import_graph.py``); the store's classes that
 inherit another class of the store; module sizes (largest, median, over 500 lines); the
 glossary's terms; the top-level folders of ``sdk/duro``.
 """
@@ -23,34 +22,13 @@ from pathlib import Path
 
 import _support as S
 
-
-def _module_name(package: Path, path: Path) -> str:
-    parts = ["duro", *path.relative_to(package).with_suffix("").parts]
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(package: Path, path: Path, modules: set[str]) -> set[str]:
-    name = _module_name(package, path)
-    own = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = own.split(".")
-                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            found.add(target)
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-    return {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
+from tests.support import import_graph  # after _support: it puts the checkout on sys.path
 
 
 def measure(root: Path) -> dict[str, object]:
     package = root / "sdk" / "duro"
-    paths = {_module_name(package, p): p for p in package.rglob("*.py")}
-    graph = {name: _imports(package, path, set(paths)) for name, path in paths.items()}
+    paths = import_graph.modules(package)
+    graph = import_graph.graph(package)
 
     @cache
     def floor(name: str, within: str) -> int:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from .._durations import Duration, to_ms
 from .._errors import ConfigError, DuroError, InputError
 from .._serde import Codec, hint_classes, is_structured, qualified_name
-from .._states import ENDED
+from .._states import ENDED, UNFINISHED
 from .._text import NUL
 from ..run import _current
 
@@ -39,12 +39,7 @@ class RunStatus(enum.StrEnum):
         return self.value in ENDED
 
 
-DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = (
-    RunStatus.PENDING,
-    RunStatus.RUNNING,
-    RunStatus.SUSPENDED,
-    RunStatus.BLOCKED,
-)
+DEFAULT_CONCURRENCY_STATUSES: tuple[RunStatus, ...] = tuple(RunStatus(status) for status in UNFINISHED)
 
 
 def _status_names(statuses: Iterable[str | RunStatus]) -> tuple[str, ...]:

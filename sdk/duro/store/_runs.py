@@ -82,7 +82,9 @@ def _new_run(new: NewRun) -> tuple[RunRecord, dict[str, Any]]:
     return run, values
 
 
-def send_count(db: Any, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None) -> Any:
+def send_count(
+    db: Connector, conn: Connection, key: str, statuses: Sequence[str], namespace: str | None
+) -> Any:
     """A quota's count (the runs of ``key`` in ``statuses``), its cursor not read yet (in a
     pipeline, say): a start's, a retry's and a fork's."""
     params = {"key": key} if namespace is None else {"key": key, "namespace": namespace}

@@ -37,7 +37,16 @@ from sqlalchemy.engine import Connection
 from ..definitions._config import LimitConfig
 from ..rules import _slots as rules
 from ..rules._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
-from ._commands import Adopter, ConfirmSlot, GiveUpSlot, OwnStep, ReleaseSlot, RequestSlot, SlotOutcome
+from ._commands import (
+    Adopter,
+    ConfirmSlot,
+    GiveUpSlot,
+    OwnStep,
+    ReleaseSlot,
+    RequestSlot,
+    SlotCommand,
+    SlotOutcome,
+)
 from ._connection import Connector, limit_view, slot_row, slot_values, step_values, to_run
 from ._notify import SlotNotice
 from ._queries import COUNT_KEYS
@@ -396,9 +405,7 @@ class Slots:
 
     # -- operations ------------------------------------------------------------------------------
 
-    def apply(
-        self, conn: Connection, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
-    ) -> SlotOutcome:
+    def apply(self, conn: Connection, command: SlotCommand) -> SlotOutcome:
         """Apply a slot command in the caller's transaction (see :mod:`._commands` for each)."""
         match command:
             case RequestSlot():

@@ -25,6 +25,7 @@ from ._commands import (
     ReleaseSlot,
     RequestSlot,
     SendSignal,
+    SlotCommand,
     SlotOutcome,
     TakeSignal,
     Unload,
@@ -87,9 +88,6 @@ def _all_steps(commands: Sequence[Command]) -> TypeGuard[Sequence[RecordStep]]:
     return all(type(command) is RecordStep for command in commands)
 
 
-SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
-
-
 class Steps:
     """A run's steps, and its progress writes: the typed commands. A signal's or a slot's command
     is applied by the part that owns it (handed in as the calls below, when the store is built), in
@@ -134,7 +132,7 @@ class Steps:
     @overload
     def apply(self, command: TakeSignal) -> StepRecord | None: ...
     @overload
-    def apply(self, command: RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot) -> SlotOutcome: ...
+    def apply(self, command: SlotCommand) -> SlotOutcome: ...
     @overload
     def apply(self, command: Unload) -> list[str]: ...
     def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
