@@ -9,7 +9,7 @@ The workflow: ``await sleep("7d")``. duro's workers are real ``duro worker`` pro
 default options; RSS is VmRSS from /proc (sampled every 0.2 s). Per store (a fresh database each):
 
 1. idle: a worker on an empty store, settled: its RSS.
-2. sleepers: ``--sleepers`` runs written straight into the store in the shape a sleeping, unloaded
+2. sleepers: ``--sleepers`` runs written straight into the store in the shape a sleeping, evicted
    run has (its run row and its sleep's step row, the columns read from the schema duro created),
    waking 3 to 10 days ahead; a worker started on them, settled: RSS.
 3. kill: 100 runs due at K + 0.5 s (overdue: before the new worker is up) and 100 due from K + 3 s

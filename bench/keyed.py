@@ -1,4 +1,4 @@
-"""A keyed limit's hand-out as its queue grows, at the store: N slot requests of K keys wait on a
+"""A keyed limit's grant pass as its queue grows, at the store: N slot requests of K keys wait on a
 keyed limit whose every key is full (``per_key=1``, one slot of each key busy), with one more waiter
 of a fresh key last in the queue. A capacity raise by one (``SqlStore.limits.set_override``) then
 hands the free slot out: the only waiter whose key has room is the last one. The figure: the
@@ -149,7 +149,7 @@ def main() -> None:
                     [kind, variant, f"{n:,}", f"{k:,}", f"{value * 1000:.2f} ms", f"{value / smallest:.2f}"]
                 )
     print(
-        S.table(["store", "code", "waiters", "keys", "hand-out", f"over {sizes[0][0]}/{sizes[0][1]}"], rows)
+        S.table(["store", "code", "waiters", "keys", "grant pass", f"over {sizes[0][0]}/{sizes[0][1]}"], rows)
     )
 
 

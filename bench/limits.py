@@ -1,5 +1,5 @@
 """Limits (slots): acquire+release pairs against Prefect 3 and two bare-driver floors, release-to-resume
-(resident and unloaded waiters) and the cost of a pair with a long queue elsewhere; SQLite and
+(resident and evicted waiters) and the cost of a pair with a long queue elsewhere; SQLite and
 PostgreSQL.
 
     .venv/bin/python bench/limits.py --json bench/results/limits.json      # about 8 minutes
@@ -14,8 +14,8 @@ call. Cases, interleaved by round (each lasts at least ``--window`` seconds):
 - pairs-1, pairs-8: 1 or 8 runs looping ``acquire_slot`` + ``release_slot`` on a capacity-8 limit.
 - queue: capacity 8, 8 holders, 1,000 runs queued behind them, each looping acquire+release so every
   release hands the slot to the queue's head: pairs/s while the queue stays at about 1,000.
-- latency, latency-unloaded: capacity 1, a holder and a queue of 500 one-shot waiters behind it;
-  each release to the next acquire (ms); unloaded: every waiter left memory (``max_resident_runs=0``).
+- latency, latency-evicted: capacity 1, a holder and a queue of 500 one-shot waiters behind it;
+  each release to the next acquire (ms); evicted: every waiter left memory (``max_resident_runs=0``).
 - pingpong: two runs alternating on a capacity-1 limit.
 - flat (apart from the rounds): µs per uncontended pair while K requests wait on another limit.
 
@@ -256,7 +256,7 @@ def run(stores: S.Stores, case: tuple[str, str], window: float) -> dict:
         if name == "queue":
             return asyncio.run(case_queue(url, window))
         if name.startswith("latency"):
-            return asyncio.run(case_latency(url, window, 0 if name == "latency-unloaded" else 10_000))
+            return asyncio.run(case_latency(url, window, 0 if name == "latency-evicted" else 10_000))
         return asyncio.run(case_pingpong(url, window))
 
 
@@ -272,9 +272,9 @@ def main() -> None:
     pg = S.start_postgres(args.no_postgres)
     stores = S.Stores(pg)
     kinds = ["sqlite"] + (["postgresql"] if pg else [])
-    names = ["floor", "floor-rows", "pairs-1", "pairs-8", "queue", "latency", "latency-unloaded", "pingpong"]
+    names = ["floor", "floor-rows", "pairs-1", "pairs-8", "queue", "latency", "latency-evicted", "pingpong"]
     cases: list[Any] = [
-        (k, n) for k in kinds for n in names if not (k != "sqlite" and n == "latency-unloaded")
+        (k, n) for k in kinds for n in names if not (k != "sqlite" and n == "latency-evicted")
     ]
     peer = not args.no_prefect and PREFECT.exists()
     if not args.no_prefect and not peer:
@@ -341,7 +341,7 @@ def main() -> None:
     lat = [
         (k, n, med[f"{k}/{n}"]["median_ms"], med[f"{k}/{n}"]["p99_ms"])
         for k in kinds
-        for n in ("latency", "latency-unloaded", "pingpong")
+        for n in ("latency", "latency-evicted", "pingpong")
         if f"{k}/{n}" in med
     ]
     print("\n" + S.table(("store", "release-to-resume", "median ms", "p99 ms"), lat))

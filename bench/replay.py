@@ -5,11 +5,11 @@ benchmark times its wake: from the sleep's end (the simulated clock moved past i
 completion, for many runs at once, in one process on an SQLite file:
 
 - resident   the run stayed in memory: its coroutine resumes (``max_resident_runs`` large);
-- unloaded   it left memory when it slept (``max_resident_runs=0``): the wake is a claim, a read of
+- evicted   it left memory when it slept (``max_resident_runs=0``): the wake is a claim, a read of
              its steps, a replay of ``--calls`` recorded calls through the workflow code, then the
              same end as the resident run.
 
-The difference per run is what replay costs; its part in the unloaded wake says whether replay
+The difference per run is what replay costs; its part in the evicted wake says whether replay
 dominates. Rounds alternate the two forms (noisy shared machine: medians). The store is called
 inline, as under the harness, so what is timed is duro's own work and SQLite's, not thread hops.
 
@@ -52,7 +52,7 @@ async def one_round(resident: bool, calls: int, runs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         clock = SimulatedClock(datetime(2030, 1, 1, tzinfo=UTC))
         options = WorkerOptions(
-            poll_interval=None, unload_after=None, max_resident_runs=10**6 if resident else 0
+            poll_interval=None, evict_after=None, max_resident_runs=10**6 if resident else 0
         )
         engine = Engine(f"sqlite:///{Path(tmp) / 'r.db'}", clock=clock, options=options)
         run_store_inline(engine)
@@ -77,14 +77,14 @@ async def main() -> None:
     args = parser.parse_args()
     rows, report = [], S.environment() | {"runs": args.runs, "rounds": args.rounds, "calls": {}}
     for calls in map(int, args.calls.split(",")):
-        samples: dict[str, list[float]] = {"resident": [], "unloaded": []}
+        samples: dict[str, list[float]] = {"resident": [], "evicted": []}
         for rnd in range(args.rounds):
             for form in S.rotated(list(samples), rnd, 2):
                 samples[form].append(await one_round(form == "resident", calls, args.runs))
-        resident, unloaded = (S.median(samples[f]) for f in samples)
-        report["calls"][calls] = {"resident_ms": resident, "unloaded_ms": unloaded, "samples": samples}
-        rows.append((calls, resident, unloaded, f"{(unloaded - resident) / unloaded:.0%}"))
-    print(S.table(("recorded calls", "resident wake (ms)", "unloaded wake (ms)", "replay's share"), rows))
+        resident, evicted = (S.median(samples[f]) for f in samples)
+        report["calls"][calls] = {"resident_ms": resident, "evicted_ms": evicted, "samples": samples}
+        rows.append((calls, resident, evicted, f"{(evicted - resident) / evicted:.0%}"))
+    print(S.table(("recorded calls", "resident wake (ms)", "evicted wake (ms)", "replay's share"), rows))
     S.write_json(args.json, report)
 
 

@@ -77,7 +77,7 @@ async def one_real_run(root: Path, url: str) -> str:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    engine = Engine(url, options=WorkerOptions(poll_interval="50ms", unload_after=None))
+    engine = Engine(url, options=WorkerOptions(poll_interval="50ms", evict_after=None))
     async with engine:
         engine.register(module.twenty)
         handle = await engine.start(module.twenty, 0)

@@ -53,15 +53,15 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue(f"{request.param}_url")
 
 
-@pytest.fixture(params=["resident", "unloaded"])
+@pytest.fixture(params=["resident", "evicted"])
 def duro_env(request: pytest.FixtureRequest) -> Any:
     """The harness plugin's ``duro_env``, twice: waiting runs resident (the harness's default), and
-    every waiting run unloaded at once and replayed from the store when its wait ends
+    every waiting run evicted at once and replayed from the store when its wait ends
     (``max_resident_runs=0``, what a production worker does with runs that wait long): a test
     passes only if both take the same course."""
     marker = request.node.get_closest_marker("duro")
     options = dict(marker.kwargs) if marker is not None else {}
     project = options.pop("project", None)
     project = Path(request.config.rootpath) / project if project is not None else _find_project(request)
-    options.setdefault("max_resident_runs", 0 if request.param == "unloaded" else 10_000)
+    options.setdefault("max_resident_runs", 0 if request.param == "evicted" else 10_000)
     return DuroEnv(project=project, **options)

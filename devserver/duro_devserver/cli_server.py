@@ -39,7 +39,7 @@ _MAX_RESIDENT = click.option(
     show_default=True,
     type=click.IntRange(0),
     help="Runs held in memory at most (executing or waiting); the longest idle waiting runs "
-    "beyond it are unloaded and replayed when their wait ends.",
+    "beyond it are evicted and replayed when their wait ends.",
 )
 _MAX_CONCURRENT = click.option(
     "--max-concurrent-runs",
@@ -48,13 +48,14 @@ _MAX_CONCURRENT = click.option(
     type=click.IntRange(1),
     help="Runs executed at once at most; due work beyond it waits in the store.",
 )
-_UNLOAD_AFTER = click.option(
-    "--unload-after",
-    default=WorkerOptions.unload_after,
+_EVICT_AFTER = click.option(
+    "--evict-after",
+    default=WorkerOptions.evict_after,
     show_default=True,
     help="How long a run waiting on a signal, a slot or a child stays in memory; a sleep "
     "longer than this leaves memory at once.",
 )
+_UNLOAD_AFTER = click.option("--unload-after", default=None, hidden=True, help="The former --evict-after.")
 _PROJECT = click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
 _HOST = click.option(
     "--host",
@@ -266,6 +267,7 @@ def add_commands(main: click.Group) -> None:
     @_WORKER_ID
     @_MAX_RESIDENT
     @_MAX_CONCURRENT
+    @_EVICT_AFTER
     @_UNLOAD_AFTER
     def worker(
         directory: Path,
@@ -276,13 +278,20 @@ def add_commands(main: click.Group) -> None:
         worker_id: str | None,
         max_resident_runs: int,
         max_concurrent_runs: int,
-        unload_after: str,
+        evict_after: str,
+        unload_after: str | None,
     ) -> None:
         """Execute DIRECTORY's workflows until SIGINT / SIGTERM (then hand in-flight runs back)."""
         import asyncio
         import logging.config
 
         from duro import Engine
+
+        if unload_after is not None:
+            click.echo(
+                "duro worker: --unload-after is now --evict-after (the old name will be removed)", err=True
+            )
+            evict_after = unload_after
 
         root = _project_dir(directory)
         logging.config.dictConfig(logging_config(log_format))
@@ -294,7 +303,7 @@ def add_commands(main: click.Group) -> None:
                 worker_id=worker_id,
                 max_resident_runs=max_resident_runs,
                 max_concurrent_runs=max_concurrent_runs,
-                unload_after=unload_after,
+                evict_after=evict_after,
             )
             engine = Engine.from_project(
                 root, database_url=project_database_url(root, database_url), options=options

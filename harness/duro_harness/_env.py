@@ -115,7 +115,7 @@ class DuroEnv:
         # 0: every waiting run leaves memory at once and is replayed from the store when its wait
         # ends, as a production worker does with runs that wait long (see WorkerOptions)
         self.options = WorkerOptions(
-            poll_interval=None, unload_after=None, max_resident_runs=max_resident_runs
+            poll_interval=None, evict_after=None, max_resident_runs=max_resident_runs
         )
         self._memory_name = f"duro-harness-{next(_ENVIRONMENTS)}"
         self._keeper: sqlite3.Connection | None = None  # keeps the in-memory store alive across restarts
@@ -211,7 +211,7 @@ class DuroEnv:
         hooks.new_run_id = lambda: f"run-{next(self._ids):05d}"
         hooks.handle_target = self._engine_ref  # handles from Workflow.start survive restart() too
         hooks.checkpoints.append(self._checkpoint)
-        hooks.hand_over_locally = "slot.confirming" not in self._crash_points
+        hooks.grant_locally = "slot.confirming" not in self._crash_points
         for spec in self._project.workflows if self._project is not None else ():
             engine.register(spec)
         if self._engine is not None:  # keep what the test registered by hand
@@ -378,7 +378,7 @@ class DuroEnv:
         self._crash_points[point] = occurrence
         self._down_for = down_for
         if point == "slot.confirming" and self._engine is not None:
-            self._hooks.hand_over_locally = False
+            self._hooks.grant_locally = False
 
     def _checkpoint(self, point: str, run_id: str) -> None:
         left = self._crash_points.get(point)

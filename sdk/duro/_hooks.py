@@ -25,9 +25,9 @@ class EngineHooks:
     # Called at named points of a run's work ("step.executed" before the step's record is written,
     # "run.finishing", "slot.confirming"); the harness raises EngineCrash there to crash the engine.
     checkpoints: list[Callable[[str, str], None]] = field(default_factory=list)
-    # A release hands a freed slot straight to a run parked in this process (duro.store.ReleaseSlot's
-    # hand_over). False: every hand-out is a reservation (the harness, to strand one).
-    hand_over_locally: bool = True
+    # A release hands a freed slot straight to a run idle in this process (duro.store.ReleaseSlot's
+    # local_waiters). False: every grant is a reservation (the harness, to strand one).
+    grant_locally: bool = True
     # What handles made by the engine call (duro.client._handle.RunAccess): the engine itself, or the
     # harness's stand-in for whichever engine runs after a simulated restart.
     handle_target: Any = None

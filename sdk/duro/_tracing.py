@@ -12,7 +12,7 @@ The spans (tracer ``duro``):
 - ``duro.run <workflow>`` (CONSUMER): one attempt at a run: a worker executing it, from its claim
   (or its start here) to its end, or until it leaves memory, stops, or its worker dies; attributes
   ``duro.run_id``, ``duro.workflow``, ``duro.replayed`` (calls replayed from its history), and
-  ``duro.outcome`` (completed, failed, cancelled, unloaded, lost, stopped);
+  ``duro.outcome`` (completed, failed, cancelled, evicted, lost, stopped);
 - ``duro.step <name>``: one execution of a step's body, with ``duro.step.attempt`` and
   ``duro.step.outcome`` (completed, failed, retrying); a step replayed from history has no span;
 - ``duro.slot_wait <limit>``: a slot request that had to wait, from entering the queue to its
@@ -178,8 +178,8 @@ class _Run(Protocol):
     def ended(self) -> Any: ...  # the run as its end left it, once written (a RunRecord)
 
 
-def _unloaded(ctx: _Run) -> bool:
-    return type(ctx.fatal).__name__ == "Unloaded"
+def _evicted(ctx: _Run) -> bool:
+    return type(ctx.fatal).__name__ == "Evicted"
 
 
 def _outcome(ctx: _Run) -> str:
@@ -188,7 +188,7 @@ def _outcome(ctx: _Run) -> str:
     if ctx.cancel_reason == "cancelled":
         return "cancelled"
     if ctx.fatal is not None:
-        return "unloaded" if _unloaded(ctx) else "lost"
+        return "evicted" if _evicted(ctx) else "lost"
     return "stopped"  # its worker stopped or crashed: another attempt follows
 
 
@@ -197,10 +197,10 @@ async def _traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -
     try:
         await execute()
     except BaseException as err:
-        # An unload cancels the run's task: a wait that does not turn that into the run's fatal
-        # (a slot queue's) ends the task cancelled, and the attempt still ended unloaded.
-        if _unloaded(ctx):
-            span.end("unloaded", len(ctx.history))
+        # An evict cancels the run's task: a wait that does not turn that into the run's fatal
+        # (a slot queue's) ends the task cancelled, and the attempt still ended evicted.
+        if _evicted(ctx):
+            span.end("evicted", len(ctx.history))
         else:
             span.end("stopped", len(ctx.history), None if isinstance(err, asyncio.CancelledError) else err)
         raise

@@ -12,7 +12,7 @@ from .definitions._config import LimitConfig
 
 def hooks(engine: Engine) -> EngineHooks:
     """The private hooks of an engine: how a test environment changes the way it runs (store calls
-    inline, sync steps inline, numbered run ids, crash points, local hand-overs, the target of its
+    inline, sync steps inline, numbered run ids, crash points, local grants, the target of its
     handles). See :class:`duro._hooks.EngineHooks`; not for production use. Set ``inline_store``
     before entering the engine (``run_store_inline``); the others take effect at once."""
     return engine._hooks  # the one reader of this private attribute

@@ -161,7 +161,7 @@ class Starter(threading.Thread):
 # -- the chaos -------------------------------------------------------------------------------------
 
 # A worker owning a run that is, right now: asleep (its last step a sleep that ends in more than
-# 0.3 s), parked on a signal, or waiting in a limit's queue. Columns: owner, run, what it waits for.
+# 0.3 s), idle on a signal, or waiting in a limit's queue. Columns: owner, run, what it waits for.
 OWNERS_IN_STATE = {
     "sleep": "SELECT r.owner, r.id, 'its sleep ends in ' || CAST(s.wake_at - {now} AS TEXT) || ' ms' "
     "FROM duro_runs r JOIN duro_steps s ON s.run_id = r.id "

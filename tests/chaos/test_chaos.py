@@ -4,7 +4,7 @@ acquire_slot/release_slot, with_limit and limit_slot, short durable sleeps, sign
 steps) while the driver:
 
 - SIGKILLs random workers (replacing each at once);
-- SIGSTOPs, past the 3 s lease, a worker owning a run that sleeps, one owning a run parked on a
+- SIGSTOPs, past the 3 s lease, a worker owning a run that sleeps, one owning a run idle on a
   signal, and one owning a run waiting in a limit's queue, then SIGCONTs each;
 - PostgreSQL: restarts the server, down 0.5 s and down 6.5 s (past the lease);
   SQLite: holds the file's write lock from another connection for 6 s (past the lease), twice.

@@ -2,7 +2,7 @@
 database of the real PostgreSQL) and run 60 keyed runs over 4 keys; one is killed (SIGKILL) a
 quarter of the way and another takes its place. An independent connection
 samples the slots all along: no key is ever over its capacity, the limit never over its own, each
-key's row (its counts, what a hand-out reads) agrees with its slots in every snapshot, and every run
+key's row (its counts, what a grant pass reads) agrees with its slots in every snapshot, and every run
 completes with every slot back and no key row left."""
 
 from __future__ import annotations

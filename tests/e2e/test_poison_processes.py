@@ -112,6 +112,31 @@ def _run(url: str, run_id: str):
         store.close()
 
 
+def _deaths_until_set_aside(
+    project: Path, url: str, crash: str, good: list[str], tries: int, where: str, worker_id: str
+) -> int:
+    """Start workers one after another (``worker_id`` formatted with the attempt) until one outlives
+    the crashing run (it was set aside), then wait for the healthy runs to complete on it; return
+    how many workers died first."""
+    deaths = 0
+    for attempt in range(tries):
+        with worker_process(project, url, worker_id.format(attempt=attempt)) as worker:
+            wait_until(
+                lambda: worker.poll() is not None or _run(url, crash).status == "failed",  # noqa: B023
+                60,
+                f"worker {attempt} to die {where}, or the run to be set aside",
+            )
+            if worker.poll() is None:  # set aside: this worker lives, and runs the rest
+                wait_until(
+                    lambda: set(run_statuses(url, good).values()) == {"completed"},
+                    30,
+                    "the healthy runs to complete",
+                )
+                break
+            deaths += 1
+    return deaths
+
+
 async def _start_crasher(project: Path, url: str) -> tuple[str, list[str]]:
     client = Engine.from_project(project, database_url=url)
     try:
@@ -130,22 +155,7 @@ def test_a_step_that_kills_its_process_is_set_aside_after_max_recoveries(tmp_pat
     (project / "workflows").mkdir(parents=True)
     (project / "workflows" / "flows.py").write_text(textwrap.dedent(CRASHER))
     crash, good = asyncio.run(_start_crasher(project, shared_url))
-    deaths = 0
-    for attempt in range(8):
-        with worker_process(project, shared_url, f"w-{attempt}") as worker:
-            wait_until(
-                lambda: worker.poll() is not None or _run(shared_url, crash).status == "failed",  # noqa: B023
-                60,
-                f"worker w-{attempt} to die in the step, or the run to be set aside",
-            )
-            if worker.poll() is None:  # set aside: this worker lives, and runs the rest
-                wait_until(
-                    lambda: set(run_statuses(shared_url, good).values()) == {"completed"},
-                    30,
-                    "the healthy runs to complete",
-                )
-                break
-            deaths += 1
+    deaths = _deaths_until_set_aside(project, shared_url, crash, good, 8, "in the step", "w-{attempt}")
     assert deaths == 6, deaths
     run = _run(shared_url, crash)
     assert run.status == "failed" and run.recovered_steps == 0
@@ -228,22 +238,9 @@ def test_a_run_that_kills_its_worker_after_any_wait_is_set_aside(tmp_path: Path,
     (project / "workflows" / "flows.py").write_text(textwrap.dedent(SHAPED_CRASHER))
     (project / "duro.config.py").write_text(textwrap.dedent(SHAPED_CONFIG))
     crash, good = asyncio.run(_start_shaped(project, shared_url, shape))
-    deaths = 0
-    for _ in range(10):
-        with worker_process(project, shared_url, "w-shaped") as worker:
-            wait_until(
-                lambda: worker.poll() is not None or _run(shared_url, crash).status == "failed",  # noqa: B023
-                60,
-                f"the worker to die in the step after the {shape}, or the run to be set aside",
-            )
-            if worker.poll() is None:  # set aside: this worker lives, and runs the rest
-                wait_until(
-                    lambda: set(run_statuses(shared_url, good).values()) == {"completed"},
-                    30,
-                    "the healthy runs to complete",
-                )
-                break
-            deaths += 1
+    deaths = _deaths_until_set_aside(
+        project, shared_url, crash, good, 10, f"in the step after the {shape}", "w-shaped"
+    )
     run = _run(shared_url, crash)
     assert run.status == "failed", (shape, deaths, run.status)
     assert "RunSetAsideError" in (run.error or ""), run.error

@@ -1,5 +1,5 @@
 """Cancelling is delivered into the code, under the harness (both variants of ``duro_env``: waiting
-runs resident, and every waiting run unloaded at once and replayed when the cancel comes)."""
+runs resident, and every waiting run evicted at once and replayed when the cancel comes)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Cancelling delivered into the code, on both stores: a worker in this process (real time), a client
-engine in another role cancelling a run a worker holds, an unloaded run, and the grace period."""
+engine in another role cancelling a run a worker holds, an evicted run, and the grace period."""
 
 from __future__ import annotations
 
@@ -120,13 +120,13 @@ async def _queued(engine: Engine, run_id: str) -> bool:
 
 
 def engine_on(url: str, clock: SimulatedClock, **options) -> Engine:
-    options = {"poll_interval": None, "unload_after": None, "max_resident_runs": 0, **options}
+    options = {"poll_interval": None, "evict_after": None, "max_resident_runs": 0, **options}
     engine = Engine(url, clock=clock, options=WorkerOptions(**options))
     run_store_inline(engine)
     return engine
 
 
-async def test_an_unloaded_sleeper_is_taken_up_and_gets_the_cancel(database_url):
+async def test_an_evicted_sleeper_is_taken_up_and_gets_the_cancel(database_url):
     clock = SimulatedClock(START)
     async with engine_on(database_url, clock) as engine:
         run = await napper.start(1)

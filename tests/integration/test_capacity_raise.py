@@ -1,14 +1,14 @@
 """A capacity raise that frees many slots hands them out in bounded transactions (at most
-``HAND_OUT_BATCH`` grants each), in queue order, every waiter granted once, on both stores."""
+``GRANT_BATCH`` grants each), in queue order, every waiter granted once, on both stores."""
 
 from __future__ import annotations
 
 from duro.definitions._config import LimitConfig
 from duro.store import SqlStore, store_call
-from duro.store._slots import HAND_OUT_BATCH
+from duro.store._slots import GRANT_BATCH
 from tests.support import store_ops
 
-WAITING = 2 * HAND_OUT_BATCH + 500
+WAITING = 2 * GRANT_BATCH + 500
 
 
 def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
@@ -19,17 +19,17 @@ def test_a_raise_grants_every_waiter_a_batch_at_a_time(database_url: str):
         for i in range(WAITING):  # no run behind them: a request made outside any run, as an operator's
             row = store_ops.slot_request(store, config, f"s{i:05d}", None, None, None, 1000 + i)
             assert row is not None and row.state == "waiting"
-        batch = store.slots._hand_out_batch  # one call a transaction: count them, and their grants
+        batch = store.slots._grant_batch  # one call a transaction: count them, and their grants
 
         def counted(*args):
             decision = batch(*args)
             batches.append(len(decision.granted))
             return decision
 
-        store.slots._hand_out_batch = counted  # type: ignore[method-assign]
+        store.slots._grant_batch = counted  # type: ignore[method-assign]
         granted = store.slots.set_override(config, "capacity", WAITING + 10, 50_000)
         assert [row.id for row in granted] == [f"s{i:05d}" for i in range(WAITING)]  # queue order, once each
-        assert batches == [HAND_OUT_BATCH, HAND_OUT_BATCH, 500]  # three transactions
+        assert batches == [GRANT_BATCH, GRANT_BATCH, 500]  # three transactions
         (state,) = [s for name, s in store.limits.states().items() if name == "lines"]
         assert (state.reserved, state.waiting) == (WAITING, 0)
     finally:
@@ -129,7 +129,7 @@ def test_a_release_beside_a_large_raise_hands_out_one_batch_and_the_pass_the_res
         _queue(store, small, WAITING)
         raised = {"lines": LimitConfig("lines", capacity=WAITING + 1, max_hold_ms=60_000)}
         _, released, granted = store_ops.slot_release(store, raised, "held", 50_000)
-        assert released and len(granted) == HAND_OUT_BATCH  # not the whole raise in one transaction
+        assert released and len(granted) == GRANT_BATCH  # not the whole raise in one transaction
         changed, rest = store.slots.expire(raised, 50_001)
         assert [row.id for row in granted + rest] == [f"s{i:05d}" for i in range(WAITING)]
     finally:
@@ -137,7 +137,7 @@ def test_a_release_beside_a_large_raise_hands_out_one_batch_and_the_pass_the_res
 
 
 async def test_an_engine_hands_out_in_a_thread_of_its_own_never_on_the_loop(tmp_path):
-    """On SQLite an engine tries a store call on the event loop first; a hand-out of many slots
+    """On SQLite an engine tries a store call on the event loop first; granting many slots
     (many transactions) never is: it runs in its own thread, the writer thread left to the runs."""
     import threading
 

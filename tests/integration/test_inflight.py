@@ -34,7 +34,7 @@ START = datetime(2030, 1, 1, tzinfo=UTC)
 def engine_on(url: str, clock: SimulatedClock, **options) -> Engine:
     """An engine on a simulated clock with its store called inline (``clock.advance`` settles every
     run between timers); every waiting run leaves memory at once unless ``options`` say otherwise."""
-    options = {"poll_interval": None, "unload_after": None, "max_resident_runs": 0, **options}
+    options = {"poll_interval": None, "evict_after": None, "max_resident_runs": 0, **options}
     engine = Engine(url, clock=clock, options=WorkerOptions(**options))
     run_store_inline(engine)
     return engine
@@ -75,7 +75,7 @@ async def test_a_sleeping_run_leaves_memory_and_wakes_by_replay_at_its_time(data
         handle = await nap.start(7)
         await clock.advance(0)
         worker = engine.worker
-        assert handle.id not in worker.live and worker.residents.unloaded == 1
+        assert handle.id not in worker.live and worker.residents.evicted == 1
         stored = row(engine, handle.id)
         wake = clock.now_ms() + 2 * 86_400_000
         assert stored == {"status": "suspended", "owner": None, "due_at": wake, "wake_at": wake}
@@ -84,7 +84,7 @@ async def test_a_sleeping_run_leaves_memory_and_wakes_by_replay_at_its_time(data
     assert calls == ["before 7", "after 7"]  # the replay ran no step again
 
 
-async def test_a_signal_reaches_a_run_unloaded_while_it_waits_from_another_engine(database_url):
+async def test_a_signal_reaches_a_run_evicted_while_it_waits_from_another_engine(database_url):
     @workflow
     async def ask(n: int) -> str:
         answer = await wait_for_signal("answer")
@@ -104,7 +104,7 @@ async def test_a_signal_reaches_a_run_unloaded_while_it_waits_from_another_engin
         assert await handle.result() == "1: yes"
 
 
-async def test_a_signal_sent_before_the_unload_is_not_missed(database_url):
+async def test_a_signal_sent_before_the_eviction_is_not_missed(database_url):
     """The hand-back checks, in its own statement, whether what the run waits for came already."""
 
     @workflow
@@ -115,13 +115,13 @@ async def test_a_signal_sent_before_the_unload_is_not_missed(database_url):
     async with engine_on(database_url, clock, max_resident_runs=10) as engine:
         handle = await ask.start(1)
         await clock.advance(0)
-        assert handle.id in engine.worker.live  # resident: it parked, nothing asked it to leave
+        assert handle.id in engine.worker.live  # resident: it idle, nothing asked it to leave
         engine.store.signals.send(handle.id, "answer", '"early"', clock.now_ms())  # not told locally
-        await engine.worker.residents.give_up((engine.worker.live[handle.id].parked,))
+        await engine.worker.residents.give_up((engine.worker.live[handle.id].idle,))
         assert row(engine, handle.id)["due_at"] == clock.now_ms()  # due at once
 
 
-async def test_a_parent_unloaded_while_its_child_runs_goes_on_when_the_child_ends(database_url):
+async def test_a_parent_evicted_while_its_child_runs_goes_on_when_the_child_ends(database_url):
     @workflow
     async def kid(n: int) -> int:
         await sleep("1h")
@@ -135,13 +135,13 @@ async def test_a_parent_unloaded_while_its_child_runs_goes_on_when_the_child_end
     async with engine_on(database_url, clock) as engine:
         handle = await parent.start(5)
         await clock.advance(0)
-        assert engine.worker.live == {}  # both unloaded: the parent waits, the child sleeps
+        assert engine.worker.live == {}  # both evicted: the parent waits, the child sleeps
         assert row(engine, handle.id)["status"] == "blocked"
         await clock.advance("1h")
         assert await handle.result() == 11
 
 
-async def test_a_child_cancelled_while_its_parent_is_unloaded_fails_the_parent(database_url):
+async def test_a_child_cancelled_while_its_parent_is_evicted_fails_the_parent(database_url):
     @workflow
     async def kid(n: int) -> int:
         await sleep("1h")
@@ -162,7 +162,7 @@ async def test_a_child_cancelled_while_its_parent_is_unloaded_fails_the_parent(d
         assert isinstance(info.value.cause, ChildWorkflowError)
 
 
-async def test_a_cancelled_unloaded_run_runs_nothing_more(database_url):
+async def test_a_cancelled_evicted_run_runs_nothing_more(database_url):
     @workflow
     async def nap(n: int) -> int:
         await sleep("1h")
@@ -186,7 +186,7 @@ async def test_a_cancelled_unloaded_run_runs_nothing_more(database_url):
 LIMITS = define_workspace(limits={"line": Limit(capacity=1, max_hold="1h")})
 
 
-async def test_a_slot_goes_to_a_waiter_unloaded_from_memory_in_the_release(database_url):
+async def test_a_slot_goes_to_a_waiter_evicted_from_memory_in_the_release(database_url):
     @workflow
     async def call(n: int) -> int:
         slot = await acquire_slot("line")
@@ -199,7 +199,7 @@ async def test_a_slot_goes_to_a_waiter_unloaded_from_memory_in_the_release(datab
         database_url,
         workspace=LIMITS,
         clock=clock,
-        options=WorkerOptions(poll_interval=None, unload_after=None, max_resident_runs=0),
+        options=WorkerOptions(poll_interval=None, evict_after=None, max_resident_runs=0),
     )
     run_store_inline(engine)
     async with engine:
@@ -212,7 +212,7 @@ async def test_a_slot_goes_to_a_waiter_unloaded_from_memory_in_the_release(datab
         await second.signal("hang up")
         await clock.advance(0)
         assert await second.result() == 2
-        assert engine.worker.residents.unloaded >= 3
+        assert engine.worker.residents.evicted >= 3
 
 
 async def test_a_stopping_worker_hands_waiting_runs_back_due_when_their_wait_ends(database_url):
@@ -225,7 +225,7 @@ async def test_a_stopping_worker_hands_waiting_runs_back_due_when_their_wait_end
     async with engine_on(database_url, clock, max_resident_runs=10) as engine:
         handle = await nap.start(1)
         await clock.advance(0)
-        assert handle.id in engine.worker.live  # resident (no unload_after, under the bound)
+        assert handle.id in engine.worker.live  # resident (no evict_after, under the bound)
     stored = row(engine, handle.id)
     engine.close()
     assert stored["owner"] is None and stored["due_at"] == clock.now_ms() + 86_400_000
@@ -308,18 +308,18 @@ async def test_a_worker_executes_at_most_max_concurrent_runs_at_once(database_ur
         assert running["most"] == 2
 
 
-async def test_an_event_wait_is_unloaded_after_unload_after_of_real_idleness(sqlite_url):
-    """With the system clock: a run parked on a signal stays ``unload_after`` and then leaves."""
+async def test_an_event_wait_is_evicted_after_evict_after_of_real_idleness(sqlite_url):
+    """With the system clock: a run idle on a signal stays ``evict_after`` and then leaves."""
 
     @workflow
     async def ask(n: int) -> str:
         return await wait_for_signal("answer")
 
-    async with Engine(sqlite_url, options=WorkerOptions(unload_after="50ms")) as engine:
+    async with Engine(sqlite_url, options=WorkerOptions(evict_after="50ms")) as engine:
         handle = await ask.start(1)
         residents = engine.worker.residents
         async with asyncio.timeout(10):
-            while residents.unloaded == 0:
+            while residents.evicted == 0:
                 await asyncio.sleep(0.01)
         assert handle.id not in engine.worker.live
         await handle.signal("answer", "late")

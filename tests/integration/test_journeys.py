@@ -43,8 +43,8 @@ SDK = str(Path(duro.__file__).resolve().parent) + "/"
 DEVSERVER = str(Path(duro_devserver.__file__).resolve().parent.parent) + "/"
 PAGE = ROOT / "docs" / "architecture.md"
 HEARTBEAT = SDK + "_heartbeat.py"
-# nothing in the background between the two points: no poll, no heartbeat due, nothing unloaded
-QUIET = WorkerOptions(poll_interval="1h", lease="1h", unload_after=None)
+# nothing in the background between the two points: no poll, no heartbeat due, nothing evicted
+QUIET = WorkerOptions(poll_interval="1h", lease="1h", evict_after=None)
 
 
 class Journey:

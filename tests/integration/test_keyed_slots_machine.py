@@ -3,7 +3,7 @@ requests over three keys, releases, confirmations, time passing (expiries, lapse
 limit's capacity and a key's capacity overridden, and ``per_key`` changed in the config (keyed to
 another size, to plain, and back: slots without a key then wait in a keyed limit). After every step
 the store's keys are checked against its slots: each key's counts, the position of its oldest
-waiter while it has room (what a hand-out reads first), no key row with counts but no slots;
+waiter while it has room (what a grant pass reads first), no key row with counts but no slots;
 the limit's counts; and no waiter left waiting that could be granted (its key and the limit have
 room). The grant rule's order is checked against a reference model in the unit tests."""
 

@@ -251,7 +251,7 @@ async def test_capacity_raise_grants_at_once_and_lowering_takes_nothing_back(dur
     await runs[0].signal("done")
     await runs[1].signal("done")
     await duro_env.run_until_idle()
-    assert await duro_env.queue("voice-calls") == [runs[3].id]  # 1 busy of capacity 1: no hand-out
+    assert await duro_env.queue("voice-calls") == [runs[3].id]  # 1 busy of capacity 1: no grant pass
     await runs[2].signal("done")
     await duro_env.run_until_idle()
     assert await duro_env.busy("voice-calls") == [runs[3].id]

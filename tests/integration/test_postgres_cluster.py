@@ -101,7 +101,7 @@ async def test_a_claim_wakeup_claims_only_and_the_full_pass_looks_at_everything_
     async with engine(postgres_url, worker_id="worker", poll_interval="1h") as worker:
         loop = worker.worker
         assert loop is not None
-        held = await worker.start("holder", "in flight")  # stays live: parked on its signal
+        held = await worker.start("holder", "in flight")  # stays live: idle on its signal
         await eventually(lambda: _busy(worker), 10, "the run to hold the slot")
         await eventually(lambda: loop.full_passes >= 1, 10, "the worker's first pass to end")
         store, reads = worker.store, []

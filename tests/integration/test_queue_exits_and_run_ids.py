@@ -175,7 +175,7 @@ async def test_an_operator_release_of_a_reserved_slot_requeues_its_run_and_never
     """The waiter is picked (its slot reserved) and, before it confirms, an operator releases that
     slot: the run goes back to the queue and, as the only one waiting, is handed the slot again."""
     async with engine_for(database_url) as engine:
-        hooks(engine).hand_over_locally = False  # every hand-out is a reservation the waiter must confirm
+        hooks(engine).grant_locally = False  # every grant is a reservation the waiter must confirm
         holder, waiter = await _holding_and_waiting(engine)
         seen: list[str] = []
 

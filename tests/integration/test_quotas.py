@@ -80,17 +80,17 @@ async def test_count_statuses_narrow_what_counts(database_url):
     @workflow(
         concurrency=Concurrency(key=lambda n: "only-running", limit=1, count_statuses=("pending", "running"))
     )
-    async def parks(n: int) -> int:
+    async def sleeper(n: int) -> int:
         await hold()
         await wait_for_signal("go")  # suspended: stops counting
         return n
 
     async with engine_for(database_url) as engine:
-        first = await parks.start(1)
-        await refused(parks.start(2))  # the first counts while it is pending or running
+        first = await sleeper.start(1)
+        await refused(sleeper.start(2))  # the first counts while it is pending or running
         running.set()
-        await eventually(lambda: _status_is(first, "suspended"), what="first run parked")
-        second = await parks.start(2)  # suspended runs do not count
+        await eventually(lambda: _status_is(first, "suspended"), what="first run idle")
+        second = await sleeper.start(2)  # suspended runs do not count
         assert second.id != first.id and len(await engine.list_runs()) == 2
 
 

@@ -17,12 +17,12 @@ async def real(job: str) -> int:
     return int(grant.granted_at.timestamp() * 1000)
 
 
-@pytest.mark.parametrize("unload_after", [None, 0], ids=["resident", "unloaded"])
-async def test_no_window_of_a_second_holds_more_than_two_grants(database_url, unload_after):
+@pytest.mark.parametrize("evict_after", [None, 0], ids=["resident", "evicted"])
+async def test_no_window_of_a_second_holds_more_than_two_grants(database_url, evict_after):
     engine = Engine(
         database_url,
         workspace=define_workspace(rates=RATES),
-        options=WorkerOptions(unload_after=unload_after),
+        options=WorkerOptions(evict_after=evict_after),
     )
     engine.register(real)
     async with engine:

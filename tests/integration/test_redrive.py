@@ -157,7 +157,7 @@ async def payments(engine: Engine) -> tuple[int, int]:
 
 def engine_on(url: str, clock: SimulatedClock, *extra) -> Engine:
     engine = Engine(
-        url, workspace=WORKSPACE, clock=clock, options=WorkerOptions(poll_interval=None, unload_after=None)
+        url, workspace=WORKSPACE, clock=clock, options=WorkerOptions(poll_interval=None, evict_after=None)
     )
     run_store_inline(engine)
     for wf in (

@@ -1,4 +1,4 @@
-"""Re-driving runs in the harness (resident and unloaded): ``env.retry``, ``env.fork``,
+"""Re-driving runs in the harness (resident and evicted): ``env.retry``, ``env.fork``,
 ``env.retry_runs`` and ``env.cancel_runs`` under simulated time, a retry across a restart, a retry
 from a retry's own failure, and the metrics."""
 

@@ -48,7 +48,7 @@ class Model:
     def free(self) -> int:
         return self.capacity - len(self.busy) - len(self.reserved)
 
-    def hand_out(self, now: int) -> None:
+    def grant_heads(self, now: int) -> None:
         while self.free() > 0 and self.queue:
             head = self.queue.pop(0)
             assert len(self.busy) + len(self.reserved) < self.capacity
@@ -71,7 +71,7 @@ class Model:
             self.requeue(slot_id, now)  # a reservation released: as if it had lapsed, never a false timeout
         else:
             return False
-        self.hand_out(now)
+        self.grant_heads(now)
         return True
 
     def requeue(self, slot_id: str, now: int) -> None:
@@ -108,7 +108,7 @@ class Model:
             else:
                 self.queue.remove(slot_id)
                 self.ended.add(slot_id)
-        self.hand_out(now)
+        self.grant_heads(now)
 
 
 def make_machine(url: str, fresh):
@@ -157,7 +157,7 @@ def make_machine(url: str, fresh):
         def set_capacity(self, capacity: int) -> None:
             self.store.slots.set_override(self.config, "capacity", capacity, self.now)
             self.model.capacity = capacity
-            self.model.hand_out(self.now)
+            self.model.grant_heads(self.now)
 
         @invariant()
         def store_matches_model(self) -> None:

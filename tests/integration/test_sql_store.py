@@ -317,7 +317,7 @@ def test_schema_6_gains_the_quota_index_by_end_keeping_every_run(database_url):
 
 def test_schema_8_counts_the_keys_of_a_keyed_limit_keeping_their_overrides(database_url):
     """A version-8 database (a keyed limit's keys had overrides only, their counts read from the
-    slots): the keys' rows are made from the slots, overrides kept, and a hand-out reads them."""
+    slots): the keys' rows are made from the slots, overrides kept, and a grant pass reads them."""
     from duro import Limit, define_workspace
     from duro.store import ReleaseSlot, RequestSlot
 

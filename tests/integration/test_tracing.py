@@ -72,7 +72,7 @@ async def call(n: int) -> int:
 
 
 def request_id(env) -> str:
-    return "unloaded" if env.engine.options.max_resident_runs == 0 else "resident"
+    return "evicted" if env.engine.options.max_resident_runs == 0 else "resident"
 
 
 async def test_a_run_continues_its_starters_trace_across_a_restart(duro_env, spans):
@@ -98,7 +98,7 @@ async def test_a_run_continues_its_starters_trace_across_a_restart(duro_env, spa
     (start,) = by_name[f"duro.start {call.name}"]
     assert start.parent.span_id == request.get_span_context().span_id
     attempts = by_name[f"duro.run {call.name}"]
-    assert len(attempts) >= 2  # before and after the restart (and after each unload)
+    assert len(attempts) >= 2  # before and after the restart (and after each evict)
     assert {a.parent.span_id for a in attempts} == {start.context.span_id}
     assert attempts[-1].attributes["duro.outcome"] == "completed"
     assert attempts[-1].attributes["duro.replayed"] >= 2
@@ -120,7 +120,7 @@ async def test_a_run_continues_its_starters_trace_across_a_restart(duro_env, spa
     ]
     waits = by_name["duro.slot_wait voice-calls"]
     assert waits[0].attributes["duro.slot.position"] == 1
-    if "unloaded" in request_id(duro_env):
+    if "evicted" in request_id(duro_env):
         # the run left memory while it waited (the wait's span ends "suspended") and was taken up
         # again holding its slot: the next attempt replays the grant
         assert waits[-1].attributes["duro.slot.outcome"] == "suspended"
@@ -220,8 +220,8 @@ async def test_a_cancelled_run_ends_its_span_cancelled(duro_env, spans):
     attempts = [s for s in mine if s.name == f"duro.run {holder.name}"]
     assert attempts[-1].attributes["duro.outcome"] == "cancelled"
     waits = [s.attributes["duro.slot.outcome"] for s in mine if s.name == "duro.slot_wait voice-calls"]
-    # resident, the wait itself is cancelled; unloaded, it ended "suspended" and the replay delivers
-    assert waits == (["suspended"] if request_id(duro_env) == "unloaded" else ["cancelled"])
+    # resident, the wait itself is cancelled; evicted, it ended "suspended" and the replay delivers
+    assert waits == (["suspended"] if request_id(duro_env) == "evicted" else ["cancelled"])
     await busy.signal("done")
     await duro_env.run_until_idle()
 
@@ -233,7 +233,7 @@ async def queued(n: int) -> int:
     return n
 
 
-async def test_a_run_that_leaves_memory_queued_for_a_slot_ends_its_attempt_unloaded(duro_env, spans):
+async def test_a_run_that_leaves_memory_queued_for_a_slot_ends_its_attempt_evicted(duro_env, spans):
     busy = await duro_env.start(holder, {})
     await duro_env.run_until_idle()
     run = await duro_env.start(queued, 7)
@@ -243,7 +243,7 @@ async def test_a_run_that_leaves_memory_queued_for_a_slot_ends_its_attempt_unloa
     assert await run.result() == 7
     attempts = [s for s in spans.get_finished_spans() if s.name == f"duro.run {queued.name}"]
     outcomes = [a.attributes["duro.outcome"] for a in attempts]
-    if "unloaded" in request_id(duro_env):  # left memory while queued, replayed holding its slot
-        assert outcomes == ["unloaded", "completed"]
+    if "evicted" in request_id(duro_env):  # left memory while queued, replayed holding its slot
+        assert outcomes == ["evicted", "completed"]
     else:
         assert outcomes == ["completed"]

@@ -38,7 +38,7 @@ async def charge_v2(amount: int) -> str:
 
 
 def engine_on(url: str, clock: SimulatedClock, *versions) -> Engine:
-    engine = Engine(url, clock=clock, options=WorkerOptions(poll_interval=None, unload_after=None))
+    engine = Engine(url, clock=clock, options=WorkerOptions(poll_interval=None, evict_after=None))
     run_store_inline(engine)
     for wf in versions:
         engine.register(wf)

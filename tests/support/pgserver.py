@@ -75,8 +75,12 @@ class PgServer:
         with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
+    def _pg_ctl(self, action: str, *args: str) -> None:
+        """``pg_ctl ACTION`` on this server's data directory, waiting (60 s at most) until done."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), *args, "-w", "-t", "60", action)
+
     def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-m", mode, "-w", "stop")
+        self._pg_ctl("stop", "-m", mode)
 
     def start(self) -> None:
         synced = "on" if self.fsync else "off"
@@ -85,19 +89,7 @@ class PgServer:
             f"-c synchronous_commit={'on' if self.durable else 'off'} -c full_page_writes={synced} "
             f"-c max_connections=300"
         )
-        self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.base / "data"),
-            "-l",
-            str(self.base / "log"),
-            "-o",
-            options,
-            "-w",
-            "-t",
-            "60",
-            "start",
-        )
+        self._pg_ctl("start", "-l", str(self.base / "log"), "-o", options)
 
     def restart(self, mode: str = "fast", down: float = 0.0) -> None:
         """``pg_ctl restart``: stop (``fast`` disconnects every client; ``immediate`` is a crash that
@@ -109,19 +101,7 @@ class PgServer:
             threading.Event().wait(down)
             self.start()
             return
-        self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.base / "data"),
-            "-l",
-            str(self.base / "log"),
-            "-m",
-            mode,
-            "-w",
-            "-t",
-            "60",
-            "restart",
-        )
+        self._pg_ctl("restart", "-l", str(self.base / "log"), "-m", mode)
 
     def destroy(self) -> None:
         try:

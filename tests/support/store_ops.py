@@ -88,8 +88,8 @@ def slot_release(
     hook: Hook | None = None,
     waiting_here: Mapping[str, Hook] | None = None,
 ) -> tuple[SlotRow | None, bool, list[SlotRow]]:
-    hand_over = {slot: OwnStep(*waiter) for slot, waiter in (waiting_here or {}).items()}
-    outcome = store.steps.apply(ReleaseSlot(configs, slot_id, now, reason, _own(hook), hand_over))
+    local_waiters = {slot: OwnStep(*waiter) for slot, waiter in (waiting_here or {}).items()}
+    outcome = store.steps.apply(ReleaseSlot(configs, slot_id, now, reason, _own(hook), local_waiters))
     return outcome.row, outcome.released, list(outcome.granted)
 
 

@@ -1,5 +1,5 @@
 """The store's writer lock is taken in turn: a thread that releases it and asks again waits behind
-the threads already waiting (a long hand-out's batches let a slot request in between)."""
+the threads already waiting (a long grant pass's batches let a slot request in between)."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def test_stored_errors_are_data_never_code():
     )
     restored = restore_error(hostile)
     assert type(restored) is DuroError and str(restored) == "os.system: m"
-    unloaded = json.dumps(
+    evicted = json.dumps(
         {
             "type": "not_imported_anywhere.Boom",
             "module": "not_imported_anywhere",
@@ -69,7 +69,7 @@ def test_stored_errors_are_data_never_code():
             "state": {"args": [], "attributes": {}},
         }
     )
-    assert type(restore_error(unloaded)) is DuroError
+    assert type(restore_error(evicted)) is DuroError
 
 
 def test_a_divergence_is_stored_with_both_calls_and_its_seq():

@@ -1,5 +1,5 @@
 """The pure slot decisions (``request``, ``confirm``, ``give_up``, ``release``, ``leave``, ``expire``,
-``next_grants``, ``hand_out``) tested on their own: no store, no I/O, no clock.
+``next_grants``, ``grant_heads``) tested on their own: no store, no I/O, no clock.
 
 First one table per decision; then a hypothesis state machine that applies the decisions to an
 in-memory limit exactly as ``store/_slots_sql.py`` does (read the limit's counts, decide, hand free
@@ -201,7 +201,7 @@ def test_release_of_a_busy_slot(reason):
     decision = slots.release(view(busy=2, waiting=1), row, NOW, reason)
     assert decision.writes == [row._replace(state="released", ended_at=NOW, reason=reason)]
     assert counts(decision.view) == (1, 0, 1, 10)
-    assert decision.view.free == 1 and decision.granted == []  # handing it out is hand_out's job
+    assert decision.view.free == 1 and decision.granted == []  # handing it out is grant_heads's job
 
 
 @pytest.mark.parametrize(
@@ -324,7 +324,7 @@ def test_expire_of_nothing_due_changes_nothing():
     assert (decision.writes, decision.view) == ([], before)
 
 
-# -- next_grants and hand_out ----------------------------------------------------------------------
+# -- next_grants and grant_heads ----------------------------------------------------------------------
 
 
 def queue(*positions: int) -> list[slots.SlotRow]:
@@ -341,11 +341,11 @@ def queue(*positions: int) -> list[slots.SlotRow]:
         (1, 3, 2, []),  # capacity lowered: nothing taken back, nothing handed out
     ],
 )
-def test_hand_out_reserves_the_heads(capacity, held_busy, held_reserved, expected):
+def test_grant_heads_reserves_the_heads(capacity, held_busy, held_reserved, expected):
     heads = queue(1, 2, 3)
     decision = slots.Decision(view(capacity, held_busy, held_reserved, waiting=3, max_hold_ms=90_000))
     assert ids(slots.next_grants(decision, heads)) == expected
-    slots.hand_out(decision, heads, NOW)
+    slots.grant_heads(decision, heads, NOW)
     assert ids(decision.granted) == expected == ids(decision.writes)
     for row in decision.writes:
         assert row.state == "reserved"
@@ -356,10 +356,10 @@ def test_hand_out_reserves_the_heads(capacity, held_busy, held_reserved, expecte
     assert decision.view.busy + decision.view.reserved <= max(capacity, held_busy + held_reserved)
 
 
-def test_hand_out_taken_is_busy_at_once():
+def test_grant_heads_taken_is_busy_at_once():
     heads = queue(1, 2, 3)
     decision = slots.Decision(view(capacity=3, busy=1, waiting=3, max_hold_ms=90_000))
-    slots.hand_out(decision, heads, NOW, taken=frozenset({"w2", "w3"}))  # w3 is not a head: it waits
+    slots.grant_heads(decision, heads, NOW, taken=frozenset({"w2", "w3"}))  # w3 is not a head: it waits
     w1, w2 = decision.writes
     assert (w1.id, w1.state, w1.reserved_until) == ("w1", "reserved", NOW + RES)
     assert (w2.id, w2.state, w2.reserved_until) == ("w2", "busy", None)
@@ -377,7 +377,7 @@ def test_a_lapsed_reservation_handed_straight_back_is_written_once():
     row = reserved("r", pos=3, granted_at=NOW - RES)
     decision = slots.confirm(view(capacity=1, reserved=1), row, NOW)
     requeued = decision.writes[0]
-    slots.hand_out(decision, [requeued], NOW)
+    slots.grant_heads(decision, [requeued], NOW)
     (after,) = decision.writes
     assert (after.state, after.pos) == ("reserved", 10)
     assert (after.granted_at, after.reserved_until) == (NOW, NOW + RES)
@@ -385,13 +385,13 @@ def test_a_lapsed_reservation_handed_straight_back_is_written_once():
     assert counts(decision.view) == (0, 1, 0, 11)
 
 
-def test_hand_out_moves_a_rewritten_row_to_the_end_of_writes():
+def test_grant_heads_moves_a_rewritten_row_to_the_end_of_writes():
     """``Decision.put`` keeps one write per row, the latest, at the end: a position in ``writes`` is not
     the order rows were first touched. (``SqlStore._release`` reads ``decision.writes[0]`` as the
     released row: with spare capacity and the released reservation handed straight back, it is not.)"""
     row = reserved("r", pos=3, granted_at=NOW - 1_000)
     decision = slots.release(view(capacity=3, busy=1, reserved=1, waiting=1), row, NOW, "operator")
-    slots.hand_out(decision, [waiting("w", 5), decision.writes[0]], NOW)
+    slots.grant_heads(decision, [waiting("w", 5), decision.writes[0]], NOW)
     assert [(w.id, w.state) for w in decision.writes] == [("w", "reserved"), ("r", "reserved")]
 
 
@@ -436,11 +436,11 @@ class SlotMachine(RuleBasedStateMachine):
     def view(self) -> slots.LimitView:
         return slots.LimitView(LIMIT, self.capacity, self.max_hold_ms, **self.stored)
 
-    def hand_out(
+    def grant_heads(
         self, decision: slots.Decision, waiting_here: frozenset[str] = frozenset()
     ) -> slots.Decision:
-        """``SlotsStoreMixin._hand_out``: the first ``free + len(changed)`` stored waiters, overlaid
-        with the rows this decision changed, in ``pos`` order; the parked waiters among the ones
+        """``Slots.grant_heads``: the first ``free + len(changed)`` stored waiters, overlaid
+        with the rows this decision changed, in ``pos`` order; the idle waiters among the ones
         granted take their slot at once."""
         v = decision.view
         if v.free > 0 and v.waiting > 0:
@@ -450,7 +450,7 @@ class SlotMachine(RuleBasedStateMachine):
             heads_by_id.update({r.id: r for r in changed.values() if r.state == "waiting"})
             heads = sorted((r for r in heads_by_id.values() if r.state == "waiting"), key=lambda r: r.pos)
             taken = frozenset(r.id for r in slots.next_grants(decision, heads) if r.id in waiting_here)
-            slots.hand_out(decision, heads, self.now, taken)
+            slots.grant_heads(decision, heads, self.now, taken)
         return decision
 
     def _commit(self, decision: slots.Decision) -> None:
@@ -513,7 +513,7 @@ class SlotMachine(RuleBasedStateMachine):
 
     @rule(run_id=st.sampled_from(RUNS), timeout=st.sampled_from(TIMEOUTS))
     def request(self, run_id, timeout):
-        """``_request``: no hand-out (a request frees nothing)."""
+        """``_request``: no grant pass (a request frees nothing)."""
         slot_id = f"s{next(self.ids)}"
         timeout_at = None if timeout is None else self.now + timeout
         v = self.view()
@@ -533,12 +533,12 @@ class SlotMachine(RuleBasedStateMachine):
         if row.state != "reserved":
             self._unchanged(decision)
             return
-        self._commit(self.hand_out(decision))
+        self._commit(self.grant_heads(decision))
         self.swept = False
 
     @rule(index=st.integers(0, 50))
     def give_up(self, index):
-        """``_give_up``: a waiter's own timer fired (its timeout passed); no hand-out."""
+        """``_give_up``: a waiter's own timer fired (its timeout passed); no grant pass."""
         row = self._pick(index)
         if row is None:
             return
@@ -552,8 +552,8 @@ class SlotMachine(RuleBasedStateMachine):
 
     @rule(index=st.integers(0, 50), reason=st.sampled_from(["release", "operator"]), mask=st.integers(0, 255))
     def release(self, index, reason, mask):
-        """``_release``: then the freed slot goes to the heads; ``mask`` picks the waiters parked in the
-        releasing process (the local hand-over: busy at once)."""
+        """``_release``: then the freed slot goes to the heads; ``mask`` picks the waiters idle in the
+        releasing process (the local grant: busy at once)."""
         row = self._pick(index)
         if row is None:
             return
@@ -562,7 +562,7 @@ class SlotMachine(RuleBasedStateMachine):
             self._unchanged(decision)
         queue = sorted((r for r in self.rows.values() if r.state == "waiting"), key=lambda r: r.pos)
         waiting_here = frozenset(r.id for i, r in enumerate(queue) if mask >> (i % 8) & 1)
-        self._commit(self.hand_out(decision, waiting_here))
+        self._commit(self.grant_heads(decision, waiting_here))
         self.swept = False
 
     @rule(run_id=st.sampled_from(RUNS))
@@ -572,11 +572,11 @@ class SlotMachine(RuleBasedStateMachine):
             (r for r in self.rows.values() if r.run_id == run_id and r.state in ("waiting", "reserved")),
             key=lambda r: r.pos,
         ):
-            row = self.rows[row.id]  # again: an earlier hand-out may have changed it
+            row = self.rows[row.id]  # again: an earlier grant pass may have changed it
             decision = slots.leave(self.view(), row, self.now)
             if row.state not in ("waiting", "reserved"):
                 self._unchanged(decision)
-            self._commit(self.hand_out(decision))
+            self._commit(self.grant_heads(decision))
         for row in self.rows.values():
             if row.run_id == run_id and row.state == "busy":
                 self._unchanged(slots.leave(self.view(), row, self.now))  # a busy slot stays held
@@ -595,7 +595,7 @@ class SlotMachine(RuleBasedStateMachine):
         if due or (v.free > 0 and v.waiting > 0):
             decision = slots.expire(v, sorted(due, key=lambda r: r.due_at), self.now)
             assert {r.id for r in decision.writes} == {r.id for r in due}
-            self._commit(self.hand_out(decision))
+            self._commit(self.grant_heads(decision))
         self.swept = True
 
     @rule(capacity=st.integers(1, 4))
@@ -603,13 +603,13 @@ class SlotMachine(RuleBasedStateMachine):
         """``set_limit_override``: a raise hands slots out at once; a cut takes nothing back."""
         held = {r.id: r for r in self.rows.values() if r.state in ("busy", "reserved")}
         self.capacity = capacity
-        self._commit(self.hand_out(slots.Decision(self.view())))
+        self._commit(self.grant_heads(slots.Decision(self.view())))
         assert all(self.rows[i] == r for i, r in held.items()), "a slot taken back"
 
     @rule(max_hold=st.sampled_from(MAX_HOLDS))
     def set_max_hold(self, max_hold):
         self.max_hold_ms = max_hold
-        self._commit(self.hand_out(slots.Decision(self.view())))
+        self._commit(self.grant_heads(slots.Decision(self.view())))
 
     # -- invariants ------------------------------------------------------------------------------
 
@@ -684,7 +684,7 @@ def keyed_queue(*keys: str) -> list[slots.SlotRow]:
         (5, {"a": 1, "b": 2}, ("b", "a", "b", "a", "c"), ["w2", "w5"]),
     ],
 )
-def test_keyed_hand_out_table(capacity, busy_by_key, queue_keys, expected):
+def test_keyed_grant_heads_table(capacity, busy_by_key, queue_keys, expected):
     held = sum(busy_by_key.values())
     decision = slots.Decision(view(capacity=capacity, busy=held, waiting=len(queue_keys))._replace(per_key=2))
     keys = {
@@ -693,7 +693,7 @@ def test_keyed_hand_out_table(capacity, busy_by_key, queue_keys, expected):
     }
     decision.know_keys(keys)
     heads = keyed_queue(*queue_keys)
-    slots.hand_out(decision, heads, NOW)
+    slots.grant_heads(decision, heads, NOW)
     assert ids(decision.granted) == expected
     for key in keys:  # the decision keeps each key's counts with its own changes
         granted = sum(1 for row in decision.granted if row.key == key)
@@ -721,7 +721,7 @@ def test_a_keyed_request_is_granted_at_once_only_if_its_key_has_room_and_nobody_
 def test_a_limit_no_longer_keyed_hands_out_in_queue_order_whatever_its_waiters_keys():
     """per_key removed from the config: the waiters that asked with a key are plain waiters now."""
     decision = slots.Decision(view(capacity=2, waiting=3))
-    slots.hand_out(decision, keyed_queue("a", "a", "b"), NOW)
+    slots.grant_heads(decision, keyed_queue("a", "a", "b"), NOW)
     assert ids(decision.granted) == ["w1", "w2"]
     assert decision.key_changes() == {}  # a plain limit keeps no keys' counts
 
@@ -729,7 +729,7 @@ def test_a_limit_no_longer_keyed_hands_out_in_queue_order_whatever_its_waiters_k
 def test_a_keyed_limit_counts_its_keyless_waiters_under_none_and_grants_them_without_a_key_cap():
     """Waiters from before the limit was keyed: no key's capacity holds them up."""
     decision = slots.Decision(view(capacity=3, waiting=3)._replace(per_key=1))
-    slots.hand_out(decision, keyed_queue(None, None, None), NOW)
+    slots.grant_heads(decision, keyed_queue(None, None, None), NOW)
     assert ids(decision.granted) == ["w1", "w2", "w3"]
     assert decision.key_changes() == {None: (0, 3, -3)}
 
@@ -737,7 +737,7 @@ def test_a_keyed_limit_counts_its_keyless_waiters_under_none_and_grants_them_wit
 class KeyedSlotMachine(RuleBasedStateMachine):
     """A keyed limit in memory, as the store keeps it (slot rows; each decision given the stored
     counts of the keys it touches), checked after every decision against the rule's reference:
-    no key over its capacity and the limit never over its own at a grant; after a hand-out either
+    no key over its capacity and the limit never over its own at a grant; after a grant pass either
     the limit is full or no waiter's key has room; grants of one key in queue order; every other
     waiter of a key a grant passed over still waits (a full key held up nobody)."""
 
@@ -779,13 +779,13 @@ class KeyedSlotMachine(RuleBasedStateMachine):
             for key in self.keys
         }
 
-    def hand_out(self, decision: slots.Decision) -> slots.Decision:
+    def grant_heads(self, decision: slots.Decision) -> slots.Decision:
         decision.know_keys(self.key_views())
         changed = {row.id: row for row in decision.writes}
         rows = {rid: changed.get(rid, row) for rid, row in self.rows.items()}
         rows.update(changed)
         heads = sorted((r for r in rows.values() if r.state == "waiting"), key=lambda r: r.pos)
-        slots.hand_out(decision, heads, self.now)
+        slots.grant_heads(decision, heads, self.now)
         return decision
 
     def commit(self, decision: slots.Decision, handed_out: bool) -> None:
@@ -834,32 +834,32 @@ class KeyedSlotMachine(RuleBasedStateMachine):
     def release(self, index):
         row = self._pick(index, "busy", "reserved")
         if row is not None:
-            self.commit(self.hand_out(slots.release(self.view(), row, self.now)), handed_out=True)
+            self.commit(self.grant_heads(slots.release(self.view(), row, self.now)), handed_out=True)
 
     @rule(index=st.integers(0, 50))
     def confirm(self, index):
         row = self._pick(index, "reserved")
         if row is not None:
-            self.commit(self.hand_out(slots.confirm(self.view(), row, self.now)), handed_out=True)
+            self.commit(self.grant_heads(slots.confirm(self.view(), row, self.now)), handed_out=True)
 
     @rule(index=st.integers(0, 50))
     def leave(self, index):
         row = self._pick(index, "waiting", "reserved")
         if row is not None:
-            self.commit(self.hand_out(slots.leave(self.view(), row, self.now)), handed_out=True)
+            self.commit(self.grant_heads(slots.leave(self.view(), row, self.now)), handed_out=True)
 
     @rule(key_index=st.integers(0, 2), capacity=st.integers(1, 4))
     def set_key_capacity(self, key_index, capacity):
         """An operator's override of one key (it may exceed per_key, never the limit's capacity)."""
         self.key_capacity[self.keys[key_index % len(self.keys)]] = capacity
-        self.commit(self.hand_out(slots.Decision(self.view())), handed_out=True)
+        self.commit(self.grant_heads(slots.Decision(self.view())), handed_out=True)
 
     @rule(step=st.sampled_from([1_000, RES + 1]))
     def tick(self, step):
         """Time passes; reservations lapse (requeued last), and the freed slots go on."""
         self.now += step
         due = [r for r in self.rows.values() if r.due_at is not None and r.due_at <= self.now]
-        self.commit(self.hand_out(slots.expire(self.view(), due, self.now)), handed_out=True)
+        self.commit(self.grant_heads(slots.expire(self.view(), due, self.now)), handed_out=True)
 
     @invariant()
     def counts_are_bounded(self):

@@ -22,6 +22,6 @@ async def fulfil_order(order: Order) -> Receipt:
     payment = await child(charge_payment, Payment(order.id, amount, reference=order.customer))
     await sleep("1s")  # the warehouse's cool-off before booking a courier
     tracking = await book_courier(order.id)
-    # Parked (status "suspended") until the courier's webhook calls engine.signal(run_id, "delivered").
+    # Idle (status "suspended") until the courier's webhook calls engine.signal(run_id, "delivered").
     delivered = await wait_for_signal("delivered", timeout="7d")
     return Receipt(order.id, payment, tracking, delivered=bool(delivered))

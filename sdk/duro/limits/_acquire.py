@@ -29,7 +29,7 @@ from ..run import _current
 from ..run._cancel import after_call, cancelled
 from ..run._context import RunContext
 from ..store import (
-    Adopter,
+    Claimer,
     ConfirmSlot,
     GiveUpSlot,
     OwnStep,
@@ -158,17 +158,7 @@ class RunLimits:
                     )
                 if row.state == "timed_out" or (rec.wake_at is not None and ctx.now_ms() >= rec.wake_at):
                     error = SlotTimeoutError(limit, timeout)
-                    failed = StepRecord(
-                        seq,
-                        "hook",
-                        name,
-                        "failed",
-                        rec.started_at,
-                        ctx.now_ms(),
-                        wake_at=rec.wake_at,
-                        error=describe_error(error),
-                        detail=rec.detail,
-                    )
+                    failed = rec.ended("failed", ctx.now_ms(), error=describe_error(error))
                     gave_up: SlotOutcome = await ctx.apply(
                         GiveUpSlot(config, slot_id, ctx.now_ms(), ctx.own(failed))
                     )
@@ -180,12 +170,12 @@ class RunLimits:
                     await ctx.resume()
                     raise raised_at(error, seq)
                 try:
-                    await ctx.park(
+                    await ctx.idle(
                         self._wakeups.wait_for(waiter.wait(), rec.wake_at), "slot", slot_id, rec.wake_at, None
                     )
                 except RunCancelled:
                     outcome = "cancelled"
-                    local.drop(slot_id, waiter)  # no hand-over here any more: it is leaving
+                    local.drop(slot_id, waiter)  # no local grant here any more: it is leaving
                     await self._leave_cancelled(ctx, config, slot_id, done)
                 waiter.clear()
                 delivered = local.delivered(slot_id)
@@ -233,14 +223,14 @@ class RunLimits:
                 now,
                 "release",
                 ctx.own(step),
-                local.hand_over(),
-                local.adopter() if local.hand_over_locally else None,
+                local.local_waiters(),
+                local.claimer() if local.grant_locally else None,
             )
         )
         released = outcome.released
         ctx.recorded(outcome.step or step)
-        if outcome.adopted:
-            local.on_adopted(outcome.adopted)
+        if outcome.claimed:
+            local.on_claimed(outcome.claimed)
         local.notify(outcome.granted, outcome.handed)
         if released:
             self._events.publish("slot.released", ctx.run_id, now, ctx.workflow, slot_id=slot_id)
@@ -346,10 +336,10 @@ def limit_slot(
 # -- a run's slot waits in this process ------------------------------------------------------------
 # The runs of this process waiting in a limit's queue, and the expiry pass that keeps slots moving.
 #
-# A run parked on its slot request waits on an event keyed by its slot id. It is woken by a decision
+# A run idle on its slot request waits on an event keyed by its slot id. It is woken by a decision
 # made here (a release handing it the slot: the row as committed comes with the wake-up, see
 # :meth:`LocalSlots.delivered`), by another process's notice, or by the worker's poll pass. Its hook step is
-# offered to releases made in this process (:meth:`LocalSlots.hand_over`): a release that frees a slot
+# offered to releases made in this process (:meth:`LocalSlots.local_waiters`): a release that frees a slot
 # for it writes the step completed in its own transaction, so the run wakes holding the slot.
 
 
@@ -359,11 +349,11 @@ class SlotHost(Protocol):
     def wake(self) -> None:
         """Claim now: a slot went to a run of this worker that is not in memory."""
 
-    def adopter(self) -> Adopter | None:
-        """Who takes up an unloaded head a release here hands a slot to (None: nobody now, no room)."""
+    def claimer(self) -> Claimer | None:
+        """Who takes up an evicted head a release here hands a slot to (None: nobody now, no room)."""
 
     def take_up(self, runs: tuple[RunRecord, ...]) -> None:
-        """Execute the runs an adopter took (see ``store.Adopter``)."""
+        """Execute the runs a claimer took (see ``store.Claimer``)."""
 
 
 class LocalSlots:
@@ -386,20 +376,20 @@ class LocalSlots:
         self._hooks = hooks
         self._waiters: Waiters[str] = Waiters()
         self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
-        # rows delivered with a wake-up, with the hook step a local hand-over wrote
+        # rows delivered with a wake-up, with the hook step a local grant wrote
         self._delivered: dict[str, tuple[SlotRow, StepRecord | None]] = {}
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
-        # unloaded, and the store has it due now (its worker's claim pass)
+        # evicted, and the store has it due now (its worker's claim pass)
         self.on_absent = host.wake
-        self.adopter = host.adopter  # a release here takes up the unloaded heads it hands slots to
-        self.on_adopted = host.take_up
+        self.claimer = host.claimer  # a release here takes up the evicted heads it hands slots to
+        self.on_claimed = host.take_up
 
     # -- waiting runs ----------------------------------------------------------------------------
 
     def wait(self, slot_id: str, hook: OwnStep | None = None) -> asyncio.Event:
-        """Park a run on its slot request; ``hook``, its hook step, lets a release made in this
+        """Hold a run idle on its slot request; ``hook``, its hook step, lets a release made in this
         process hand the slot over at once (see :class:`duro.store.ReleaseSlot`)."""
         event = self._waiters.add(slot_id)
         if hook is not None:
@@ -435,14 +425,14 @@ class LocalSlots:
         return self._delivered.pop(slot_id, None)
 
     @property
-    def hand_over_locally(self) -> bool:
+    def grant_locally(self) -> bool:
         """Whether a release here hands slots straight to this process's runs (off in the harness's
         crash tests of the confirming path)."""
-        return self._hooks.hand_over_locally
+        return self._hooks.grant_locally
 
-    def hand_over(self) -> Mapping[str, OwnStep]:
-        """The runs parked here with their hook steps, for a release to hand a freed slot to."""
-        return self._waiting_here if self._hooks.hand_over_locally else {}
+    def local_waiters(self) -> Mapping[str, OwnStep]:
+        """The runs idle here with their hook steps, for a release to hand a freed slot to."""
+        return self._waiting_here if self._hooks.grant_locally else {}
 
     def waiting(self) -> list[str]:
         """The slot ids runs of this process wait on (the poll pass reads their states)."""

@@ -92,9 +92,9 @@ class Limits:
         if local is not None:
             local.notify(rows, handed)
 
-    def _hand_over(self) -> Mapping[str, OwnStep]:
+    def _local_waiters(self) -> Mapping[str, OwnStep]:
         local = self._local()
-        return {} if local is None else local.hand_over()
+        return {} if local is None else local.local_waiters()
 
     async def leave_queues(self, run_ids: builtins.list[str], now: int | None = None) -> None:
         """Runs that ended (at ``now``) leave the limits' queues they wait in (slots they hold stay
@@ -232,7 +232,7 @@ class Limits:
         if not configs:  # a client engine: the limits as the store knows them
             configs = _declared(self._workspace, await self._gateway.call(self._gateway.store.limits.states))
         outcome = await self._gateway.apply(
-            ReleaseSlot(configs, slot_id, self._clock.now_ms(), "operator", None, self._hand_over()),
+            ReleaseSlot(configs, slot_id, self._clock.now_ms(), "operator", None, self._local_waiters()),
         )
         self._notify(outcome.granted, outcome.handed)
         return outcome.row, outcome.released

@@ -103,7 +103,7 @@ class RunRates:
                 rec.wake_at,
                 now,
                 ctx.own(rec),
-                local.hand_over(),
+                local.local_waiters(),
             )
             row, rec = requested.wait, requested.step or rec
             ctx.recorded(rec)
@@ -143,7 +143,7 @@ class RunRates:
             None,
             now,
             None,
-            local.hand_over(),
+            local.local_waiters(),
         )
         local.notify((g for g in requested.granted if g.id != wait_id), requested.handed)
         self._local.changed(requested.next_due)
@@ -184,7 +184,7 @@ class RunRates:
         timeout: Duration | None,
         hook: StepRecord | None,
     ) -> tuple[RateWaitRow, StepRecord | None]:
-        """Wait for request ``wait_id`` (``row``, as last read) to be granted, parked (the run may
+        """Wait for request ``wait_id`` (``row``, as last read) to be granted, idle (the run may
         leave memory), until ``wake_at``: then :class:`RateTimeoutError`, its ``hook`` step (if any)
         written failed as the request leaves the queue. A cancel leaves the queue too. Returns the
         granted request and the hook step as it stands (completed if the grant wrote it)."""
@@ -218,7 +218,7 @@ class RunRates:
                         ctx.now_ms(),
                         None if failed is None else ctx.own(failed),
                         False,
-                        local.hand_over(),
+                        local.local_waiters(),
                     )
                     local.notify(gave_up.granted, gave_up.handed)
                     if gave_up.wait is not None and gave_up.wait.state == "granted":
@@ -231,7 +231,7 @@ class RunRates:
                     await ctx.resume()
                     raise error if hook is None else raised_at(error, hook.seq)
                 try:
-                    await ctx.park(
+                    await ctx.idle(
                         self._wakeups.wait_for(waiter.wait(), wake_at), "rate", wait_id, wake_at, None
                     )
                 except RunCancelled:
@@ -256,7 +256,7 @@ class RunRates:
         store = self._gateway.store
         local = self._local
         left: RateOutcome = await ctx.decide(
-            store.rates.give_up, config, wait_id, ctx.now_ms(), hook, True, local.hand_over()
+            store.rates.give_up, config, wait_id, ctx.now_ms(), hook, True, local.local_waiters()
         )
         if step is not None:
             ctx.recorded(step)
@@ -321,12 +321,12 @@ class LocalRates:
         self._changed = asyncio.Event()
         self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
         self._pruned = -PRUNE_EVERY_MS  # when the loop last pruned the ended waits
-        # a grant for a run not waiting in this process's memory: it was unloaded, and the store
+        # a grant for a run not waiting in this process's memory: it was evicted, and the store
         # has it due now (its worker's claim pass)
         self._on_absent = on_absent
 
     def wait(self, wait_id: str, hook: OwnStep | None = None) -> asyncio.Event:
-        """Park a run on its request; ``hook``, its hook step, lets a grant made in this process
+        """Hold a run idle on its request; ``hook``, its hook step, lets a grant made in this process
         write it completed in the grant's own transaction (see ``store.RatePass``)."""
         event = self._waiters.add(wait_id)
         if hook is not None:
@@ -339,7 +339,7 @@ class LocalRates:
         self._waiting_here.pop(wait_id, None)
         self._delivered.pop(wait_id, None)
 
-    def hand_over(self) -> Mapping[str, OwnStep]:
+    def local_waiters(self) -> Mapping[str, OwnStep]:
         """The runs waiting here with their hook steps, for a grant to write completed."""
         return self._waiting_here
 
@@ -393,7 +393,7 @@ class LocalRates:
             now = self._clock.now_ms()
             rates = self._workspace.rates
             try:
-                made = await self._gateway.call(store.rates.due, rates, now, self.hand_over())
+                made = await self._gateway.call(store.rates.due, rates, now, self.local_waiters())
                 self.notify(made.granted, made.handed)
                 if now >= self._pruned + PRUNE_EVERY_MS:  # the ended waits past every window
                     self._pruned = now

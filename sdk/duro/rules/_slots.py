@@ -5,13 +5,13 @@ A limit has ``capacity`` slots. A slot request (one ``acquire_slot``) is in one 
 - ``waiting``: in the limit's FIFO queue (``pos`` orders it), until ``timeout_at``;
 - ``reserved``: handed to a waiting run, which must confirm before ``reserved_until`` (2 minutes);
 - ``busy``: held, until released or until ``expires_at`` (``max_hold``, read once, at grant). A
-  waiter parked in the very process that hands the slot out is made busy at once, its acquisition
+  waiter idle in the very process that hands the slot out is made busy at once, its acquisition
   recorded in the same transaction (a reservation is for a waiter that may be gone);
 - terminal: ``released`` (``reason``: release, operator, max_hold), ``timed_out``, ``cancelled`` (``reason``
   run_ended).
 
 Invariant kept by every decision: ``busy + reserved <= capacity`` at the moment of a grant. Capacity
-is read at every hand-out (raising it grants at once); lowering it takes nothing back.
+is read at every grant pass (raising it grants at once); lowering it takes nothing back.
 
 A **keyed** limit (``per_key``) also caps each key: a request carries its ``key``, and a slot goes
 to the oldest waiter whose key has room (its key's busy + reserved below the key's capacity) while
@@ -150,7 +150,7 @@ class Decision:
     # limit, rows without a key, from before it was keyed, under ``None``)
     _key_deltas: dict[str | None, list[int]] = field(default_factory=dict)
     # by slot id, in the order last written: a row written twice is one write, its last (a dict, so
-    # that a hand-out of K grants is O(K), not a list rebuilt at every grant)
+    # that granting K grants is O(K), not a list rebuilt at every grant)
     _writes: dict[str, SlotRow] = field(default_factory=dict)
 
     @property
@@ -258,11 +258,11 @@ def request(
 
 def next_grants(decision: Decision, heads: list[SlotRow], most: int | None = None) -> list[SlotRow]:
     """The head waiters (``heads``, in order) that the free capacity goes to (``most`` of them at
-    the most: a large hand-out is applied in bounded transactions). On a keyed limit, a waiter
+    the most: a large grant pass is applied in bounded transactions). On a keyed limit, a waiter
     whose key has no room (or whose key's counts the decision was not given) is passed over."""
     free = decision.view.free if most is None else min(most, decision.view.free)
     chosen: list[SlotRow] = []
-    room: dict[str, int] = {}  # by key: the slots it may still take in this hand-out
+    room: dict[str, int] = {}  # by key: the slots it may still take in this grant pass
     keyed = decision.view.per_key is not None  # a limit no longer keyed ignores its waiters' keys
     for row in heads:
         if len(chosen) >= free:
@@ -281,7 +281,7 @@ def next_grants(decision: Decision, heads: list[SlotRow], most: int | None = Non
     return chosen
 
 
-def hand_out(
+def grant_heads(
     decision: Decision,
     heads: list[SlotRow],
     now: int,

@@ -30,7 +30,7 @@ from typing import Any, Final, NoReturn, Protocol
 
 from .._errors import RunCancelled
 from .._states import RunState, StepKind
-from ..rules._unloading import Parked
+from ..rules._eviction import IdleWait
 from ..store import RecordStep, StepRecord
 from ._current import Replayed
 from ._runtime import Runtime
@@ -74,7 +74,7 @@ class RunContext(Protocol):
     def history(self) -> Replayed: ...
 
     cancel: Cancel | None
-    parked: Parked | None
+    idle_wait: IdleWait | None
     task: asyncio.Task[None] | None
     fatal: BaseException | None
 
@@ -99,7 +99,7 @@ def delivers(records: list[StepRecord]) -> bool:
 
 
 def request(ctx: RunContext) -> bool:
-    """The worker holding the run heard of its cancel: deliver it (at once if the run is parked at a
+    """The worker holding the run heard of its cancel: deliver it (at once if the run is idle at a
     wait, else at its next durable call or as its current one ends). False if it knew already."""
     state = ctx.cancel
     if state is None:
@@ -107,8 +107,8 @@ def request(ctx: RunContext) -> bool:
     if state.requested or state.delivered:
         return False
     state.requested = True
-    if ctx.parked is not None and ctx.task is not None and ctx.fatal is None:
-        state.interrupting = True  # the wait raises CancelledError, and park delivers there
+    if ctx.idle_wait is not None and ctx.task is not None and ctx.fatal is None:
+        state.interrupting = True  # the wait raises CancelledError, and idle delivers there
         ctx.task.cancel()
     return True
 

@@ -1,8 +1,8 @@
 """Child runs: ``child`` (start one and wait for its result) and ``start_child`` (start one and go
 on), the durable calls behind ``RunContext.child`` / ``start_child`` and ``duro.child`` /
 ``duro.start_child``. A child's start is recorded as the parent's step in the child's own insert
-(see ``store.runs.insert``), so a crash between the two leaves neither; the wait for its end parks
-the parent (``child``), which its worker may unload: the child's end makes it due again."""
+(see ``store.runs.insert``), so a crash between the two leaves neither; the wait for its end is idle
+the parent (``child``), which its worker may evict: the child's end makes it due again."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Parent(Protocol):
 
     async def resume(self) -> None: ...
 
-    async def park(
+    async def idle(
         self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
     ) -> T: ...
 
@@ -79,24 +79,12 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
             )
             if child is not None and child.status in ENDED:
                 break
-            await ctx.park(waiter.wait(), "child", child_id, None, rec)
+            await ctx.idle(waiter.wait(), "child", child_id, None, rec)
             waiter.clear()
     finally:
         wakeups.stop_waiting(child_id, waiter)
     if child.status == "completed":
-        await ctx.write(
-            StepRecord(
-                seq,
-                "child",
-                spec.name,
-                "completed",
-                rec.started_at,
-                ctx.now_ms(),
-                result=child.output,
-                detail=rec.detail,
-            ),
-            "running",
-        )
+        await ctx.write(rec.ended("completed", ctx.now_ms(), result=child.output), "running")
         await ctx.resume()
         return spec.output.load(child.output)
     cause = restore_error(child.error) if child.error else RunCancelled(child_id)
@@ -107,19 +95,7 @@ async def child(ctx: Parent, wf: Any, inp: Any, run_id: str | None, concurrency:
         f"child run {child_id!r} of workflow {spec.name!r} {child.status}"
         + (f": {cause}" if str(cause) else ""),
     )
-    await ctx.write(
-        StepRecord(
-            seq,
-            "child",
-            spec.name,
-            "failed",
-            rec.started_at,
-            ctx.now_ms(),
-            error=describe_error(err),
-            detail=rec.detail,
-        ),
-        "running",
-    )
+    await ctx.write(rec.ended("failed", ctx.now_ms(), error=describe_error(err)), "running")
     await ctx.resume()
     raise raised_at(err, seq)
 
@@ -167,17 +143,6 @@ async def _start_child_run(
         err = ChildWorkflowError(
             child_id, spec.name, refused, f"child run of workflow {spec.name!r} was refused: {refused}"
         )
-        await ctx.write(
-            StepRecord(
-                rec.seq,
-                rec.kind,
-                spec.name,
-                "failed",
-                rec.started_at,
-                ctx.now_ms(),
-                error=describe_error(err),
-                detail=rec.detail,
-            )
-        )
+        await ctx.write(rec.ended("failed", ctx.now_ms(), error=describe_error(err)))
         raise raised_at(err, rec.seq) from refused
     ctx.recorded(rec)

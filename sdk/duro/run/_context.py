@@ -33,7 +33,7 @@ from .._states import RunState, StepKind
 from .._tracing import active as tracing
 from .._tracing import step_outcome, step_span
 from ..definitions._definitions import Concurrency, StepSpec
-from ..rules._unloading import Parked
+from ..rules._eviction import IdleWait
 from ..store import Command, Fenced, OwnStep, RecordStep, RunRecord, StepRecord
 from ..worker._gateway import Pending
 from . import _cancel, _children, _current, _patches, _signalling
@@ -62,7 +62,7 @@ class RunContext(SlotCalls):
         # run that did not take while it slept (another worker owns it: LostRun; the store failed)
         self.fatal: BaseException | None = None
         self._asleep = False
-        self.parked: Parked | None = None  # what the run waits for while it waits (see park)
+        self.idle_wait: IdleWait | None = None  # what the run waits for while it waits (see idle)
         # a run a dead worker left, until its first recorded call: at a wait, see duro.worker._recovery
         self.suspect_waits: Callable[[], Awaitable[None]] | None = None
         self.unsettled: Pending | None = None  # its sleep's record, not awaited (see sleep)
@@ -179,28 +179,28 @@ class RunContext(SlotCalls):
             if self.fatal is not None:
                 raise self.fatal
 
-    async def park(
+    async def idle(
         self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
     ) -> T:
-        """Wait for ``wake`` parked: the run's wait is written and checked, and nothing but ``wake``
-        moves it on, so its worker may unload it here (see ``duro.rules._unloading``) and replay it when
+        """Wait for ``wake`` idle: the run's wait is written and checked, and nothing but ``wake``
+        moves it on, so its worker may evict it here (see ``duro.rules._eviction``) and replay it when
         the wait ends. ``kind``, ``key`` and ``due_at`` say what ends it (see ``store.Waiting``).
         A cancel ends the wait with ``RunCancelled``, ``record`` (the wait's) closed ``cancelled``."""
         if self.cancel is not None and self.cancel.stops_waits:  # it came as the wait began
             await _cancel.before_wait(self, record, wake)
         if self.suspect_waits is not None and (due_at is None or due_at > self._now()):
             await self.suspect_waits()  # a wait whose time is over leads straight on: still suspect
-        self.parked = Parked(self.run_id, self._monotonic(), kind, due_at, key)
+        self.idle_wait = IdleWait(self.run_id, self._monotonic(), kind, due_at, key)
         residency = self._residency
-        residency.park(self)
+        residency.went_idle(self)
         try:
             return await wake
         except asyncio.CancelledError:
             if not _cancel.interrupted(self):
                 raise
         finally:
-            self.parked = None
-            residency.unpark(self)
+            self.idle_wait = None
+            residency.woke(self)
         await _cancel.at_wait(self, record)
 
     def checkpoint(self, point: str) -> None:
@@ -339,7 +339,7 @@ class RunContext(SlotCalls):
         """A retry's delay, recorded as the step ``waiting`` until its time with the attempts made
         so far (``suspended``): the run may leave memory meanwhile and comes back to the next attempt."""
         assert waiting.wake_at is not None
-        await self.park(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at, waiting)
+        await self.idle(self._sleep_until(waiting.wake_at), "sleep", None, waiting.wake_at, waiting)
         if not await self._progress(RecordStep(self.run_id, self.owner, None, "running", None, self._now())):
             raise LostRun(self.run_id)
 
@@ -443,8 +443,10 @@ class RunContext(SlotCalls):
             await self.suspect_waits()  # a sleep already over leads straight on: still suspect
         self._asleep = True
         self.unsettled = recorded
-        self.parked = _tuple(Parked, (self.run_id, self._monotonic(), "sleep", rec.wake_at, None))  # see park
-        residency.park(self)
+        self.idle_wait = _tuple(
+            IdleWait, (self.run_id, self._monotonic(), "sleep", rec.wake_at, None)
+        )  # see idle
+        residency.went_idle(self)
         try:
             await self._sleep_until(rec.wake_at)
         except asyncio.CancelledError:
@@ -453,8 +455,8 @@ class RunContext(SlotCalls):
             if not _cancel.interrupted(self):
                 raise
         finally:
-            self.parked = None
-            residency.unpark(self)
+            self.idle_wait = None
+            residency.woke(self)
             self._asleep = False
             self.unsettled = None
         if self.cancel is not None and self.cancel.interrupting:

@@ -43,19 +43,19 @@ def store_failed(err: BaseException) -> bool:
     return any(kind.__name__ in ("OperationalError", "InterfaceError") for kind in type(err).__mro__)
 
 
-class Unloaded(LostRun):
-    """Internal: the worker unloaded this parked run from memory (it is replayed when its wait ends)."""
+class Evicted(LostRun):
+    """Internal: the worker evicted this idle run from memory (it is replayed when its wait ends)."""
 
 
 class Residency(Protocol):
-    """Where a run tells its worker it parks at a wait and leaves it (duro.worker._residents.Residents)."""
+    """Where a run tells its worker it goes idle at a wait and wakes (``Residents`` in ``duro.worker._worker``)."""
 
-    def park(self, ctx: Any) -> None: ...
+    def went_idle(self, ctx: Any) -> None: ...
 
-    def unpark(self, ctx: Any) -> None: ...
+    def woke(self, ctx: Any) -> None: ...
 
     def leaves_at_once(self, due_at: int) -> bool:
-        """Whether a sleep until ``due_at`` would leave memory as soon as it parks."""
+        """Whether a sleep until ``due_at`` would leave memory as soon as it goes idle."""
 
 
 class Lease(Protocol):

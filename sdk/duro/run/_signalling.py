@@ -2,7 +2,7 @@
 run (``duro.send_signal``), both durable calls.
 
 A wait takes the signal the store buffered for the run, oldest first, in the transaction that
-records it as the wait's result; with none buffered it parks until one comes (or its timeout).
+records it as the wait's result; with none buffered it waits idle until one comes (or its timeout).
 
 The send takes the run's next sequence number and is recorded as a step of kind ``send_signal``
 named by the signal, in the same transaction as the signal it buffers for the target run
@@ -58,7 +58,7 @@ class SignallingRun(Protocol):
 
     async def resume(self) -> None: ...
 
-    async def park(
+    async def idle(
         self, wake: Awaitable[T], kind: str, key: str | None, due_at: int | None, record: StepRecord | None
     ) -> T: ...
 
@@ -100,7 +100,7 @@ async def send_signal(ctx: SignallingRun, run_id: str, name: str, payload: Any) 
     if (run_id, name) in wakeups.signals:
         wakeups.signals.notify((run_id, name))  # it waits in this process
     elif worker is not None:
-        worker.wake()  # it may wait unloaded: the store has it due now (another process hears a notice)
+        worker.wake()  # it may wait evicted: the store has it due now (another process hears a notice)
 
 
 async def wait_for_signal(ctx: SignallingRun, name: str, timeout: Duration | None) -> Any:
@@ -145,7 +145,7 @@ async def wait_for_signal(ctx: SignallingRun, name: str, timeout: Duration | Non
                 )
                 await ctx.resume()
                 return None
-            await ctx.park(
+            await ctx.idle(
                 ctx.runtime.wakeups.wait_for(waiter.wait(), rec.wake_at),
                 "signal",
                 name,

@@ -8,9 +8,10 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._commands import (
-        Adopter,
+        Claimer,
         Command,
         ConfirmSlot,
+        Evict,
         FinishRun,
         GiveUpSlot,
         OwnStep,
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
         SendSignal,
         SlotOutcome,
         TakeSignal,
-        Unload,
         Waiting,
     )
     from ._connection import LimitState
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ._urls import DEFAULT_SQLITE_URL, parse_database_url
 
 __all__ = [
-    "Adopter",
+    "Claimer",
     "Command",
     "ConfirmSlot",
     "FinishRun",
@@ -62,7 +62,7 @@ __all__ = [
     "SendSignal",
     "SlotOutcome",
     "TakeSignal",
-    "Unload",
+    "Evict",
     "Waiting",
     "AttemptRecord",
     "CancelOutcome",
@@ -97,7 +97,7 @@ __getattr__, __dir__ = lazy_names(
     globals(),
     {
         "._commands": (
-            "Adopter",
+            "Claimer",
             "Command",
             "ConfirmSlot",
             "FinishRun",
@@ -109,7 +109,7 @@ __getattr__, __dir__ = lazy_names(
             "SendSignal",
             "SlotOutcome",
             "TakeSignal",
-            "Unload",
+            "Evict",
             "Waiting",
         ),
         "._records": (

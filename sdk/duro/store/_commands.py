@@ -20,7 +20,7 @@ from ..definitions._config import LimitConfig
 from ..rules._slots import SlotEvent, SlotRow
 from ._records import RunRecord, StepRecord
 
-_NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local hand-over
+_NOBODY: Mapping[str, OwnStep] = MappingProxyType({})  # no local grant
 _NO_STEPS: Mapping[str, StepRecord] = MappingProxyType({})
 
 
@@ -130,27 +130,27 @@ class ReleaseSlot(NamedTuple):
     """Release a held or reserved slot and hand freed capacity to the queue's heads. ``hook`` (the
     releasing run's ``release_slot`` step) is written with ``{"released": ...}`` as its result.
 
-    ``hand_over`` is the local hand-over: waiters parked in the calling process, by slot id, with
+    ``local_waiters`` is the local grant: waiters idle in the calling process, by slot id, with
     their hook steps. A head among them takes its slot at once, busy, its hook step written
     completed in this transaction (fenced on its own run), so it wakes holding the slot with nothing
     to confirm; any other head is reserved. Result: :class:`SlotOutcome` (``row``: the slot, or
-    ``None`` if unknown; ``released``; ``granted``; ``adopted``). ``adopt``: the releasing worker
-    also takes up heads unloaded from memory (see :class:`Adopter`)."""
+    ``None`` if unknown; ``released``; ``granted``; ``claimed``). ``claim``: the releasing worker
+    also takes up heads evicted from memory (see :class:`Claimer`)."""
 
     configs: Mapping[str, LimitConfig]
     slot_id: str
     now: int
     reason: str = "release"
     hook: OwnStep | None = None
-    hand_over: Mapping[str, OwnStep] = _NOBODY
-    adopt: Adopter | None = None
+    local_waiters: Mapping[str, OwnStep] = _NOBODY
+    claim: Claimer | None = None
 
 
-class Adopter(NamedTuple):
-    """A worker that takes up a queue's head unloaded from memory (see ``ReleaseSlot.adopt``): a head
+class Claimer(NamedTuple):
+    """A worker that takes up a queue's head evicted from memory (see ``ReleaseSlot.claim``): a head
     whose run is unowned, of ``namespace`` and one of ``workflows``, becomes ``owner``'s with its
     slot busy and its hook step written completed, all in the release's transaction; the worker
-    replays it (``SlotOutcome.adopted``), and it finds the slot its own with nothing to confirm."""
+    replays it (``SlotOutcome.claimed``), and it finds the slot its own with nothing to confirm."""
 
     owner: str
     namespace: str
@@ -159,7 +159,7 @@ class Adopter(NamedTuple):
 
 
 class Waiting(NamedTuple):
-    """What a parked run waits for (see :class:`Unload`): ``kind`` is ``sleep`` (a timer: a sleep
+    """What an idle run waits for (see :class:`Evict`): ``kind`` is ``sleep`` (a timer: a sleep
     or a retry's delay), ``signal`` (``key`` its name), ``slot`` (``key`` the slot's id) or
     ``child`` (``key`` the child run's id); ``due_at`` when the wait ends by itself (its timer or
     timeout; ``None``: it does not)."""
@@ -170,8 +170,8 @@ class Waiting(NamedTuple):
     due_at: int | None
 
 
-class Unload(NamedTuple):
-    """``owner`` gives up runs parked in its memory: each is unowned and falls due when its wait
+class Evict(NamedTuple):
+    """``owner`` gives up runs idle in its memory: each is unowned and falls due when its wait
     ends, or at once if what it waits for happened already (checked in the same statement as the
     hand-back, so a signal, a slot or a child's end committed at any moment is never missed).
     Result: the ids of the runs given up (a run no longer ``owner``'s, or finished, is left as it is)."""
@@ -190,14 +190,14 @@ Command = (
     | ConfirmSlot
     | GiveUpSlot
     | ReleaseSlot
-    | Unload
+    | Evict
 )
 SlotCommand = RequestSlot | ConfirmSlot | GiveUpSlot | ReleaseSlot
 
 
 class SlotOutcome(NamedTuple):
     """What a slot command did: the slot's row afterwards (``None``: unknown slot), whether a release
-    released it, the rows handed out (reserved, or busy for a local hand-over), and the caller's hook
+    released it, the rows handed out (reserved, or busy for a local grant), and the caller's hook
     step as written (``None``: none was written)."""
 
     row: SlotRow | None
@@ -207,6 +207,6 @@ class SlotOutcome(NamedTuple):
     handed: Mapping[str, StepRecord] = (
         _NO_STEPS  # the hook steps written for waiters of the calling process, by slot id
     )
-    adopted: tuple[RunRecord, ...] = ()  # runs the release's adopter took up (see Adopter)
+    claimed: tuple[RunRecord, ...] = ()  # runs the release's claimer took up (see Claimer)
     events: tuple[SlotEvent, ...] = ()  # what it did, for metrics and logs (see duro.rules._slots.SlotEvent)
     position: int | None = None  # a request that was queued: its place on entry (1: next)

@@ -71,8 +71,8 @@ class TurnLock:
     """A reentrant lock handed to its waiters first come, first served: the process's SQLite writer.
 
     ``threading.RLock`` lets the thread that releases it take it straight back, before a waiter
-    wakes: a thread writing a long hand-out in bounded transactions (see ``_slots.HAND_OUT_BATCH``)
-    would then keep the writer for the whole hand-out, and a slot request beside it wait as long.
+    wakes: a thread writing a long grant pass in bounded transactions (see ``_slots.GRANT_BATCH``)
+    would then keep the writer for the whole grant pass, and a slot request beside it wait as long.
     With turns, a request waits for one transaction at the most."""
 
     def __init__(self) -> None:
@@ -178,7 +178,7 @@ class Connector:
         self._expanded: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
         self._positional: dict[str, str] = {}
         self._writer: Connection | None = None
-        self._writer_lock = TurnLock()  # in turn: a long hand-out's batches let other writes in
+        self._writer_lock = TurnLock()  # in turn: a long grant pass's batches let other writes in
         self.writes = 0  # SQLite write transactions begun by this process (see _notify.watch_sqlite)
         self._local = _CallState()  # per thread: inside without_waiting, and its connections there
         self._nowait_connections: list[Connection] = []

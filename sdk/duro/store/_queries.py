@@ -78,13 +78,13 @@ def next_due_sql(serial: bool, versioned: bool) -> str:
     )
 
 
-_ADOPT = (
+_CLAIM_QUEUED = (
     "UPDATE duro_runs SET owner = :owner, due_at = :now WHERE id = :id AND owner IS NULL "
     f"AND namespace = :namespace AND status IN {ACTIVE_SQL} AND workflow IN (:workflows){{versions}} "
     f"RETURNING {_list(RUN_COLUMNS)}"
 )
-# an unload: ``{due}`` is the run's due time as the kind of its wait decides it
-_UNLOAD = (
+# an evict: ``{due}`` is the run's due time as the kind of its wait decides it
+_EVICT = (
     "UPDATE duro_runs SET owner = NULL, "
     "due_at = CASE WHEN cancel_requested_at IS NULL THEN {due} ELSE :now END "
     f"WHERE id = :id AND owner = :owner AND status IN {ACTIVE_SQL}"
@@ -424,22 +424,22 @@ QUERIES: dict[str, str] = {
     "AND (due_at IS NULL OR due_at > :now)",
     "make_parent_due": f"UPDATE duro_runs SET due_at = :now WHERE id = (SELECT parent_id FROM duro_runs "
     f"WHERE id = :id) AND status IN {ACTIVE_SQL} AND (due_at IS NULL OR due_at > :now)",
-    # a worker unloads a parked run (see _commands.Unload): it gives the run up, due when its wait
+    # a worker evicts an idle run (see _commands.Evict): it gives the run up, due when its wait
     # ends; due now if what it waits for happened already (the check is in the same statement)
-    "unload_sleep": _UNLOAD.format(due=":due_at"),
-    "unload_signal": _UNLOAD.format(
+    "evict_sleep": _EVICT.format(due=":due_at"),
+    "evict_signal": _EVICT.format(
         due="CASE WHEN EXISTS (SELECT 1 FROM duro_signals WHERE run_id = :id AND name = :key "
         "AND consumed_seq IS NULL) THEN :now ELSE :due_at END"
     ),
-    "unload_slot": _UNLOAD.format(
+    "evict_slot": _EVICT.format(
         due="CASE WHEN EXISTS (SELECT 1 FROM duro_slots WHERE id = :key AND state <> 'waiting') "
         "THEN :now ELSE :due_at END"
     ),
-    "unload_rate": _UNLOAD.format(
+    "evict_rate": _EVICT.format(
         due="CASE WHEN EXISTS (SELECT 1 FROM duro_rate_waits WHERE id = :key AND state <> 'waiting') "
         "THEN :now ELSE :due_at END"
     ),
-    "unload_child": _UNLOAD.format(
+    "evict_child": _EVICT.format(
         due=f"CASE WHEN EXISTS (SELECT 1 FROM duro_runs AS child WHERE child.id = :key "
         f"AND child.status NOT IN {ACTIVE_SQL}) THEN :now ELSE :due_at END"
     ),
@@ -453,9 +453,9 @@ QUERIES: dict[str, str] = {
     "limit_lock_of_slot": _LIMIT_LOCK + "(SELECT limit_name FROM duro_slots WHERE id = :id)",
     "limit_update": "UPDATE duro_limits SET busy = :busy, reserved = :reserved, waiting = :waiting, "
     "next_pos = :next_pos, updated_at = :now WHERE name = :name",
-    # a release's adopter takes up a queue's head unloaded from memory (see _commands.Adopter)
-    "adopt_run": _ADOPT.format(versions=""),
-    "adopt_run_versioned": _ADOPT.format(versions=_VERSIONS.format(table="")),
+    # a release's claimer takes up a queue's head evicted from memory (see _commands.Claimer)
+    "claim_queued_run": _CLAIM_QUEUED.format(versions=""),
+    "claim_queued_run_versioned": _CLAIM_QUEUED.format(versions=_VERSIONS.format(table="")),
     "select_step": f"SELECT {_list(STEP_COLUMNS[1:])} FROM duro_steps WHERE run_id = :run_id AND seq = :seq",
     "slot_select": f"SELECT {_list(SLOT_COLUMNS)} FROM duro_slots WHERE id = :id",
     "slot_upsert": _upsert("duro_slots", SLOT_COLUMNS, "id", 1),
@@ -605,7 +605,7 @@ POSTGRESQL: dict[str, str] = {
     "FROM (VALUES (1)) AS one LEFT JOIN duro_slots s ON s.id = :id",
     # a decision that wrote one slot: its upsert and the limit's counts in one statement
     "slot_upsert_counted": f"WITH slot AS ({QUERIES['slot_upsert']}) {QUERIES['limit_update']}",
-    # the rows of runs about to be handed back (see _steps.Steps._unload), in id order
+    # the rows of runs about to be handed back (see _steps.Steps._evict), in id order
     "lock_runs": "SELECT id FROM duro_runs WHERE id IN (:ids) ORDER BY id FOR UPDATE",
     "finish_run": QUERIES["finish_run"] + " RETURNING parent_id",  # a child's end is announced (see _steps)
     # the same in one statement: one row if it ended the run, and a child's end announced

@@ -81,7 +81,7 @@ class RateOutcome(NamedTuple):
 
 class RatePass(NamedTuple):
     """What a pass granted, and the hook steps it wrote completed for the granted waiters of the
-    calling process (``hand_over``: by request id, each fenced on its run), so that they resume
+    calling process (``local_waiters``: by request id, each fenced on its run), so that they resume
     with nothing more to write."""
 
     granted: list[RateWaitRow]
@@ -151,14 +151,14 @@ class Rates:
         queue: Queue,
         heads: list[RateWaitRow] | None = None,
         own: str | None = None,
-        hand_over: Mapping[str, OwnStep] = _NOBODY,
+        local_waiters: Mapping[str, OwnStep] = _NOBODY,
         read: tuple[int, int] | None = None,
     ) -> tuple[list[RateWaitRow], int | None, dict[str, StepRecord]]:
         """Time out the queue's waiters past their timeout, then grant its heads while the window
         allows (``duro.rules._rates``: from the window's use and, for a head that does not fit, its oldest
         grants); write the grants and the queue's row. ``heads``: the queue's waiters when the caller
         knows them all (a request to an empty queue); ``own``: the caller's request (its run is not
-        made due: it is executing); ``hand_over``: waiters of the calling process with their hook
+        made due: it is executing); ``local_waiters``: waiters of the calling process with their hook
         steps, written completed when granted (a waiter whose run is not its owner's any more is
         left to its run); ``read``: the waiters the caller timed out and the window's use, when it
         read them already. Returns (granted, next due, the hook steps written)."""
@@ -209,7 +209,7 @@ class Rates:
             self.db.run(conn, "rate_key_update", update)
         handed: dict[str, StepRecord] = {}
         for row in granted:  # each fenced on its run: its answer is read
-            local = hand_over.get(row.id)  # a waiter in the caller's process, with its hook step
+            local = local_waiters.get(row.id)  # a waiter in the caller's process, with its hook step
             if local is None:
                 continue
             step = local.step._replace(status="completed", ended_at=now, result=grant_json(row))
@@ -247,12 +247,12 @@ class Rates:
         timeout_at: int | None,
         now: int,
         hook: OwnStep | None = None,
-        hand_over: Mapping[str, OwnStep] = _NOBODY,
+        local_waiters: Mapping[str, OwnStep] = _NOBODY,
     ) -> RateOutcome:
         """Queue a request for ``cost`` of rate ``config`` (idempotent by ``wait_id``) and decide its
         queue at once. ``hook``, the run's hook step, is written alongside: completed with the grant
         when it was granted now, else as given (waiting). ``timeout_at`` is on the caller's clock;
-        ``hand_over`` as for :meth:`due`."""
+        ``local_waiters`` as for :meth:`due`."""
         with self.db.write() as conn:
             queue = self._lock_queue(conn, config.name, key or "", now)
             judged = queue.now
@@ -283,7 +283,7 @@ class Rates:
                 return RateOutcome(self._read_wait(conn, wait_id))
             queue = queue._replace(waiting=queue.waiting + 1, next_pos=queue.next_pos + 1)
             heads = [row] if queue.waiting == 1 else None  # alone in its queue: the only head
-            granted, next_due, handed = self._decide(conn, config, queue, heads, wait_id, hand_over, read)
+            granted, next_due, handed = self._decide(conn, config, queue, heads, wait_id, local_waiters, read)
             mine = next((g for g in granted if g.id == wait_id), row)
             step = None
             if hook is not None:
@@ -301,7 +301,7 @@ class Rates:
         now: int,
         hook: OwnStep | None = None,
         cancelled: bool = False,
-        hand_over: Mapping[str, OwnStep] = _NOBODY,
+        local_waiters: Mapping[str, OwnStep] = _NOBODY,
     ) -> RateOutcome:
         """The waiter's timeout passed (``cancelled``: its run was cancelled instead): a waiting
         request leaves its queue (``timed_out``, or ``left``), the queue decided again (the heads
@@ -322,7 +322,7 @@ class Rates:
                 self.db.run(conn, "rate_wait_end", {"id": wait_id, "state": state, "now": judged})
                 mine = mine._replace(state=state, ended_at=judged)
                 left = queue._replace(waiting=queue.waiting - 1)
-                granted, _, handed = self._decide(conn, config, left, hand_over=hand_over)
+                granted, _, handed = self._decide(conn, config, left, local_waiters=local_waiters)
             elif mine.state == "granted" and not cancelled:
                 return RateOutcome(mine)
             step = None
@@ -356,10 +356,10 @@ class Rates:
         return granted
 
     def due(
-        self, configs: Mapping[str, RateConfig], now: int, hand_over: Mapping[str, OwnStep] = _NOBODY
+        self, configs: Mapping[str, RateConfig], now: int, local_waiters: Mapping[str, OwnStep] = _NOBODY
     ) -> RatePass:
         """Decide every queue of ``configs`` whose head is due or that has a waiter past its timeout,
-        a transaction each; the granted waiters in ``hand_over`` have their hook steps written
+        a transaction each; the granted waiters in ``local_waiters`` have their hook steps written
         completed in the same transaction (see :class:`RatePass`)."""
         names = sorted(configs)
         if not names:
@@ -374,7 +374,7 @@ class Rates:
         for name, key in sorted(due):
             with self.db.write() as conn:
                 queue = self._lock_queue(conn, name, key, now)
-                made, _, wrote = self._decide(conn, configs[name], queue, hand_over=hand_over)
+                made, _, wrote = self._decide(conn, configs[name], queue, local_waiters=local_waiters)
             granted += made
             handed |= wrote
         return RatePass(granted, handed)

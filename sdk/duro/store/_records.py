@@ -38,7 +38,7 @@ def reads(fn: F) -> F:
 
 
 def bulk(fn: F) -> F:
-    """Mark a part's method as one that may write many transactions (a hand-out of many slots,
+    """Mark a part's method as one that may write many transactions (granting many slots,
     1,000 grants each): never tried on the event loop, and on SQLite in a thread of its own."""
     setattr(fn, MARK, "bulk")
     return fn
@@ -107,6 +107,13 @@ class StepRecord(NamedTuple):
     result: str | None = None
     error: str | None = None
     detail: str | None = None
+
+    def ended(
+        self, status: StepState, ended_at: int, *, result: str | None = None, error: str | None = None
+    ) -> StepRecord:
+        """This call's record at its end: ``status`` at ``ended_at``, with its result or error (its
+        seq, kind, name, start, timer and detail kept)."""
+        return self._replace(status=status, ended_at=ended_at, result=result, error=error)
 
 
 @dataclass(slots=True)

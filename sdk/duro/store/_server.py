@@ -13,7 +13,7 @@ later statement parsed and planned again.)
 A write transaction asks for its transaction id with its ``BEGIN`` (same round trip). If the answer
 to its ``COMMIT`` is lost (the server restarting as it commits, the network cut), nobody can tell
 from the error whether it committed, and making the same decision again would be wrong (a release
-made twice says the second time that nothing was released; a hand-out made twice hands out twice).
+made twice says the second time that nothing was released; a grant made twice grants twice).
 So the store asks the server what became of that transaction id (``pg_xact_status``) before it
 says anything: committed, the transaction's result stands; aborted, the error stands and the call
 is made again as any transient error is.

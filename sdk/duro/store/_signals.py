@@ -33,7 +33,7 @@ class Signals:
         if found[0] not in UNFINISHED:
             raise RunEndedError(run_id, found[0], name)
         db.run(conn, "insert_signal", {"run_id": run_id, "name": name, "payload": payload, "now": now})
-        db.run(conn, "make_due", {"id": run_id, "now": now})  # a run unloaded while it waits is due
+        db.run(conn, "make_due", {"id": run_id, "now": now})  # a run evicted while it waits is due
         db.notify(conn, {"kind": "signal", "run_id": run_id, "name": name})
 
     def send_from_run(self, conn: Connection, command: SendSignal) -> bool:

@@ -12,7 +12,7 @@ A limit's configuration (capacity and max hold from ``duro.config.py``) is passe
 A keyed limit's keys (``duro_limit_keys``, see ``_tables.LimitKeyRow``): each key has a row while it has a busy, reserved or waiting slot (or an operator's capacity): its
 counts, and while it has room its oldest waiter's position (``open_pos``). A key left with nothing
 keeps its row a while (its next slot updates it in place: no row and index entries written and
-erased at every pair), until the expiry pass prunes idle keys, once a minute at most. So a hand-out reads the
+erased at every pair), until the expiry pass prunes idle keys, once a minute at most. So a grant pass reads the
 keys that can take a slot, oldest waiter first, and only those keys' first waiters: 100,000 waiters
 behind 10,000 full keys cost what 100 do. A request reads its own key's row, never counts slots.
 
@@ -38,7 +38,7 @@ from ..definitions._config import LimitConfig
 from ..rules import _slots as rules
 from ..rules._slots import Decision, KeyView, LimitView, SlotEvent, SlotRow, slot_json
 from ._commands import (
-    Adopter,
+    Claimer,
     ConfirmSlot,
     GiveUpSlot,
     OwnStep,
@@ -54,7 +54,7 @@ from ._records import Fenced, RunRecord, StepRecord, bulk, reads
 
 log = logging.getLogger("duro.store")
 
-HAND_OUT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
+GRANT_BATCH = 1000  # grants a transaction at the most, when a capacity raise frees many slots
 
 KEYLESS = ""  # the key row of a keyed limit's slots without a key (queued before it was keyed)
 PRUNE_MS = 60_000  # idle keys' rows are pruned this often at the most (see Slots._prune_keys)
@@ -184,8 +184,8 @@ class Slots:
         )
         # a waiter that may have left memory is due now: its slot was reserved for it, or its wait
         # timed out (a slot granted at once is its caller's own; one handed over in this process
-        # went to a run parked here, and a run unloaded meanwhile finds it when it is handed back:
-        # see _steps.Unload)
+        # went to a run idle here, and a run evicted meanwhile finds it when it is handed back:
+        # see _steps.Evict)
         woken = {row.run_id for row in decision.granted if row.state == "reserved"}
         woken.update(row.run_id for row in decision.writes if row.state == "timed_out")
         for run_id in sorted(r for r in woken if r is not None):
@@ -211,27 +211,27 @@ class Slots:
             if hook is not None:
                 self.db.run(conn, "upsert_step", step_values(hook.run_id, hook.step))
 
-    def hand_out(
+    def grant_heads(
         self,
         conn: Connection,
         decision: Decision,
         now: int,
         waiting_here: Mapping[str, OwnStep] | None = None,
-        adopter: Adopter | None = None,
-        most: int = HAND_OUT_BATCH,
+        claimer: Claimer | None = None,
+        most: int = GRANT_BATCH,
         handed: dict[str, StepRecord] | None = None,
     ) -> list[RunRecord]:
         """Reserve the queue's heads for the free capacity. Rows this decision already changed are
         read from the decision, not from the table (which does not have them yet).
 
-        ``waiting_here``: the waiters parked in the calling process, by slot id, with their hook steps. A
+        ``waiting_here``: the waiters idle in the calling process, by slot id, with their hook steps. A
         head among them takes its slot at once: its hook step is written completed here (fenced on
         its run, like any write of that run), so it wakes holding the slot with nothing to confirm;
         ``handed`` collects those steps as written, by slot id.
-        ``adopter``: a head whose run was unloaded from memory is taken up by it the same way (see
-        ``Adopter``); the runs it took are returned. At most ``most`` grants: a release while a
+        ``claimer``: a head whose run was evicted from memory is taken up by it the same way (see
+        ``Claimer``); the runs it took are returned. At most ``most`` grants: a release while a
         raise is under way does not take the rest of the raise into its own transaction."""
-        adopted: list[RunRecord] = []
+        claimed: list[RunRecord] = []
         view = decision.view
         if view.free > 0 and view.waiting > 0:
             changed = {row.id: row for row in decision.writes}
@@ -247,10 +247,10 @@ class Slots:
                 )
             taken = set()
             hooks: Mapping[str, OwnStep] = waiting_here or {}
-            for row in rules.next_grants(decision, heads, most) if hooks or adopter else ():
+            for row in rules.next_grants(decision, heads, most) if hooks or claimer else ():
                 hook = hooks.get(row.id)
-                if hook is None and adopter is not None:
-                    hook = self._adopt(conn, row, adopter, now, adopted)
+                if hook is None and claimer is not None:
+                    hook = self._claim_head(conn, row, claimer, now, claimed)
                 if hook is None:
                     continue
                 done = hook.step._replace(status="completed", ended_at=now, result=slot_json(row))
@@ -258,26 +258,26 @@ class Slots:
                     taken.add(row.id)
                     if handed is not None and row.id in hooks:
                         handed[row.id] = done
-            rules.hand_out(decision, heads, now, frozenset(taken), most)
-        return adopted
+            rules.grant_heads(decision, heads, now, frozenset(taken), most)
+        return claimed
 
-    def _adopt(
-        self, conn: Connection, row: SlotRow, adopter: Adopter, now: int, adopted: list[RunRecord]
+    def _claim_head(
+        self, conn: Connection, row: SlotRow, claimer: Claimer, now: int, claimed: list[RunRecord]
     ) -> OwnStep | None:
-        """Take up the run of queue head ``row`` for ``adopter`` if nobody holds it (unloaded while it
+        """Take up the run of queue head ``row`` for ``claimer`` if nobody holds it (evicted while it
         waits); its hook step, as it waits, to be written completed with the slot."""
         if row.run_id is None:
             return None
         params: dict[str, Any] = {
             "id": row.run_id,
-            "owner": adopter.owner,
-            "namespace": adopter.namespace,
-            "workflows": list(adopter.workflows),
+            "owner": claimer.owner,
+            "namespace": claimer.namespace,
+            "workflows": list(claimer.workflows),
             "now": now,
         }
-        if adopter.versions:
-            params["versions"] = [tuple(pair) for pair in adopter.versions]
-        query = "adopt_run_versioned" if adopter.versions else "adopt_run"
+        if claimer.versions:
+            params["versions"] = [tuple(pair) for pair in claimer.versions]
+        query = "claim_queued_run_versioned" if claimer.versions else "claim_queued_run"
         taken = self.db.run_in(conn, query, params).fetchone()
         if taken is None:
             return None
@@ -285,8 +285,8 @@ class Slots:
         step = self.db.run(conn, "select_step", {"run_id": row.run_id, "seq": seq}).fetchone()
         if step is None:
             return None
-        adopted.append(to_run(taken))
-        return OwnStep(row.run_id, adopter.owner, StepRecord(*step))
+        claimed.append(to_run(taken))
+        return OwnStep(row.run_id, claimer.owner, StepRecord(*step))
 
     def _read_slot(self, conn: Connection, slot_id: str) -> SlotRow | None:
         found = self.db.run(conn, "slot_select", {"id": slot_id}).fetchone()
@@ -318,13 +318,13 @@ class Slots:
     def _keyed_heads(
         self, conn: Connection, decision: Decision, changed: Mapping[str, SlotRow], wanted: int
     ) -> list[SlotRow]:
-        """The waiters a hand-out of ``wanted`` slots of a keyed limit may go to, in queue order,
+        """The waiters granting ``wanted`` slots of a keyed limit may go to, in queue order,
         their keys' counts made known to the decision. Rows this decision changed are read from it.
 
         The keys that can take a slot are the stored keys with room (oldest waiter first) and the
         keys this decision changed, as they stand now. The oldest ``wanted`` waiters that can be
         granted are among the first ``wanted`` such keys, each giving at most its room: a key past
-        them has its oldest waiter behind ``wanted`` grantable waiters already. So the hand-out
+        them has its oldest waiter behind ``wanted`` grantable waiters already. So the grant pass
         reads ``wanted`` (+ the changed) key rows and as many short queues, one round trip."""
         view = decision.view
         assert view.per_key is not None
@@ -465,7 +465,7 @@ class Slots:
         if row is None or row.state != "reserved":
             return SlotOutcome(row)
         decision = rules.confirm(view, row, now)
-        self.hand_out(conn, decision, now)
+        self.grant_heads(conn, decision, now)
         confirmed = next(w for w in decision.writes if w.id == command.slot_id)
         hook = command.hook
         if hook is not None and confirmed.state == "busy":
@@ -520,7 +520,7 @@ class Slots:
         else:
             decision = rules.leave(view, row, now)
         if decision is not None:
-            self.hand_out(conn, decision, now)
+            self.grant_heads(conn, decision, now)
         self._settle(conn, decision, now, command.hook, fence)
         return SlotOutcome(
             next((written for written in decision.writes if written.id == row.id), row)
@@ -554,7 +554,7 @@ class Slots:
         decision = rules.release(view, row, now, command.reason)
         released = bool(decision.writes)
         handed: dict[str, StepRecord] = {}
-        adopted = self.hand_out(conn, decision, now, command.hand_over, command.adopt, handed=handed)
+        claimed = self.grant_heads(conn, decision, now, command.local_waiters, command.claim, handed=handed)
         if hook is not None:
             hook = OwnStep(
                 hook.run_id, hook.owner, hook.step._replace(result=json.dumps({"released": released}))
@@ -568,7 +568,7 @@ class Slots:
             released=released,
             granted=tuple(decision.granted),
             handed=handed,
-            adopted=tuple(adopted),
+            claimed=tuple(claimed),
             events=tuple(decision.events),
         )
 
@@ -576,11 +576,11 @@ class Slots:
     def leave(self, configs: Mapping[str, LimitConfig], run_ids: Iterable[str], now: int) -> list[SlotRow]:
         """Runs that ended leave the queues they wait in (busy slots they hold stay held). Each one's
         hook step is closed alongside, with the run's end (cancelled, failed) as status and end time.
-        Runs go ``HAND_OUT_BATCH`` a transaction (a parent cancelled with 10,000 children waiting)."""
+        Runs go ``GRANT_BATCH`` a transaction (a parent cancelled with 10,000 children waiting)."""
         ended = list(run_ids)
         granted: list[SlotRow] = []
-        for start in range(0, len(ended), HAND_OUT_BATCH):
-            granted += self._leave_queues(configs, ended[start : start + HAND_OUT_BATCH], now)
+        for start in range(0, len(ended), GRANT_BATCH):
+            granted += self._leave_queues(configs, ended[start : start + GRANT_BATCH], now)
         return granted
 
     def _leave_queues(self, configs: Mapping[str, LimitConfig], ended: list[str], now: int) -> list[SlotRow]:
@@ -600,7 +600,7 @@ class Slots:
                 view, judged = self.lock_limit(conn, configs[row.limit], now)  # no clock read if no slot
                 row = self._read_slot(conn, row.id) or row  # again, under the limit's lock
                 decision = rules.leave(view, row, judged)
-                self.hand_out(conn, decision, judged)
+                self.grant_heads(conn, decision, judged)
                 self.write_decision(conn, decision, judged)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
@@ -615,7 +615,7 @@ class Slots:
         capacity out (freed by expiries, or added by a larger capacity in the config since the last
         pass). Returns (rows that changed on their own, rows granted).
 
-        A transaction applies at most ``HAND_OUT_BATCH`` expiries and as many grants; while one is
+        A transaction applies at most ``GRANT_BATCH`` expiries and as many grants; while one is
         full, another follows (100,000 reservations lapsing at once, a capacity raised from 1 to
         100,000 in the config): the limits' other operations go on in between."""
         changed: list[SlotRow] = []
@@ -631,11 +631,11 @@ class Slots:
     ) -> bool:
         """One transaction of the expiry pass; whether it did as much as one may (more may be left)."""
         events: list[SlotEvent] = []
-        budget, did = HAND_OUT_BATCH, 0
+        budget, did = GRANT_BATCH, 0
         with self.db.write() as conn:
             now = self.db.now(conn, now)
             due: dict[str, list[SlotRow]] = {}
-            params = {"now": now, "n": HAND_OUT_BATCH, "names": sorted(configs)}
+            params = {"now": now, "n": GRANT_BATCH, "names": sorted(configs)}
             found = list(self.db.run_in(conn, "due_slots", params)) if configs else []
             for row in map(slot_row, found):
                 due.setdefault(row.limit, []).append(row)
@@ -644,21 +644,21 @@ class Slots:
                     break
                 view = self.view(conn, config, now)
                 if name not in due and not (view.free > 0 and view.waiting > 0):
-                    continue  # nothing due, nothing to hand out (a capacity raised in the config is)
+                    continue  # nothing due, nothing to grant (a capacity raised in the config is)
                 # read before the lock: another worker's pass may have applied them since
                 fresh = [
                     row for row in (self._read_slot(conn, r.id) for r in due.get(name, [])) if row is not None
                 ]
                 decision = rules.expire(view, fresh, now)
                 changed.extend(decision.writes)
-                self.hand_out(conn, decision, now, most=budget)
+                self.grant_heads(conn, decision, now, most=budget)
                 self.write_decision(conn, decision, now)
                 budget -= len(decision.granted)
                 did += len(decision.writes)
                 granted.extend(decision.granted)
                 events.extend(decision.events)
         self.tell(events)
-        return did > 0 and (len(found) == HAND_OUT_BATCH or budget <= 0)
+        return did > 0 and (len(found) == GRANT_BATCH or budget <= 0)
 
     @reads
     def next_due(self, now: int | None = None, limits: Iterable[str] | None = None) -> int | None:
@@ -710,7 +710,7 @@ class Slots:
     @bulk
     def set_override(self, config: LimitConfig, field: str, value: int | None, now: int) -> list[SlotRow]:
         """Set (or with None reset) an override; a capacity raise hands slots out at once, in
-        transactions of at most ``HAND_OUT_BATCH`` grants each: a raise to 100,000 with as many
+        transactions of at most ``GRANT_BATCH`` grants each: a raise to 100,000 with as many
         waiting holds the limit's lock (and SQLite's write lock) a batch at a time, and the limit's
         other operations go on in between."""
         with self.db.write() as conn:
@@ -721,12 +721,12 @@ class Slots:
                 "set_capacity" if field == "capacity" else "set_max_hold",
                 {"name": config.name, "value": value, "now": now},
             )
-            decision = self._hand_out_batch(conn, config, now)
+            decision = self._grant_batch(conn, config, now)
         self.tell(decision.events)
         granted = list(decision.granted)
         while decision.granted and decision.view.free > 0 and decision.view.waiting > 0:  # more of both
             with self.db.write() as conn:
-                decision = self._hand_out_batch(conn, config, self.db.now(conn, now))
+                decision = self._grant_batch(conn, config, self.db.now(conn, now))
             self.tell(decision.events)
             granted += decision.granted
         return granted
@@ -740,14 +740,14 @@ class Slots:
             params = {"name": config.name, "key": key, "value": value, "now": now}
             self.db.run(conn, "key_override_reset" if value is None else "key_override_set", params)
             self._reopen_key(conn, config, key, now)
-            decision = self._hand_out_batch(conn, config, now)
+            decision = self._grant_batch(conn, config, now)
         self.tell(decision.events)
         return list(decision.granted)
 
-    def _hand_out_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
-        """One transaction's share of a hand-out: up to ``HAND_OUT_BATCH`` grants, written."""
+    def _grant_batch(self, conn: Connection, config: LimitConfig, now: int) -> Decision:
+        """One transaction's share of a grant pass: up to ``GRANT_BATCH`` grants, written."""
         decision = Decision(self.view(conn, config, now))
-        self.hand_out(conn, decision, now, most=HAND_OUT_BATCH)
+        self.grant_heads(conn, decision, now, most=GRANT_BATCH)
         self.write_decision(conn, decision, now)
         self.db.notify(conn, {"kind": "limits"})
         return decision

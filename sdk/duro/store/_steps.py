@@ -19,6 +19,7 @@ from ..rules._slots import SlotEvent
 from ._commands import (
     Command,
     ConfirmSlot,
+    Evict,
     FinishRun,
     GiveUpSlot,
     RecordStep,
@@ -28,7 +29,6 @@ from ._commands import (
     SlotCommand,
     SlotOutcome,
     TakeSignal,
-    Unload,
 )
 from ._connection import Connector, due_for
 from ._notify import DoneNotice, wire
@@ -134,7 +134,7 @@ class Steps:
     @overload
     def apply(self, command: SlotCommand) -> SlotOutcome: ...
     @overload
-    def apply(self, command: Unload) -> list[str]: ...
+    def apply(self, command: Evict) -> list[str]: ...
     def apply(self, command: Command) -> bool | StepRecord | SlotOutcome | list[str] | None:
         """Apply one command in a transaction of its own (see :mod:`._commands` for each result)."""
         with self.db.write() as conn:
@@ -155,11 +155,11 @@ class Steps:
                 return self._send_signal(conn, command)
             case RequestSlot() | ConfirmSlot() | GiveUpSlot() | ReleaseSlot():
                 return self._slot_command(conn, command)
-            case Unload():
-                return self._unload(conn, command)
+            case Evict():
+                return self._evict(conn, command)
 
-    def _unload(self, conn: Connection, command: Unload) -> list[str]:
-        """See :class:`Unload`: one statement per run, by the kind of its wait (pipelined).
+    def _evict(self, conn: Connection, command: Evict) -> list[str]:
+        """See :class:`Evict`: one statement per run, by the kind of its wait (pipelined).
 
         On PostgreSQL the runs' rows are locked first, in a statement of their own: a transaction
         that ended what a run waits for and made it due (a child's end, a signal) holds the row, and
@@ -178,7 +178,7 @@ class Steps:
                     "due_at": wait.due_at,
                     "now": command.now,
                 }
-                sent.append((wait.run_id, self.db.run(conn, f"unload_{wait.kind}", params)))
+                sent.append((wait.run_id, self.db.run(conn, f"evict_{wait.kind}", params)))
         return [run_id for run_id, cursor in sent if cursor.rowcount == 1]
 
     def apply_batch(self, commands: Sequence[Command]) -> list[Any]:

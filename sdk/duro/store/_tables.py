@@ -70,7 +70,7 @@ class Run(DuroTable, table=True):
     ``wake_at`` its next timer, if any.
 
     ``due_at`` is when a worker must take the run up if nobody holds it: a pending or running run
-    from when it was last written; a waiting run (``suspended``, ``blocked``, or unloaded from a
+    from when it was last written; a waiting run (``suspended``, ``blocked``, or evicted from a
     slot's queue) when its wait ends (its timer, or NULL when it waits with no time limit), or at
     once when what it waits for happens (a signal, a slot handed to it, its child's end: the writer
     of that event sets it); NULL for a finished run.
@@ -86,7 +86,7 @@ class Run(DuroTable, table=True):
         Index("duro_runs_active", "created_at", "id", **_where(f"status IN {ACTIVE_SQL}")),
         # The runs a claim looks at (schema 5): unowned runs with a due time, in due order. A run
         # executing or held by a worker is outside it, and so is a run that waits with no time
-        # (a signal, a child): a million runs asleep or parked cost a claim one index probe.
+        # (a signal, a child): a million runs asleep or idle cost a claim one index probe.
         Index("duro_runs_due", "namespace", "due_at", "id", **_where("owner IS NULL AND due_at IS NOT NULL")),
         # the unfinished runs a worker holds: handed back at once when it stops or is found dead
         # (schema 5; a finished run leaves it, so a worker's past runs never slow a hand-back)
@@ -271,7 +271,7 @@ class LimitKeyRow(DuroTable, table=True):
     it until reset. A key has a row while it has a busy, reserved or waiting slot, or an override.
 
     ``open_pos`` is the position of the key's oldest waiter while the key has room (busy + reserved
-    below its capacity), else NULL: a hand-out reads the keys that can take a slot, oldest waiter
+    below its capacity), else NULL: a grant pass reads the keys that can take a slot, oldest waiter
     first, through ``duro_limit_keys_open``, however many keys are full. Slots without a key in a
     keyed limit (queued before it was keyed) count under the key ``''``, which no request can name."""
 

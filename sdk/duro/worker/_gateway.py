@@ -57,7 +57,9 @@ class StoreGateway:
         self._now_or_never = store.db.without_waiting if store.dialect == "sqlite" else None
         self._db_executor: ThreadPoolExecutor | None = None  # every call (PostgreSQL), or the writes (SQLite)
         self._read_executor: ThreadPoolExecutor | None = None  # SQLite's reads: never behind a locked write
-        self._bulk_executor: ThreadPoolExecutor | None = None  # SQLite's long hand-outs (see _executor_for)
+        self._bulk_executor: ThreadPoolExecutor | None = (
+            None  # SQLite's long grant passes (see _executor_for)
+        )
         self._live = live  # the runs in flight here (see _one_run_in_flight)
         self.progress = self._group_commit()
 
@@ -97,7 +99,7 @@ class StoreGateway:
         return await self.call_on(self._executor_for(fn), fn, *args)
 
     def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
-        """The threads for the store method ``fn``. On SQLite a bulk call (a hand-out of many
+        """The threads for the store method ``fn``. On SQLite a bulk call (granting many
         slots, in transactions of 1,000 grants) has a thread of its own, never the event loop: the
         writer thread stays free for the runs' writes, which take their turns with its transactions
         (see ``store._connection.TurnLock``)."""

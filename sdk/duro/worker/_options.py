@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 
 from .._durations import Duration, to_ms
 from .._errors import DuroError
+
+_NOT_GIVEN: object = object()  # unload_after left out
 
 
 @dataclass(frozen=True)
@@ -19,18 +22,21 @@ class WorkerOptions:
     under a simulated clock: the worker acts on local wake-ups only). ``worker_id``: the worker's
     row in the store (default: host, pid and a random suffix).
 
-    Waiting costs nothing (see ``duro.rules._unloading``): ``max_resident_runs`` bounds the runs a
+    Waiting costs nothing (see ``duro.rules._eviction``): ``max_resident_runs`` bounds the runs a
     worker holds in memory (executing or waiting; over it, the longest idle waiting runs are
-    unloaded and replayed when their wait ends; 0: every waiting run at once); ``max_concurrent_runs`` bounds the runs it
+    evicted and replayed when their wait ends; 0: every waiting run at once); ``max_concurrent_runs`` bounds the runs it
     executes at once (it claims due work in batches of its free capacity; a start beyond it is
-    left to the store, due at once, for whichever worker has room first); ``unload_after``: a
-    run waiting on a signal, a slot or a child stays in memory this long before it is unloaded,
-    and a sleep that ends later than this from now is unloaded at once (``None``: only over
+    left to the store, due at once, for whichever worker has room first); ``evict_after``: a
+    run waiting on a signal, a slot or a child stays in memory this long before it is evicted,
+    and a sleep that ends later than this from now is evicted at once (``None``: only over
     ``max_resident_runs``, as the harness runs).
 
     ``cancel_grace``: how long a cancelled run's code may go on after the cancel reached its
     worker (its ``finally`` blocks releasing slots, say) before the run is ended ``cancelled``
     whatever it is doing (docs/durability.md, "Cancelling a run").
+
+    ``unload_after``: the former name of ``evict_after``, still accepted with a
+    ``DeprecationWarning``.
 
     ``max_recoveries``: a run whose worker died while executing it this many times in a row, its
     history no longer each time (a step that crashes the process: ``os._exit``, a segfault, the OOM
@@ -43,14 +49,23 @@ class WorkerOptions:
     worker_id: str | None = None
     max_resident_runs: int = 10_000
     max_concurrent_runs: int = 250
-    unload_after: Duration | None = "5s"
+    evict_after: Duration | None = "5s"
     cancel_grace: Duration = "30s"
     max_recoveries: int = 5
+    unload_after: InitVar[object] = _NOT_GIVEN
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, unload_after: object) -> None:
+        if unload_after is not _NOT_GIVEN:
+            warnings.warn(
+                "WorkerOptions(unload_after=...) is now WorkerOptions(evict_after=...): rename the "
+                "keyword (unload_after will be removed)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "evict_after", unload_after)
         self.poll_interval_ms  # noqa: B018 - checked now, not at the first poll
         self.lease_ms  # noqa: B018
-        self.unload_after_ms  # noqa: B018
+        self.evict_after_ms  # noqa: B018
         self.cancel_grace_ms  # noqa: B018
         for name, least in (("max_resident_runs", 0), ("max_concurrent_runs", 1), ("max_recoveries", 1)):
             value = getattr(self, name)
@@ -67,9 +82,9 @@ class WorkerOptions:
         return None if self.poll_interval is None else max(1, to_ms(self.poll_interval, "poll_interval"))
 
     @property
-    def unload_after_ms(self) -> int | None:
-        """``unload_after`` in milliseconds (``None``: waiting runs stay until the bound)."""
-        return None if self.unload_after is None else to_ms(self.unload_after, "unload_after")
+    def evict_after_ms(self) -> int | None:
+        """``evict_after`` in milliseconds (``None``: waiting runs stay until the bound)."""
+        return None if self.evict_after is None else to_ms(self.evict_after, "evict_after")
 
     @property
     def lease_ms(self) -> int:

@@ -139,7 +139,7 @@ class RunEnds:
         return True
 
     def forget(self, ctx: RunContext) -> None:
-        """The run left this worker (ended, unloaded, lost): its grace period ends with it, and its
+        """The run left this worker (ended, evicted, lost): its grace period ends with it, and its
         turn as a suspect (see duro.worker._recovery). One the store failed a write of (``StoreFailed``:
         disk full, the database gone) is handed back unowned and due at once, so that this or
         another worker takes it up when the store takes writes again: tried now, and again at each

@@ -50,7 +50,7 @@ class Waiters(Generic[K]):
 
 
 class Wakeups:
-    """The runs parked on a signal, and whoever waits for a run to end, in this process."""
+    """The runs idle on a signal, and whoever waits for a run to end, in this process."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock

@@ -8,7 +8,7 @@ PostgreSQL, so two live workers never execute the same run; every progress write
 ownership, so a worker that lost a run changes nothing; one whose lease ran out executes no run's
 code until a heartbeat has gone through again (``RunContext.resume``).
 
-A waiting run stays in memory a while, then is unloaded (``_residents``); due work is claimed in
+A waiting run stays in memory a while, then is evicted (``_residents``); due work is claimed in
 due order, in batches of free capacity. What other processes did arrives through the store's
 ``listen`` (LISTEN/NOTIFY, a SQLite file's ``data_version``), or the poll pass.
 """
@@ -39,12 +39,12 @@ from ..definitions._config import Workspace
 from ..definitions._definitions import Registry, WorkflowSpec
 from ..limits import Limits, LocalSlots, RunLimits
 from ..rates import LocalRates, Rates, RunRates
-from ..rules import _unloading as rules
+from ..rules import _eviction as rules
 from ..run import _current
 from ..run._cancel import cancelled
 from ..run._context import RunContext
-from ..run._runtime import LostRun, RetryPort, Runtime, Unloaded
-from ..store import Adopter, Claim, RunRecord, Unload, Waiting, settle_sleeps
+from ..run._runtime import Evicted, LostRun, RetryPort, Runtime
+from ..store import Claim, Claimer, Evict, RunRecord, Waiting, settle_sleeps
 from ._gateway import StoreGateway, store_trouble
 from ._heartbeat import Heartbeat
 from ._options import WorkerOptions
@@ -106,7 +106,7 @@ class Worker:
         self.id = options.worker_id or f"{self.host[:32]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.live = live  # the runs executing here (each one's task on its ctx)
         self.step_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="duro-step")
-        self.wakeups = Wakeups(clock)  # runs parked on a signal, and waits for a run's end
+        self.wakeups = Wakeups(clock)  # runs idle on a signal, and waits for a run's end
         self.slots = LocalSlots(  # runs in a limit's queue
             host=self, workspace=workspace, gateway=gateway, clock=clock, wakeups=self.wakeups, hooks=hooks
         )
@@ -185,7 +185,7 @@ class Worker:
     def notify_signal(self, run_id: str, name: str) -> None:
         self.wakeups.signals.notify((run_id, name))
         if run_id not in self.live:
-            self.wake()  # unloaded: the store has it due now
+            self.wake()  # evicted: the store has it due now
 
     def notify_cancelled(self, run_ids: Sequence[str], ended: Sequence[str] = ()) -> None:
         """Cancels asked for (see ``_cancel``): the runs executing here get theirs; ``ended``, ended."""
@@ -194,7 +194,7 @@ class Worker:
                 self.ends.request(ctx)
         for run_id in ended:
             self.wakeups.run_ended(run_id)
-        self.wake()  # one unloaded (or its parent, unloaded while it waits for it) is due now
+        self.wake()  # one evicted (or its parent, evicted while it waits for it) is due now
 
     def schedules_changed(self) -> None:
         self._schedules_changed.set()
@@ -205,10 +205,10 @@ class Worker:
 
     # -- executing -------------------------------------------------------------------------------
 
-    def adopter(self) -> Adopter | None:
+    def claimer(self) -> Claimer | None:
         if not (self.heartbeat.running and self.has_room()):
             return None
-        return Adopter(self.id, self.namespace, self.registry.local_names, self.registry.local_versions)
+        return Claimer(self.id, self.namespace, self.registry.local_names, self.registry.local_versions)
 
     def take_up(self, runs: tuple[RunRecord, ...]) -> None:
         for run in runs:
@@ -281,11 +281,11 @@ class Worker:
         finally:
             self.ends.forget(ctx)  # a run whose write the store failed is handed back, due at once
             self.live.pop(run.id, None)
-            self.residents.parked.pop(run.id, None)
-            if not isinstance(ctx.fatal, Unloaded):
+            self.residents.idle.pop(run.id, None)
+            if not isinstance(ctx.fatal, Evicted):
                 self.wakeups.run_ended(run.id, ctx.ended)
                 if run.parent_id is not None and run.parent_id not in self.live:
-                    self.wake()  # its parent, unloaded while it waited, is due now
+                    self.wake()  # its parent, evicted while it waited, is due now
             if self.heartbeat.running and self.registry.is_serial(run.workflow):
                 self.wake()  # the next run of a serial workflow
             elif self.heartbeat.running and self.residents.backlog:
@@ -347,7 +347,7 @@ class Worker:
         """Stop claiming, drop in-flight runs and hand them back (recovered by the next worker)."""
         if not self.heartbeat.running:
             return
-        waits = self.residents.parked_waits()  # handed back as unloaded: due when their waits end
+        waits = self.residents.idle_waits()  # handed back as evicted: due when their waits end
         await self._halt("shutdown")
         try:
             await self.residents.give_up(waits)
@@ -495,7 +495,7 @@ class Worker:
                 self.notify_cancelled([str(notice["run_id"])])
             case "done":
                 self.wakeups.run_ended(str(notice["run_id"]))
-                self.wake()  # its parent may be due (unloaded), or the next run of a serial workflow
+                self.wake()  # its parent may be due (evicted), or the next run of a serial workflow
             case "sched":
                 self.schedules_changed()
             case "limits":
@@ -551,12 +551,12 @@ class Worker:
 
 
 # -- the runs held in memory -----------------------------------------------------------------------
-# The runs a worker holds in memory, and the unloading of those that wait (the rules: ``_unloading``).
+# The runs a worker holds in memory, and the eviction of those that wait (the rules: ``_eviction``).
 #
-# A run parks at a wait (``RunContext.park``) once the wait is written and checked. To unload it, the
+# A run goes idle at a wait (``RunContext.idle``) once the wait is written and checked. To evict it, the
 # worker first lets any write of the run still in flight commit (a sleep's record is not awaited),
-# then stops its task there (``Unloaded``: no code of it runs on, nothing of it is written), and
-# finally gives it up in the store (``store.Unload``): unowned, due when its wait ends, or at once if
+# then stops its task there (``Evicted``: no code of it runs on, nothing of it is written), and
+# finally gives it up in the store (``store.Evict``): unowned, due when its wait ends, or at once if
 # what it waits for happened meanwhile (a signal, a slot, a child's end: the check is in the same
 # statement). A claim then brings it back by replay, here or on any worker. A hand-back that fails
 # (the store out of reach) is tried again on the next pass; until then the run is still this
@@ -582,70 +582,70 @@ class Residents:
         self.worker_id = worker_id
         self.max_resident = options.max_resident_runs
         self.max_concurrent = options.max_concurrent_runs
-        self.unload_after_ms = options.unload_after_ms
+        self.evict_after_ms = options.evict_after_ms
         self.clock = clock
-        self._now, self._monotonic = clock.now_ms, clock.monotonic_ms  # read at every park: bound once
+        self._now, self._monotonic = clock.now_ms, clock.monotonic_ms  # read at every wait: bound once
         self.gateway = gateway
         self.live = live
         self._wake = wake  # the worker's loop: runs given up (some due now)
-        self._room_freed = room_freed  # the worker's claims, batched: a parked run freed capacity
-        self.parked: dict[str, rules.Parked] = {}  # in the order they parked: the longest idle first
-        self.unloaded = 0  # runs given up so far (for tests and benchmarks)
+        self._room_freed = room_freed  # the worker's claims, batched: an idle run freed capacity
+        self.idle: dict[str, rules.IdleWait] = {}  # in the order they went idle: the longest idle first
+        self.evicted = 0  # runs given up so far (for tests and benchmarks)
         self.backlog = False  # due work was left in the store for want of capacity
         self._chosen: dict[str, None] = {}
         self._flushing: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._retry: list[Waiting] = []  # given up in memory, not yet in the store
-        self._leaving: set[str] = set()  # parked runs chosen to leave memory, until they unpark
+        self._leaving: set[str] = set()  # idle runs chosen to leave memory, until they woke
 
     # -- the port a run reaches ----------------------------------------------------------------
 
-    def park(self, ctx: RunContext) -> None:
-        parked = ctx.parked
-        assert parked is not None
-        run_id = parked.run_id
-        self.parked[run_id] = parked
+    def went_idle(self, ctx: RunContext) -> None:
+        wait = ctx.idle_wait
+        assert wait is not None
+        run_id = wait.run_id
+        self.idle[run_id] = wait
         if self.backlog:
             self._room_freed()  # one more run may execute now
-        after = self.unload_after_ms
-        if after is not None and rules.unload_at_once(parked, self._now(), after):
+        after = self.evict_after_ms
+        if after is not None and rules.evict_at_once(wait, self._now(), after):
             self._choose([run_id])
         elif len(self.live) > self.max_resident:
             self.make_room()
         elif self._timer is None and after is not None:
             self._arm()
 
-    def unpark(self, ctx: RunContext) -> None:
-        self.parked.pop(ctx.run_id, None)
+    def woke(self, ctx: RunContext) -> None:
+        self.idle.pop(ctx.run_id, None)
         if self._leaving:
             self._leaving.discard(ctx.run_id)  # woke (or was stopped): no longer on its way out
 
     def leaves_at_once(self, due_at: int) -> bool:
-        """Whether a sleep until ``due_at`` that parks now leaves memory at once (the rule:
-        ``_unloading.unload_at_once``, written out: every sleep asks)."""
-        after = self.unload_after_ms
+        """Whether a sleep until ``due_at`` that begins now leaves memory at once (the rule:
+        ``_eviction.evict_at_once``, written out: every sleep asks)."""
+        after = self.evict_after_ms
         return after is not None and due_at - self._now() > after
 
     # -- capacity ------------------------------------------------------------------------------
 
     def executing(self) -> int:
-        """Runs in memory that are not parked (executing, or between two waits), and parked runs on
+        """Runs in memory that are not idle (executing, or between two waits), and idle runs on
         their way out: until a run is out, it holds its memory, so it counts against
-        ``max_concurrent_runs`` (what a worker claims while its unloads lag stays bounded)."""
-        return len(self.live) - len(self.parked) + len(self._leaving)
+        ``max_concurrent_runs`` (what a worker claims while its evicts lag stays bounded)."""
+        return len(self.live) - len(self.idle) + len(self._leaving)
 
     def room(self) -> int:
         """How many more runs this worker may start executing now."""
         return max(0, self.max_concurrent - self.executing())
 
     def make_room(self) -> None:
-        """Unload the longest idle parked runs while more than ``max_resident`` are in memory."""
-        self._choose(rules.over_capacity(self.parked.values(), len(self.live), self.max_resident))
+        """Evict the longest idle idle runs while more than ``max_resident`` are in memory."""
+        self._choose(rules.over_capacity(self.idle.values(), len(self.live), self.max_resident))
 
-    # -- unloading -----------------------------------------------------------------------------
+    # -- eviction -----------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        deadline = rules.next_idle_deadline(self.parked.values(), self.unload_after_ms)
+        deadline = rules.next_idle_deadline(self.idle.values(), self.evict_after_ms)
         if deadline is None:
             return
         delay = max(0, deadline - self.clock.monotonic_ms()) / 1000
@@ -654,15 +654,15 @@ class Residents:
     def _idle_pass(self) -> None:
         self._timer = None
         now = self.clock.monotonic_ms()
-        idle = []
-        for parked in self.parked.values():  # oldest first: stop at the first one not idle enough
-            if not rules.idle_too_long(parked, now, self.unload_after_ms):
+        too_long = []
+        for wait in self.idle.values():  # oldest first: stop at the first one not idle enough
+            if not rules.idle_too_long(wait, now, self.evict_after_ms):
                 break
-            idle.append(parked.run_id)
-        self._choose(idle)
-        remaining = [p for p in self.parked.values() if p.run_id not in self._chosen]
+            too_long.append(wait.run_id)
+        self._choose(too_long)
+        remaining = [p for p in self.idle.values() if p.run_id not in self._chosen]
         if remaining:
-            delay = max(0, remaining[0].since + (self.unload_after_ms or 0) - now) / 1000
+            delay = max(0, remaining[0].since + (self.evict_after_ms or 0) - now) / 1000
             self._timer = asyncio.get_running_loop().call_later(delay, self._idle_pass)
 
     def _choose(self, run_ids: list[str]) -> None:
@@ -671,23 +671,23 @@ class Residents:
         self._chosen.update(dict.fromkeys(run_ids))
         self._leaving.update(run_ids)
         if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush(), name="duro-unload")
+            self._flushing = asyncio.get_running_loop().create_task(self._flush(), name="duro-evict")
 
     async def _flush(self) -> None:
         try:
-            await asyncio.sleep(0)  # the runs that park in this loop turn go together
+            await asyncio.sleep(0)  # the runs that go idle in this loop turn go together
             while self._chosen:
                 chosen, self._chosen = list(self._chosen), {}
-                await self._unload(chosen)
+                await self._evict(chosen)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # noqa: BLE001 - a run stays resident; the next choice tries again
-            store_trouble("unloading waiting runs", err)
+            store_trouble("eviction waiting runs", err)
         finally:
             self._flushing = None
 
-    async def _unload(self, run_ids: list[str]) -> None:
-        runs = [ctx for ctx in map(self.live.get, run_ids) if ctx is not None and ctx.parked is not None]
+    async def _evict(self, run_ids: list[str]) -> None:
+        runs = [ctx for ctx in map(self.live.get, run_ids) if ctx is not None and ctx.idle_wait is not None]
         for ctx in runs:  # its own write in flight commits first (a sleep's record: see sleep)
             if ctx.unsettled is not None and not ctx.unsettled.done:
                 with contextlib.suppress(Exception):
@@ -695,7 +695,7 @@ class Residents:
         runs = [
             ctx
             for ctx in runs
-            if ctx.parked is not None
+            if ctx.idle_wait is not None
             and ctx.fatal is None
             and ctx.cancel is None  # a cancelled run delivers its cancel first
             and ctx.task is not None
@@ -703,10 +703,10 @@ class Residents:
         ]
         if not runs:
             return
-        waits = tuple(_waiting(ctx.parked) for ctx in runs if ctx.parked is not None)
+        waits = tuple(_waiting(ctx.idle_wait) for ctx in runs if ctx.idle_wait is not None)
         for ctx in runs:
-            ctx.fatal = Unloaded(ctx.run_id)
-            ctx.cancel_reason = "unload"
+            ctx.fatal = Evicted(ctx.run_id)
+            ctx.cancel_reason = "evict"
             assert ctx.task is not None
             ctx.task.cancel()
         await asyncio.gather(*(ctx.task for ctx in runs if ctx.task is not None), return_exceptions=True)
@@ -721,24 +721,26 @@ class Residents:
         try:
             store = self.gateway.store
 
-            def unload(command: Unload) -> list[str]:
+            def evict(command: Evict) -> list[str]:
                 return store.steps.apply(command)
 
-            given = await self.gateway.call(unload, Unload(self.worker_id, waits, self.clock.now_ms()))
+            given = await self.gateway.call(evict, Evict(self.worker_id, waits, self.clock.now_ms()))
         except Exception as err:  # noqa: BLE001 - the store out of reach: again on the next pass
             self._retry = list(waits)
-            store_trouble("handing unloaded runs back", err)
+            store_trouble("handing evicted runs back", err)
             return
-        self.unloaded += len(given)
+        self.evicted += len(given)
         self._wake()  # some may be due at once (what they wait for came meanwhile), and next_due moved
 
-    def parked_waits(self) -> tuple[Waiting, ...]:
-        """The waits of the parked runs whose own writes have all committed (a worker that stops
-        hands these back as unloaded, the rest as executing)."""
+    def idle_waits(self) -> tuple[Waiting, ...]:
+        """The waits of the idle runs whose own writes have all committed (a worker that stops
+        hands these back as evicted, the rest as executing)."""
         return tuple(
-            _waiting(ctx.parked)
+            _waiting(ctx.idle_wait)
             for ctx in self.live.values()
-            if ctx.parked is not None and ctx.fatal is None and (ctx.unsettled is None or ctx.unsettled.took)
+            if ctx.idle_wait is not None
+            and ctx.fatal is None
+            and (ctx.unsettled is None or ctx.unsettled.took)
         )
 
     def retry_pending(self) -> bool:
@@ -772,6 +774,6 @@ class Residents:
         return len(held)
 
 
-def _waiting(parked: rules.Parked) -> Waiting:
-    """A parked run's wait, as the store takes it back."""
-    return Waiting(parked.run_id, parked.kind, parked.key, parked.due_at)
+def _waiting(idle: rules.IdleWait) -> Waiting:
+    """An idle run's wait, as the store takes it back."""
+    return Waiting(idle.run_id, idle.kind, idle.key, idle.due_at)

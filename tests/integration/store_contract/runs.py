@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from duro import ConcurrencyLimitError, DuroError
-from duro.store import SCHEMA_VERSION, Claim, OwnStep, StepRecord, Unload, Waiting
+from duro.store import SCHEMA_VERSION, Claim, Evict, OwnStep, StepRecord, Waiting
 from tests.support import store_ops
 
 from ._support import _start_together, new_run, quota
@@ -90,8 +90,8 @@ class RunsContract:
             store.runs.cancel("nope", None, "{}", 60)
 
     def test_a_cancel_request_makes_the_run_due_whoever_held_it(self, store, make_store):
-        """A run unloaded with a history, or held by a worker that dies before it delivers, is due:
-        whoever takes it up next delivers the cancel. Hand-backs and unloads keep it due."""
+        """A run evicted with a history, or held by a worker that dies before it delivers, is due:
+        whoever takes it up next delivers the cancel. Hand-backs and evicts keep it due."""
         store.workers.register("w", "default", "h", 1, 1)
         store.runs.insert(new_run("asleep", owner="w"), None)
         sleep = StepRecord(0, "sleep", "sleep", "waiting", 10, wake_at=10**9)
@@ -99,7 +99,7 @@ class RunsContract:
         store.runs.insert(new_run("held", owner="w"), None)
         signal = StepRecord(0, "signal", "go", "waiting", 10)
         assert store_ops.record_step(store, "held", "w", signal, "suspended", None, now=10)
-        assert store.steps.apply(Unload("w", (Waiting("asleep", "sleep", None, 10**9),), 20)) == ["asleep"]
+        assert store.steps.apply(Evict("w", (Waiting("asleep", "sleep", None, 10**9),), 20)) == ["asleep"]
         assert store.runs.get("asleep").owner is None
         outcome = store.runs.cancel("asleep", None, "{}", 30)
         assert (outcome.requested, outcome.ended) == (["asleep"], [])  # it has a history: delivered

@@ -13,7 +13,7 @@ from ._support import _queued_with_hook, new_run
 class SlotsContract:
     @pytest.mark.parametrize("owner, taken", [("w1", True), ("someone-else", False)])
     def test_a_release_hands_the_slot_straight_to_a_waiter_of_its_own_process(self, store, owner, taken):
-        """``waiting_here`` (the caller's parked waiters): the head of the queue takes the slot in the release's
+        """``waiting_here`` (the caller's idle waiters): the head of the queue takes the slot in the release's
         transaction, its hook step written completed, when the write passes its run's fence; otherwise
         the slot is reserved for it as usual."""
         from duro.definitions._config import LimitConfig

@@ -1,4 +1,4 @@
-"""A run handed back (``Unload``) while another transaction ends what it waits for (a child's end,
+"""A run handed back (``Evict``) while another transaction ends what it waits for (a child's end,
 a signal) and makes it due: on PostgreSQL the two meet on the run's row. The hand-back must not
 overwrite that with "not due": the run would then be unowned, blocked and never due, waiting
 for ever for a child that has ended (seen once in the chaos suite, a parent left ``blocked``)."""
@@ -10,7 +10,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from duro.store import SqlStore, Unload, Waiting
+from duro.store import Evict, SqlStore, Waiting
 from tests.integration.store_contract._support import new_run
 from tests.support.waiting import wait_until
 
@@ -43,7 +43,7 @@ def test_a_hand_back_blocked_behind_a_wake_leaves_the_run_due(postgres_url: str,
             given_up: list[list[str]] = []
             hand_back = threading.Thread(
                 target=lambda: given_up.append(
-                    store.steps.apply(Unload("w1", (Waiting("p", kind, key, None),), 6))
+                    store.steps.apply(Evict("w1", (Waiting("p", kind, key, None),), 6))
                 )
             )
             hand_back.start()
