@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from duro import (
     Concurrency,
@@ -33,11 +32,11 @@ from duro import (
 )
 from duro_devserver.app import create_app
 from duro_devserver.source import FixedEngine
+from tests.support.store_rows import store_rows
 from tests.support.waiting import eventually
 
 NUL = "\x00"
 SECRET = "nul-secret"  # in every hostile value: it must never reach a log
-TABLES = ("duro_runs", "duro_steps", "duro_signals", "duro_slots", "duro_limits", "duro_schedules")
 WORKSPACE = define_workspace(limits={"lines": Limit(capacity=2, max_hold="1h")}, workflows=[])
 
 
@@ -69,22 +68,9 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
-def rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of duro's tables but the workers' heartbeats, in a stable order."""
-    db = sa.create_engine(url.split("?")[0])
-    try:
-        with db.connect() as conn:
-            return {
-                table: sorted((tuple(r) for r in conn.execute(sa.text(f"SELECT * FROM {table}"))), key=repr)
-                for table in TABLES
-            }
-    finally:
-        db.dispose()
-
-
 async def started(url: str) -> None:
     """The worker's first limits pass has written the limit's row (it would show up in a snapshot)."""
-    await eventually(lambda: rows(url)["duro_limits"], what="the first limits pass")
+    await eventually(lambda: store_rows(url)["duro_limits"], what="the first limits pass")
 
 
 async def settled(engine: Engine) -> str:
@@ -108,14 +94,14 @@ async def _suspended(engine: Engine, run_id: str) -> bool:
 async def test_the_engine_refuses_override_values_of_the_wrong_type(database_url):
     async with engine_for(database_url) as engine:
         await started(database_url)
-        before = rows(database_url)
+        before = store_rows(database_url)
         for bad in (True, False, "3", 3.0, 0, 100_001):
             with pytest.raises(DuroError, match="capacity must be an integer from 1 to 100000"):
                 await engine.limits.set_capacity("lines", bad)  # type: ignore[arg-type]
         for bad in (True, " 2h", "2H", "2h ", "1h 30m", 0, "31d", 2.5):
             with pytest.raises(DuroError, match="max_hold"):
                 await engine.limits.set_max_hold("lines", bad)  # type: ignore[arg-type]
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         (info,) = await engine.limits.list()
         assert (info.capacity_override, info.max_hold_override) == (None, None)
         assert (await engine.limits.set_max_hold("lines", "1h30m")).max_hold_override == "90m"
@@ -124,29 +110,29 @@ async def test_the_engine_refuses_override_values_of_the_wrong_type(database_url
 async def test_a_run_id_with_nul_is_refused_and_nothing_is_written(database_url):
     async with engine_for(database_url) as engine:
         await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         with pytest.raises(DuroError, match=r"run_id 'a\\x00b' is invalid: .*NUL"):
             await engine.start("echo", {"a": 1}, run_id=f"a{NUL}b")
         with pytest.raises(DuroError, match="NUL"):
             await engine.emit("anything", {}, event_id=f"e{NUL}")
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
 
 
 async def test_a_quota_key_with_nul_is_refused_and_nothing_is_written(database_url):
     async with engine_for(database_url) as engine:
         await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         with pytest.raises(ConfigError, match=r"Concurrency key 'k\\x00' contains a NUL character"):
             Concurrency(key=f"k{NUL}", limit=3)
         with pytest.raises(DuroError, match=r"workflow 'tenant_job': the concurrency key .* NUL"):
             await engine.start("tenant_job", {"tenant": f"acme{NUL}"})
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
 
 
 async def test_lookups_and_filters_with_nul_find_nothing_and_read_nothing(database_url):
     async with engine_for(database_url) as engine:
         waiting = await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         with pytest.raises(DuroError, match=r"run 'finished\\x00' does not exist"):
             await engine.get_run(f"finished{NUL}")
         with pytest.raises(DuroError, match="does not exist"):
@@ -160,17 +146,17 @@ async def test_lookups_and_filters_with_nul_find_nothing_and_read_nothing(databa
             await engine.limits.release(f"holding.0{NUL}")
         with pytest.raises(DuroError, match="does not exist"):
             await engine.schedules.delete(f"nightly{NUL}")
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         assert (await engine.get_run(waiting)).status.value == "suspended"
 
 
 async def test_a_signal_name_with_nul_is_refused_and_nothing_is_written(database_url):
     async with engine_for(database_url) as engine:
         waiting = await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         with pytest.raises(DuroError, match=r"signal name 'go\\x00' is invalid: .*NUL"):
             await engine.signal(waiting, f"go{NUL}", {"x": 1})
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
 
 
 async def test_a_slot_label_with_nul_fails_the_run_clearly_and_takes_no_slot(database_url):
@@ -236,12 +222,12 @@ def refused(answer: httpx.Response, status: int, *words: str) -> str:
 )
 async def test_http_capacity_of_the_wrong_json_type_is_422_and_changes_nothing(database_url, body):
     async with served(database_url) as (_engine, client):
-        before = rows(database_url)
+        before = store_rows(database_url)
         answer = await client.put("/api/limits/lines/capacity", json=body)
         refused(
             answer, 422, "limit 'lines'", "capacity must be a JSON integer from 1 to 100000", "null to reset"
         )
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         limit = (await client.get("/api/limits/lines")).json()["limit"]
         assert (limit["effective_capacity"], limit["capacity_override"]) == (2, None)
 
@@ -266,12 +252,12 @@ async def test_http_capacity_of_the_wrong_json_type_is_422_and_changes_nothing(d
 )
 async def test_http_max_hold_outside_the_grammar_is_422_and_changes_nothing(database_url, body):
     async with served(database_url) as (_engine, client):
-        before = rows(database_url)
+        before = store_rows(database_url)
         message = refused(
             await client.put("/api/limits/lines/max-hold", json=body), 422, "limit 'lines'", "max_hold"
         )
         assert "lowercase" in message or "30 days" in message
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         limit = (await client.get("/api/limits/lines")).json()["limit"]
         assert (limit["effective_max_hold"], limit["max_hold_override"]) == ("1h", None)
 
@@ -295,7 +281,7 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
     caplog.set_level(logging.DEBUG)
     async with served(database_url) as (engine, client):
         waiting = await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         n = f"{SECRET}{NUL}"
         q = f"{SECRET}%00"
         cursor = base64.urlsafe_b64encode(f"1:{n}".encode()).decode()  # a forged page cursor
@@ -335,7 +321,7 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
             answer = await client.request(method, path, json=body)
             message = refused(answer, status, words)
             assert "DataError" not in message and "Traceback" not in message, (path, message)
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         assert (await engine.get_run(waiting)).status.value == "suspended"
     # the server's side (duro, the app, the drivers); httpx logs this test's own requests
     logged = "\n".join(
@@ -350,7 +336,7 @@ async def test_http_nul_anywhere_is_a_4xx_with_a_message_changes_nothing_and_log
 async def test_http_a_quota_limit_of_the_wrong_json_type_is_422_and_starts_nothing(database_url, limit):
     """A per-start quota's limit (and a schedule's) is a JSON integer: ``true`` is not 1."""
     async with served(database_url) as (_engine, client):
-        before = rows(database_url)
+        before = store_rows(database_url)
         answer = await client.post(
             "/api/workflows/echo/runs", json={"input": 1, "concurrency": {"key": "k", "limit": limit}}
         )
@@ -366,7 +352,7 @@ async def test_http_a_quota_limit_of_the_wrong_json_type_is_422_and_starts_nothi
             },
         )
         assert answer.status_code == 422, answer.text
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
 
 
 @pytest.mark.parametrize(
@@ -382,12 +368,12 @@ async def test_http_a_quota_limit_of_the_wrong_json_type_is_422_and_starts_nothi
 async def test_http_numbers_json_cannot_hold_are_400_not_null(database_url, raw):
     """NaN, Infinity and numbers too large for a float are refused, not stored as null."""
     async with served(database_url) as (_engine, client):
-        before = rows(database_url)
+        before = store_rows(database_url)
         answer = await client.post(
             "/api/workflows/echo/runs", content=raw, headers={"Content-Type": "application/json"}
         )
         refused(answer, 400, "number")
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
 
 
 @pytest.mark.parametrize(
@@ -398,7 +384,7 @@ async def test_http_a_lone_surrogate_is_400_not_stored(database_url, raw):
     payload; a proper pair (an emoji) is text like any other."""
     async with served(database_url) as (engine, client):
         waiting = await settled(engine)
-        before = rows(database_url)
+        before = store_rows(database_url)
         headers = {"Content-Type": "application/json"}
         refused(await client.post("/api/workflows/echo/runs", content=raw, headers=headers), 400, "surrogate")
         signal = raw.replace(b'{"input": ', b"")[:-1]
@@ -407,7 +393,7 @@ async def test_http_a_lone_surrogate_is_400_not_stored(database_url, raw):
             400,
             "surrogate",
         )
-        assert rows(database_url) == before
+        assert store_rows(database_url) == before
         answer = await client.post(
             "/api/workflows/echo/runs", content=b'{"input": "\\ud83d\\ude00"}', headers=headers
         )
