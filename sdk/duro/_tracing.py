@@ -197,7 +197,7 @@ async def _traced(execute: Callable[[], Coroutine[Any, Any, None]], ctx: _Run) -
     try:
         await execute()
     except BaseException as err:
-        # An evict cancels the run's task: a wait that does not turn that into the run's fatal
+        # An eviction cancels the run's task: a wait that does not turn that into the run's fatal
         # (a slot queue's) ends the task cancelled, and the attempt still ended evicted.
         if _evicted(ctx):
             span.end("evicted", len(ctx.history))

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 
 class IdleWait(NamedTuple):
-    """An idle run as the worker sees it: when it idle (on the monotonic clock), the kind of its
+    """An idle run as the worker sees it: when it went idle (on the monotonic clock), the kind of its
     wait (``sleep``, ``signal``, ``slot``, ``child``), when the wait ends by itself (wall clock
     milliseconds; ``None``: it does not) and what else ends it (``store.Waiting.key``)."""
 

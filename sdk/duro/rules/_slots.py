@@ -150,7 +150,7 @@ class Decision:
     # limit, rows without a key, from before it was keyed, under ``None``)
     _key_deltas: dict[str | None, list[int]] = field(default_factory=dict)
     # by slot id, in the order last written: a row written twice is one write, its last (a dict, so
-    # that granting K grants is O(K), not a list rebuilt at every grant)
+    # that K grants are O(K), not a list rebuilt at every grant)
     _writes: dict[str, SlotRow] = field(default_factory=dict)
 
     @property

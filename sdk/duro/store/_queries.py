@@ -83,7 +83,7 @@ _CLAIM_QUEUED = (
     f"AND namespace = :namespace AND status IN {ACTIVE_SQL} AND workflow IN (:workflows){{versions}} "
     f"RETURNING {_list(RUN_COLUMNS)}"
 )
-# an evict: ``{due}`` is the run's due time as the kind of its wait decides it
+# an eviction: ``{due}`` is the run's due time as the kind of its wait decides it
 _EVICT = (
     "UPDATE duro_runs SET owner = NULL, "
     "due_at = CASE WHEN cancel_requested_at IS NULL THEN {due} ELSE :now END "
