@@ -24,19 +24,17 @@ class WorkerOptions:
 
     Waiting costs nothing (see ``duro.rules._eviction``): ``max_resident_runs`` bounds the runs a
     worker holds in memory (executing or waiting; over it, the longest idle waiting runs are
-    evicted and replayed when their wait ends; 0: every waiting run at once); ``max_concurrent_runs`` bounds the runs it
-    executes at once (it claims due work in batches of its free capacity; a start beyond it is
-    left to the store, due at once, for whichever worker has room first); ``evict_after``: a
-    run waiting on a signal, a slot or a child stays in memory this long before it is evicted,
-    and a sleep that ends later than this from now is evicted at once (``None``: only over
-    ``max_resident_runs``, as the harness runs).
+    evicted and replayed when their wait ends; 0: every waiting run at once);
+    ``max_concurrent_runs`` bounds the runs it executes at once (it claims due work in batches of
+    its free capacity; a start beyond it is left to the store, due at once, for whichever worker
+    has room first); ``evict_after``: a run waiting on a signal, a slot or a child stays in memory
+    this long before it is evicted, and a sleep that ends later than this from now is evicted at
+    once (``None``: only over ``max_resident_runs``, as the harness runs). ``unload_after``, the
+    former name of ``evict_after``, is still accepted with a ``DeprecationWarning``.
 
     ``cancel_grace``: how long a cancelled run's code may go on after the cancel reached its
     worker (its ``finally`` blocks releasing slots, say) before the run is ended ``cancelled``
     whatever it is doing (docs/durability.md, "Cancelling a run").
-
-    ``unload_after``: the former name of ``evict_after``, still accepted with a
-    ``DeprecationWarning``.
 
     ``max_recoveries``: a run whose worker died while executing it this many times in a row, its
     history no longer each time (a step that crashes the process: ``os._exit``, a segfault, the OOM
