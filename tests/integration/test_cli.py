@@ -105,6 +105,18 @@ def test_a_file_that_is_not_a_sqlite_database_is_named_with_what_to_do(tmp_path,
     assert result.stderr.count("\n") == 1
 
 
+def test_the_former_unload_after_flag_is_evict_after_and_says_so(tmp_path):
+    """``duro worker --unload-after`` still works as ``--evict-after`` (a bad value is refused under
+    the new name), says it is the former name, and is left out of the help."""
+    result = CliRunner().invoke(main, ["worker", str(project(tmp_path)), "--unload-after", "soon"])
+    assert result.exit_code == 2, result.output
+    first, second = result.stderr.splitlines()
+    assert first == "duro worker: --unload-after is now --evict-after (the old name will be removed)"
+    assert second.startswith("error: evict_after 'soon' is not understood")
+    shown = CliRunner().invoke(main, ["worker", "--help"]).output
+    assert "--evict-after" in shown and "--unload-after" not in shown
+
+
 def test_the_readmes_say_how_to_put_duro_on_the_path(tmp_path):
     """README's "Start a project" begins by putting `duro` on the PATH (`make dev` installs it in
     .venv/bin), and so does the README of a scaffolded project."""
