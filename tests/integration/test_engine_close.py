@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 from duro import Engine, workflow
+from duro.store import store_call
 
 
 @workflow
@@ -21,7 +22,7 @@ async def test_aclose_waits_for_store_calls_in_flight_without_blocking_the_loop(
     release = threading.Event()
     safety = threading.Timer(5.0, release.set)  # a blocking aclose would hang the loop until then
     safety.start()
-    executor = engine._gateway._executor_for(engine.store.runs.insert)
+    executor = engine._gateway._executor_for(store_call(engine.store.runs.insert))
     in_flight = asyncio.get_running_loop().run_in_executor(executor, release.wait)
     closing = asyncio.create_task(engine.aclose())
     await asyncio.sleep(0.05)

@@ -40,7 +40,7 @@ from ..store import (
     StepRecord,
 )
 from ..worker._gateway import StoreGateway, store_trouble
-from ..worker._wakeups import Waiters, Wakeups
+from ..worker._wakeups import QueueWaits, Wakeups
 from ._types import HOOK_PREFIX, Slot, SlotRelease, check_key, check_label, limit_config
 
 T = TypeVar("T")
@@ -356,7 +356,7 @@ class SlotHost(Protocol):
         """Execute the runs a claimer took (see ``store.Claimer``)."""
 
 
-class LocalSlots:
+class LocalSlots(QueueWaits[SlotRow]):
     """The slot waiters of one worker, by slot id, and the loop that applies expiries on time."""
 
     def __init__(
@@ -369,17 +369,12 @@ class LocalSlots:
         wakeups: Wakeups,
         hooks: EngineHooks,
     ) -> None:
+        super().__init__()
         self._workspace = workspace
         self._gateway = gateway
         self._clock = clock
         self._wakeups = wakeups
         self._hooks = hooks
-        self._waiters: Waiters[str] = Waiters()
-        self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by slot id
-        # rows delivered with a wake-up, with the hook step a local grant wrote
-        self._delivered: dict[str, tuple[SlotRow, StepRecord | None]] = {}
-        self._changed = asyncio.Event()
-        self._deadline: int | None = None  # when the expiry loop wakes next (None: it sleeps idle)
         # a slot handed to (or timed out for) a run not waiting in this process's memory: it was
         # evicted, and the store has it due now (its worker's claim pass)
         self.on_absent = host.wake
@@ -387,20 +382,6 @@ class LocalSlots:
         self.on_claimed = host.take_up
 
     # -- waiting runs ----------------------------------------------------------------------------
-
-    def wait(self, slot_id: str, hook: OwnStep | None = None) -> asyncio.Event:
-        """Hold a run idle on its slot request; ``hook``, its hook step, lets a release made in this
-        process hand the slot over at once (see :class:`duro.store.ReleaseSlot`)."""
-        event = self._waiters.add(slot_id)
-        if hook is not None:
-            self._waiting_here[slot_id] = hook
-        self.changed()  # the safety pass runs while anyone waits
-        return event
-
-    def drop(self, slot_id: str, event: asyncio.Event) -> None:
-        self._waiters.drop(slot_id, event)
-        self._waiting_here.pop(slot_id, None)
-        self._delivered.pop(slot_id, None)
 
     def notify_slot(self, slot_id: str, row: SlotRow | None = None, step: StepRecord | None = None) -> None:
         """Wake the runs waiting on ``slot_id``; ``row``, when given, is its state as just committed
@@ -419,11 +400,6 @@ class LocalSlots:
             self.notify_slot(row.id, row, handed.get(row.id) if handed else None)
             self.changed(row.due_at)
 
-    def delivered(self, slot_id: str) -> tuple[SlotRow, StepRecord | None] | None:
-        """The row a local decision delivered with the last wake-up of ``slot_id``'s waiter (and its
-        hook step, if the decision wrote it), once."""
-        return self._delivered.pop(slot_id, None)
-
     @property
     def grant_locally(self) -> bool:
         """Whether a release here hands slots straight to this process's runs (off in the harness's
@@ -434,20 +410,12 @@ class LocalSlots:
         """The runs idle here with their hook steps, for a release to hand a freed slot to."""
         return self._waiting_here if self._hooks.grant_locally else {}
 
-    def waiting(self) -> list[str]:
-        """The slot ids runs of this process wait on (the poll pass reads their states)."""
-        return self._waiters.keys()
-
     def changed(self, due: int | None = None) -> None:
         """A slot became active or changed: wake the expiry loop if it sleeps with nothing to do, or
         past ``due`` (the slot's next expiry)."""
         deadline = self._deadline
         if deadline is None or (due is not None and due < deadline):
             self._changed.set()
-
-    def look_again(self) -> None:
-        """Wake the expiry loop now (a change of the limits elsewhere, a reconnection)."""
-        self._changed.set()
 
     # -- the expiry loop -------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ may leave memory like any waiting run: the grant makes it due again.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn
@@ -26,7 +25,7 @@ from ..run._context import RunContext
 from ..store import OwnStep, RateOutcome, RateWaitRow, StepRecord
 from ..store._rates import grant_json
 from ..worker._gateway import StoreGateway, store_trouble
-from ..worker._wakeups import Waiters, Wakeups
+from ..worker._wakeups import QueueWaits, Wakeups
 from ._types import HOOK_PREFIX, RateGrant, check_cost, check_rate_key, grant_of, rate_config
 
 STEP_TIMEOUT_MS = 86_400_000  # a step's grant waits as acquire_rate's default: 24 h
@@ -299,7 +298,7 @@ async def acquire_rate(
 PRUNE_EVERY_MS = 60_000
 
 
-class LocalRates:
+class LocalRates(QueueWaits[RateWaitRow]):
     """The rate waiters of one worker, by request id, and the loop that grants on time."""
 
     def __init__(
@@ -311,33 +310,15 @@ class LocalRates:
         wakeups: Wakeups,
         on_absent: Callable[[], None],
     ) -> None:
+        super().__init__()
         self._workspace = workspace
         self._gateway = gateway
         self._clock = clock
         self._wakeups = wakeups
-        self._waiters: Waiters[str] = Waiters()
-        self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by request id
-        self._delivered: dict[str, tuple[RateWaitRow, StepRecord | None]] = {}
-        self._changed = asyncio.Event()
-        self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
         self._pruned = -PRUNE_EVERY_MS  # when the loop last pruned the ended waits
         # a grant for a run not waiting in this process's memory: it was evicted, and the store
         # has it due now (its worker's claim pass)
         self._on_absent = on_absent
-
-    def wait(self, wait_id: str, hook: OwnStep | None = None) -> asyncio.Event:
-        """Hold a run idle on its request; ``hook``, its hook step, lets a grant made in this process
-        write it completed in the grant's own transaction (see ``store.RatePass``)."""
-        event = self._waiters.add(wait_id)
-        if hook is not None:
-            self._waiting_here[wait_id] = hook
-        self.changed()  # the safety pass runs while anyone waits
-        return event
-
-    def drop(self, wait_id: str, event: asyncio.Event) -> None:
-        self._waiters.drop(wait_id, event)
-        self._waiting_here.pop(wait_id, None)
-        self._delivered.pop(wait_id, None)
 
     def local_waiters(self) -> Mapping[str, OwnStep]:
         """The runs waiting here with their hook steps, for a grant to write completed."""
@@ -360,14 +341,6 @@ class LocalRates:
         for row in rows:
             self.notify_wait(row.id, row, handed.get(row.id) if handed else None)
 
-    def delivered(self, wait_id: str) -> tuple[RateWaitRow, StepRecord | None] | None:
-        """The request as the grant that woke its run committed it (and the hook step it wrote), once."""
-        return self._delivered.pop(wait_id, None)
-
-    def waiting(self) -> list[str]:
-        """The request ids runs of this process wait on (the poll pass reads their states)."""
-        return self._waiters.keys()
-
     def changed(self, due: int | None = None) -> None:
         """A queue changed: wake the loop when ``due`` (a queue's next due instant) comes before its
         deadline; without one, only to begin the safety pass for a run that now waits here (a
@@ -378,10 +351,6 @@ class LocalRates:
                 self._changed.set()
         elif deadline is None or due < deadline:
             self._changed.set()
-
-    def look_again(self) -> None:
-        """Wake the loop now (a change elsewhere, a reconnection)."""
-        self._changed.set()
 
     async def grant_loop(self) -> None:
         """Grant each queue's head at its due instant and time out waiters at theirs; a safety pass

@@ -21,7 +21,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_args, get_type_hints
 
 from sqlalchemy.engine import URL
 
@@ -83,20 +83,18 @@ Notice = (
     | LookAgain
 )
 
-# each kind's fields, in their order on the wire
-FIELDS: dict[str, tuple[str, ...]] = {
-    "run": ("namespace",),
-    "done": ("run_id", "status"),
-    "signal": ("run_id", "name"),
-    "cancel": ("run_id",),
-    "slot": ("slot_id", "due_at"),
-    "rate": ("wait_id",),
-    "sched": ("namespace",),
-    "limits": (),
-    "rates": (),
-    "reconnected": (),
-    "changed": (),
-}
+
+def _fields() -> dict[str, tuple[str, ...]]:
+    """Each kind's fields, in their order on the wire: read from the notice types themselves."""
+    fields = {}
+    for notice_type in get_args(Notice):
+        hints = get_type_hints(notice_type)
+        for kind in get_args(hints["kind"]):
+            fields[kind] = tuple(name for name in hints if name != "kind")
+    return fields
+
+
+FIELDS: dict[str, tuple[str, ...]] = _fields()
 
 
 def wire(notice: Notice) -> str:

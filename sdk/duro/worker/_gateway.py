@@ -91,15 +91,16 @@ class StoreGateway:
         """``fn(*args)``, a method of the store, without the event loop waiting on the database."""
         if self._hooks.inline_store:
             return fn(*args)
-        if self._now_or_never is not None and getattr(fn, MARK, None) != "bulk":
+        marked = getattr(fn, MARK, None)  # "read", "bulk" or None (a write): see store.reads
+        if self._now_or_never is not None and marked != "bulk":
             try:
                 return self._now_or_never(fn, *args)
             except WouldWait:
                 pass
-        return await self.call_on(self._executor_for(fn), fn, *args)
+        return await self.call_on(self._executor_for(marked), fn, *args)
 
-    def _executor_for(self, fn: Callable[..., Any]) -> ThreadPoolExecutor:
-        """The threads for the store method ``fn``. On SQLite a bulk call (granting many
+    def _executor_for(self, marked: str | None) -> ThreadPoolExecutor:
+        """The threads for a store method marked ``marked``. On SQLite a bulk call (granting many
         slots, in transactions of 1,000 grants) has a thread of its own, never the event loop: the
         writer thread stays free for the runs' writes, which take their turns with its transactions
         (see ``store._connection.TurnLock``)."""
@@ -111,7 +112,6 @@ class StoreGateway:
             if sqlite:
                 self._read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="duro-db-read")
                 self._bulk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duro-db-bulk")
-        marked = getattr(fn, MARK, None)
         if self._bulk_executor is not None and marked == "bulk":
             return self._bulk_executor
         if self._read_executor is not None and marked == "read":

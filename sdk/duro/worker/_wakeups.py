@@ -12,9 +12,10 @@ from collections.abc import Awaitable
 from typing import Any, Generic, TypeVar
 
 from .._clock import Clock
-from ..store import RunRecord
+from ..store import OwnStep, RunRecord, StepRecord
 
 K = TypeVar("K")
+R = TypeVar("R")
 
 
 class Waiters(Generic[K]):
@@ -47,6 +48,51 @@ class Waiters(Generic[K]):
 
     def __bool__(self) -> bool:
         return bool(self._events)
+
+
+class QueueWaits(Generic[R]):
+    """The runs of this process idle in a queue (a limit's slots, a rate's requests), by request id:
+    the events they wait on, their hook steps (for a decision made here to write completed in its
+    own transaction) and the rows such a decision delivered with the wake-up; and the event that
+    wakes the queue's timing loop (``changed``, which each kind of queue decides)."""
+
+    def __init__(self) -> None:
+        self._waiters: Waiters[str] = Waiters()
+        self._waiting_here: dict[str, OwnStep] = {}  # the waiters' hook steps, by request id
+        self._delivered: dict[str, tuple[R, StepRecord | None]] = {}
+        self._changed = asyncio.Event()
+        self._deadline: int | None = None  # when the loop wakes next (None: it sleeps idle)
+
+    def wait(self, request_id: str, hook: OwnStep | None = None) -> asyncio.Event:
+        """Hold a run idle on its request; ``hook``, its hook step, lets a decision made in this
+        process write it completed at once (see ``duro.store.ReleaseSlot`` and ``store.rates``)."""
+        event = self._waiters.add(request_id)
+        if hook is not None:
+            self._waiting_here[request_id] = hook
+        self.changed()  # the safety pass runs while anyone waits
+        return event
+
+    def drop(self, request_id: str, event: asyncio.Event) -> None:
+        self._waiters.drop(request_id, event)
+        self._waiting_here.pop(request_id, None)
+        self._delivered.pop(request_id, None)
+
+    def delivered(self, request_id: str) -> tuple[R, StepRecord | None] | None:
+        """The row a local decision delivered with the last wake-up of the request's waiter (and
+        its hook step, if the decision wrote it), once."""
+        return self._delivered.pop(request_id, None)
+
+    def waiting(self) -> list[str]:
+        """The request ids runs of this process wait on (the poll pass reads their states)."""
+        return self._waiters.keys()
+
+    def changed(self, due: int | None = None) -> None:
+        """A request became active or changed: wake the loop if it must look sooner."""
+        raise NotImplementedError
+
+    def look_again(self) -> None:
+        """Wake the loop now (a change elsewhere, a reconnection)."""
+        self._changed.set()
 
 
 class Wakeups:
